@@ -1,0 +1,79 @@
+"""Sans-I/O protocol core: wire types, converter, framing, frame classification, errors.
+
+Imports no trio and does no I/O.
+"""
+
+from ._content import (
+    AttachedImageBlock as AttachedImageBlock,
+    ContentBlock as ContentBlock,
+    ImageAttachment as ImageAttachment,
+    ImageBlock as ImageBlock,
+    ReasoningBlock as ReasoningBlock,
+    TextBlock as TextBlock,
+    ToolCallBlock as ToolCallBlock,
+    UnknownBlock as UnknownBlock,
+    text_of as text_of,
+)
+from ._converter import (
+    CONVERTER as CONVERTER,
+    camel as camel,
+    make_converter as make_converter,
+    structure as structure,
+    unstructure as unstructure,
+)
+from ._errors import (
+    FrameTooLargeError as FrameTooLargeError,
+    JsonRpcResponseError as JsonRpcResponseError,
+    MethodNotSupportedError as MethodNotSupportedError,
+    OrchestraError as OrchestraError,
+    RequestTimeoutError as RequestTimeoutError,
+    RuntimeExitedError as RuntimeExitedError,
+    RuntimeStartError as RuntimeStartError,
+    SdkProtocolError as SdkProtocolError,
+    SubscriberOverflowError as SubscriberOverflowError,
+    TransportClosedError as TransportClosedError,
+)
+from ._events import *  # noqa: F403  (the event vocabulary; see _events.__all__)
+from ._events import __all__ as _event_names
+from ._framing import (
+    CLOSED as CLOSED,
+    DEFAULT_MAX_FRAME_SIZE as DEFAULT_MAX_FRAME_SIZE,
+    NEED_DATA as NEED_DATA,
+    LineFramer as LineFramer,
+    Need as Need,
+    encode_frame as encode_frame,
+)
+from ._jsonrpc import (
+    INTERNAL_ERROR as INTERNAL_ERROR,
+    INVALID_PARAMS as INVALID_PARAMS,
+    INVALID_REQUEST as INVALID_REQUEST,
+    METHOD_NOT_FOUND as METHOD_NOT_FOUND,
+    PARSE_ERROR as PARSE_ERROR,
+    ErrorObject as ErrorObject,
+    FrameKind as FrameKind,
+    JsonObject as JsonObject,
+    RequestId as RequestId,
+    classify as classify,
+    error_frame as error_frame,
+    error_of as error_of,
+    notification_frame as notification_frame,
+    params_of as params_of,
+    request_frame as request_frame,
+    result_frame as result_frame,
+)
+from ._wire import *  # noqa: F403  (method constants and params/result classes)
+from ._wire import __all__ as _wire_names
+
+__all__ = [
+    "AttachedImageBlock", "ContentBlock", "ImageAttachment", "ImageBlock", "ReasoningBlock",
+    "TextBlock", "ToolCallBlock", "UnknownBlock", "text_of",
+    "CONVERTER", "camel", "make_converter", "structure", "unstructure",
+    "FrameTooLargeError", "JsonRpcResponseError", "MethodNotSupportedError", "OrchestraError",
+    "RequestTimeoutError", "RuntimeExitedError", "RuntimeStartError", "SdkProtocolError",
+    "SubscriberOverflowError", "TransportClosedError",
+    "CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "LineFramer", "Need", "encode_frame",
+    "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR",
+    "ErrorObject", "FrameKind", "JsonObject", "RequestId", "classify", "error_frame", "error_of",
+    "notification_frame", "params_of", "request_frame", "result_frame",
+    *_event_names, *_wire_names,
+]

@@ -1,0 +1,26 @@
+"""JSON-RPC 2.0 over a trio stream pair: one reader, pending requests, handlers, fan-out.
+
+Knows nothing about what methods mean.
+"""
+
+from ._connection import (
+    Connection as Connection,
+    ConnectionStatistics as ConnectionStatistics,
+    RpcError as RpcError,
+)
+from ._subscription import (
+    DEFAULT_CAPACITY as DEFAULT_CAPACITY,
+    Notification as Notification,
+    NotificationFilter as NotificationFilter,
+    Subscription as Subscription,
+)
+
+__all__ = [
+    "Connection",
+    "ConnectionStatistics",
+    "DEFAULT_CAPACITY",
+    "Notification",
+    "NotificationFilter",
+    "RpcError",
+    "Subscription",
+]

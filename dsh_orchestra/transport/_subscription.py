@@ -1,0 +1,154 @@
+"""Bounded notification subscriptions: the reader pushes without blocking, consumers receive.
+
+Owns: the per-subscriber buffer and its overflow rule. Must not know what methods mean.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import attrs
+import trio
+
+from ..protocol import SubscriberOverflowError, TransportClosedError
+
+DEFAULT_CAPACITY = 100_000
+
+
+@attrs.frozen(slots=True)
+class Notification:
+    """One notification as received: its method and its params object (plain JSON)."""
+
+    method: str
+    params: dict[str, Any]
+
+
+NotificationFilter = Callable[[Notification], bool]
+
+
+class Subscription(trio.abc.ReceiveChannel[Notification]):
+    """A bounded buffer of notifications, filled by the reader in wire order.
+
+    The reader never waits for a subscription: past ``capacity`` unread notifications the
+    subscription fails alone with SubscriberOverflowError (its buffer is dropped). When the
+    connection goes away, buffered notifications are still delivered, then the error is raised.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        filter: NotificationFilter | None = None,
+        on_close: Callable[[Subscription], None] | None = None,
+    ) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be > 0, not {capacity!r}")
+        self.name = name
+        self.capacity = capacity
+        self._filter = filter
+        self._on_close = on_close
+        self._items: deque[Notification] = deque()
+        self._waiter: trio.Event | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+
+    # ---- reader side (synchronous, never blocks) ------------------------------------
+
+    def push(self, notification: Notification) -> None:
+        """Buffer one notification, or fail this subscription if it is full."""
+        if self._error is not None or self._closed:
+            return
+        if self._filter is not None and not self._filter(notification):
+            return
+        if len(self._items) >= self.capacity:
+            self._items.clear()
+            self.fail(SubscriberOverflowError(self.name, self.capacity))
+            self._detach()
+            return
+        self._items.append(notification)
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def fail(self, error: BaseException) -> None:
+        """Make receive() raise ``error`` once the buffered notifications are drained."""
+        if self._error is None:
+            self._error = error
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    # ---- consumer side ---------------------------------------------------------------
+
+    def receive_nowait(self) -> Notification:
+        """Return the next buffered notification, or raise trio.WouldBlock."""
+        if self._closed:
+            raise trio.ClosedResourceError("this subscription was closed")
+        if self._items:
+            return self._items.popleft()
+        if self._error is not None:
+            raise self._error_copy()
+        raise trio.WouldBlock
+
+    async def receive(self) -> Notification:
+        """Wait for the next notification.
+
+        Raises:
+            SubscriberOverflowError: this subscription fell behind and was dropped.
+            TransportClosedError: the connection went away (after the buffer drained).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                item = self.receive_nowait()
+            except trio.WouldBlock:
+                self._waiter = waiter = trio.Event()
+                await waiter.wait()
+                continue
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return item
+
+    async def receive_batch(self, max_items: int | None = None) -> list[Notification]:
+        """Wait for at least one notification and return all buffered (up to ``max_items``)."""
+        first = await self.receive()
+        out = [first]
+        items = self._items
+        limit = (max_items or len(items) + 1) - 1
+        while items and limit > 0:
+            out.append(items.popleft())
+            limit -= 1
+        return out
+
+    def _error_copy(self) -> BaseException:
+        error = self._error
+        assert error is not None
+        if isinstance(error, TransportClosedError):  # each waiter gets its own exception
+            return TransportClosedError(
+                error.reason, returncode=error.returncode, stderr_tail=error.stderr_tail
+            ) if type(error) is TransportClosedError else error
+        return error
+
+    def pending(self) -> int:
+        """How many notifications are buffered."""
+        return len(self._items)
+
+    def close(self) -> None:
+        """Stop receiving; buffered notifications are dropped. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._items.clear()
+            self._detach()
+            if self._waiter is not None:
+                self._waiter.set()
+
+    async def aclose(self) -> None:
+        """Async twin of ``close()``."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    def _detach(self) -> None:
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close(self)
