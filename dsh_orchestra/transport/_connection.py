@@ -111,6 +111,7 @@ class Connection:
         self._cancel_scope: trio.CancelScope | None = None
         self._closed_error: TransportClosedError | None = None
         self._stopped = trio.Event()
+        self._closed_event = trio.Event()
         self._frames_received = 0
         self._frames_sent = 0
         self._notifications = 0
@@ -175,14 +176,19 @@ class Connection:
         if self._cancel_scope is not None:
             self._cancel_scope.cancel(reason=error.reason)
 
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed or its stream has ended."""
+        await self._closed_event.wait()
+
     def _shut(self, error: TransportClosedError) -> None:
         self._closed_error = error
+        self._closed_event.set()
         for pending in self._pending.values():
             pending.done.set()
-        for sink in list(self._sinks):
-            fail = getattr(sink, "__self__", None)
-            if isinstance(fail, Subscription):
-                fail.fail(error)
+        for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
+            fail = getattr(getattr(sink, "__self__", None), "fail", None)
+            if callable(fail):
+                fail(error)
         self._sinks.clear()
 
     def _copy_error(self) -> TransportClosedError:
@@ -351,7 +357,11 @@ class Connection:
         self._handlers[method] = (handler, params_type)
 
     def add_sink(self, sink: Sink) -> None:
-        """Call ``sink(notification)`` in the reader, in wire order. It must not block or raise."""
+        """Call ``sink(notification)`` in the reader, in wire order. It must not block or raise.
+
+        When ``sink`` is a bound method whose object has ``fail(error)``, that is called
+        with the TransportClosedError when the connection closes.
+        """
         self._sinks.append(sink)
 
     def remove_sink(self, sink: Sink) -> None:

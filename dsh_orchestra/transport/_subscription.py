@@ -143,6 +143,12 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             if self._waiter is not None:
                 self._waiter.set()
 
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     async def aclose(self) -> None:
         """Async twin of ``close()``."""
         self.close()

@@ -1,0 +1,15 @@
+"""Runtime layer: RuntimeSpec and the runtime actor (process, handshake, close ladder).
+
+Knows nothing about sessions, pools or workflows.
+"""
+
+from ._actor import RuntimeActor as RuntimeActor, StderrTail as StderrTail, redact as redact
+from ._spec import (
+    DEFAULT_MODEL as DEFAULT_MODEL,
+    DEFAULT_PROVIDER as DEFAULT_PROVIDER,
+    Connector as Connector,
+    RuntimeSpec as RuntimeSpec,
+    bundled_dsh_command as bundled_dsh_command,
+)
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_PROVIDER", "Connector", "RuntimeActor", "RuntimeSpec", "StderrTail", "bundled_dsh_command", "redact"]

@@ -1,0 +1,204 @@
+"""RuntimeSpec: an immutable description of how to launch and greet one runtime.
+
+Owns: launch argv, environment, working directories, the handshake route and lifecycle
+bounds. Must not know about sessions, pools or workflows. Secrets never appear in reprs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, AsyncContextManager, Callable, Mapping
+
+import attrs
+
+from ..protocol import ClientCapabilities, InitializeParams
+
+Connector = Callable[[], AsyncContextManager[Any]]
+"""Opens an in-process stream to a runtime (for example the simulator over memory streams)."""
+
+DEFAULT_PROVIDER = "deepseek-official"
+DEFAULT_MODEL = "deepseek-v4-flash"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def _redacted_env(env: Mapping[str, str]) -> str:
+    shown = {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
+    return repr(shown)
+
+
+def _non_empty(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+
+
+def _path_or_none(value: Any) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _tuple_of_str(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError(f"expected a sequence of arguments, not the string {value!r}; split it first")
+    return tuple(str(v) for v in value)
+
+
+def bundled_dsh_command() -> tuple[str, ...]:
+    """The argv prefix of the bundled ``dsh`` from ``deepseek-harness-runtime-bin``.
+
+    Raises:
+        FileNotFoundError: the runtime package is not installed or has no executable here.
+    """
+    try:
+        from deepseek_harness_runtime import resolve_bundled_launch_args
+    except ImportError as exc:
+        raise FileNotFoundError(
+            "the bundled dsh runtime is not installed: pip install "
+            "'deepseek-harness-runtime-bin==0.2.1rc2' (or give RuntimeSpec a command)"
+        ) from exc
+    return tuple(resolve_bundled_launch_args())
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeSpec:
+    """How to launch and greet one runtime.
+
+    Exactly one of three launch modes: ``command=None`` and ``connect=None`` launch the
+    bundled ``dsh``; ``command`` is any argv that speaks the protocol on stdio (``--profile``
+    and ``--patch`` are appended only for the bundled dsh or when ``append_profile``);
+    ``connect`` opens an in-process stream instead of a process.
+
+    ``dsh_home`` is required for processes: there is never a fallback to ``~/.dsh``.
+    ``cwd`` (the workspace sent in ``initialize``) and ``process_cwd`` are made absolute here.
+    """
+
+    command: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(_tuple_of_str))
+    connect: Connector | None = attrs.field(default=None, repr=False)
+    profile: str = "sdk"
+    patches: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    append_profile: bool | None = None
+    dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
+    cwd: Path = attrs.field(factory=Path.cwd, converter=lambda p: Path(p).absolute())
+    process_cwd: Path | None = attrs.field(
+        default=None, converter=lambda p: None if p is None else Path(p).absolute()
+    )
+    env: Mapping[str, str] = attrs.field(factory=dict, repr=_redacted_env)
+    inherit_env: bool = True
+    base_url: str | None = None
+    api_key: str | None = attrs.field(default=None, repr=lambda v: "None" if v is None else "'***'")
+    provider: str = DEFAULT_PROVIDER
+    model: str = DEFAULT_MODEL
+    reasoning_effort: str | None = None
+    max_tokens: int | None = None
+    handshake_timeout: float = 30.0
+    handshake_attempts: int = 1
+    shutdown_timeout: float = 1.0
+    eof_grace: float = 2.0
+    terminate_grace: float = 2.0
+    exit_wait: float = 5.0
+    stderr_tail_lines: int = 200
+    name: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.command is not None and self.connect is not None:
+            raise ValueError("give RuntimeSpec either command or connect, not both")
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        _non_empty("provider", self.provider)
+        _non_empty("model", self.model)
+        _non_empty("profile", self.profile)
+        if self.reasoning_effort is not None:
+            _non_empty("reasoning_effort", self.reasoning_effort)
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0
+        ):
+            raise ValueError(f"max_tokens must be a positive integer, not {self.max_tokens!r}")
+        for field in ("handshake_timeout", "shutdown_timeout", "eof_grace", "terminate_grace", "exit_wait"):
+            _positive(field, getattr(self, field))
+        if isinstance(self.handshake_attempts, bool) or not isinstance(self.handshake_attempts, int) or self.handshake_attempts < 1:
+            raise ValueError(f"handshake_attempts must be an integer >= 1, not {self.handshake_attempts!r}")
+        if self.base_url is not None:
+            _non_empty("base_url", self.base_url)
+
+    # ---- constructors ------------------------------------------------------------------
+
+    @classmethod
+    def simulator(cls, *, script: str | os.PathLike[str] | None = None, **kwargs: Any) -> RuntimeSpec:
+        """Run the simulated runtime as a process (``python -m dsh_orchestra.testing sim``)."""
+        command = [sys.executable, "-m", "dsh_orchestra.testing", "sim"]
+        if script is not None:
+            command += ["--script", str(Path(script).absolute())]
+        kwargs.setdefault("name", "sim")
+        return cls(command=tuple(command), **kwargs)
+
+    # ---- derived values ----------------------------------------------------------------
+
+    @property
+    def display_name(self) -> str:
+        """A short name for logs and errors (never includes secrets)."""
+        if self.name:
+            return self.name
+        if self.connect is not None:
+            return "in-process runtime"
+        if self.command is None:
+            return "dsh"
+        return Path(self.command[0]).name if len(self.command) == 1 else " ".join(
+            Path(self.command[0]).name if i == 0 else a for i, a in enumerate(self.command[:4])
+        )
+
+    def argv(self) -> list[str]:
+        """The full argv to launch (bundled dsh resolved here)."""
+        if self.connect is not None:
+            raise ValueError("an in-process runtime has no argv")
+        bundled = self.command is None
+        argv = list(bundled_dsh_command() if bundled else self.command or ())
+        if bundled or self.append_profile:
+            argv += ["--profile", self.profile]
+            for patch in self.patches:
+                argv += ["--patch", str(Path(patch).absolute())]
+        return argv
+
+    def process_env(self) -> dict[str, str]:
+        """The child's environment: ours (if inherited), overrides, DSH_HOME and the endpoint."""
+        if self.dsh_home is None:
+            raise ValueError(
+                f"runtime {self.display_name!r} needs an explicit dsh_home (DSH_HOME); "
+                "dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=...)"
+            )
+        env = dict(os.environ) if self.inherit_env else {}
+        env.update(self.env)
+        env["DSH_HOME"] = str(Path(self.dsh_home).absolute())
+        if self.base_url is not None:
+            env["DEEPSEEK_BASE_URL"] = self.base_url
+        if self.api_key is not None:
+            env["DEEPSEEK_API_KEY"] = self.api_key
+        return env
+
+    def secrets(self) -> list[str]:
+        """Values that must never be logged (the api key and secret-looking env values)."""
+        values = [v for k, v in self.env.items() if _SECRET_NAME.search(k) and v]
+        if self.api_key:
+            values.append(self.api_key)
+        return values
+
+    def initialize_params(self, *, approval_requests: bool = False, user_questions: bool = False) -> InitializeParams:
+        """The ``initialize`` params; the feature flags are sent only when enabled."""
+        return InitializeParams(
+            cwd=str(self.cwd),
+            provider=self.provider,
+            model=self.model,
+            reasoning_effort=self.reasoning_effort,
+            max_tokens=self.max_tokens,
+            approval_requests=True if approval_requests else None,
+            capabilities=ClientCapabilities(user_questions=True) if user_questions else None,
+        )
+
+    def evolve(self, **changes: Any) -> RuntimeSpec:
+        """A copy with ``changes`` applied (validated again)."""
+        return attrs.evolve(self, **changes)

@@ -1,0 +1,224 @@
+"""The session handle: prompt, query, wait, resume, run, events, working directory.
+
+Owns: turning input into content blocks, the prompt -> wait -> collect sequence, abandoned
+sessions. Must not know about pools or graphs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Sequence
+
+import attrs
+import trio
+
+from ..protocol import (
+    SESSION_PROMPT,
+    SESSION_QUERY,
+    SESSION_QUERY_COMPLETED,
+    SESSION_WAIT,
+    WORKING_DIRECTORY_GET,
+    WORKING_DIRECTORY_SET,
+    ContentBlock,
+    EmptyResult,
+    PromptResult,
+    QueryResult,
+    SdkProtocolError,
+    WorkingDirectoryResult,
+    unstructure,
+)
+from ..transport import DEFAULT_CAPACITY, Subscription
+from ._turn import TurnCollector, TurnResult
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+log = logging.getLogger("dsh_orchestra.session")
+
+PromptInput = str | Sequence[ContentBlock | dict[str, Any]]
+
+
+def content_blocks(value: PromptInput) -> list[dict[str, Any]]:
+    """Wire content blocks for ``value``: a string becomes one text block.
+
+    Raises:
+        ValueError / TypeError: the input is empty or a block is malformed.
+    """
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if isinstance(value, (bytes, dict)) or not isinstance(value, Sequence):
+        raise TypeError(f"a prompt is a string or a list of content blocks, not {type(value).__name__}")
+    if not value:
+        raise ValueError("a prompt needs at least one content block, not an empty list")
+    blocks: list[dict[str, Any]] = []
+    for index, block in enumerate(value):
+        raw = block if isinstance(block, dict) else unstructure(block) if attrs.has(type(block)) else None
+        if not isinstance(raw, dict):
+            raise TypeError(f"content block {index} must be an object, not {type(block).__name__}")
+        kind = raw.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"content block {index} needs a string 'type', not {kind!r}")
+        if kind == "text" and not isinstance(raw.get("text"), str):
+            raise ValueError(f"text block {index} needs a string 'text'")
+        if kind == "image" and "attachment" not in raw:
+            if not isinstance(raw.get("data"), str) or not isinstance(raw.get("mimeType"), str):
+                raise ValueError(f"image block {index} needs base64 'data' and a 'mimeType' string")
+        blocks.append(raw)
+    return blocks
+
+
+@attrs.frozen(kw_only=True)
+class CommandResult:
+    """A command query's outcome: ``session.query.completed`` plus the opaque execution."""
+
+    session_id: str
+    command_id: str | None
+    final_response: str
+    finish_reason: str | None
+    execution: Any = None
+
+
+class Session:
+    """A handle on one root session of a runtime.
+
+    Cancellation of ``run``: the turn keeps running in the runtime (the wire has no cancel);
+    the session is marked abandoned and later calls raise RuntimeError.
+    """
+
+    def __init__(self, runtime: Runtime, session_id: str) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"a session id must be a non-empty string, not {session_id!r}")
+        self.runtime = runtime
+        self.id = session_id
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, runtime={self.runtime.name!r})"
+
+    @property
+    def abandoned(self) -> bool:
+        """True once a run on this session was cancelled mid-turn."""
+        return self.id in self.runtime.abandoned
+
+    def _check(self) -> None:
+        if self.abandoned:
+            raise RuntimeError(
+                f"session {self.id!r} was abandoned by a cancelled run and may still be busy "
+                "in the runtime; use a new session"
+            )
+
+    async def prompt(self, input: PromptInput) -> str:
+        """Queue ``input`` (session/prompt) and return the queued message id."""
+        self._check()
+        params = {"sessionId": self.id, "contentBlocks": content_blocks(input)}
+        result: PromptResult = await self.runtime.connection.request(SESSION_PROMPT, params, PromptResult)
+        return result.message_id
+
+    async def query(self, input: PromptInput) -> QueryResult:
+        """session/query: a prompt receipt, or a command's execution.
+
+        Raises:
+            MethodNotSupportedError: the connected runtime lacks session/query (0.2.1-rc.2).
+        """
+        self._check()
+        params = {"sessionId": self.id, "contentBlocks": content_blocks(input)}
+        result: QueryResult = await self.runtime.connection.request(SESSION_QUERY, params, QueryResult)
+        return result
+
+    async def wait(self) -> None:
+        """session/wait: until the root is idle and its managed descendants settled."""
+        self._check()
+        await self.runtime.connection.request(SESSION_WAIT, {"sessionId": self.id}, EmptyResult)
+
+    async def get_working_directory(self) -> str:
+        """The session's effective working directory (absolute)."""
+        self._check()
+        result: WorkingDirectoryResult = await self.runtime.connection.request(
+            WORKING_DIRECTORY_GET, {"sessionId": self.id}, WorkingDirectoryResult
+        )
+        return result.cwd
+
+    async def set_working_directory(self, path: str) -> str:
+        """Change the effective directory (absolute, or relative to the current one)."""
+        self._check()
+        result: WorkingDirectoryResult = await self.runtime.connection.request(
+            WORKING_DIRECTORY_SET, {"sessionId": self.id, "path": str(path)}, WorkingDirectoryResult
+        )
+        return result.cwd
+
+    def events(self, *, capacity: int = DEFAULT_CAPACITY) -> Subscription:
+        """A trio receive channel of this session tree's notifications, in wire order.
+
+        Descendants are included once their ``subagent.started`` was seen. The channel is
+        bounded: a reader that falls ``capacity`` behind gets SubscriberOverflowError.
+        Close it (``with session.events() as events:``) when done.
+        """
+        return self.runtime.router.subscribe(self.id, capacity=capacity)
+
+    async def run(self, input: PromptInput, *, capacity: int = DEFAULT_CAPACITY) -> TurnResult:
+        """Send one prompt and wait (session/wait) until the session tree has settled.
+
+        Raises:
+            TransportClosedError: the runtime went away before the turn settled.
+            JsonRpcResponseError: the prompt or the wait was rejected.
+            SdkProtocolError: the runtime sent malformed events for this session.
+
+        Cancellation: the turn keeps running in the runtime (the wire has no cancel);
+        the session is marked abandoned and later calls raise RuntimeError.
+        """
+        self._check()
+        start = trio.current_time()
+        with self.events(capacity=capacity) as events:
+            try:
+                message_id = await self.prompt(input)
+                collector = TurnCollector(self.id, message_id)
+                await self.wait()
+            except trio.Cancelled:
+                self.runtime.abandon(self.id)
+                raise
+            _drain(events, collector)
+        duration = trio.current_time() - start
+        approvals = self.runtime.decisions_for(collector, start)
+        return collector.result(duration=duration, approvals=approvals)
+
+    async def run_query(self, input: PromptInput) -> TurnResult | CommandResult:
+        """session/query, then settle: a TurnResult for ordinary input, a CommandResult
+        (from ``session.query.completed``) for a recognised command."""
+        self._check()
+        start = trio.current_time()
+        with self.events() as events:
+            result = await self.query(input)
+            if result.kind == "prompt":
+                if result.message_id is None:
+                    raise SdkProtocolError("a prompt query result lacks messageId", method=SESSION_QUERY, path="result.messageId")
+                collector = TurnCollector(self.id, result.message_id)
+                try:
+                    await self.wait()
+                except trio.Cancelled:
+                    self.runtime.abandon(self.id)
+                    raise
+                _drain(events, collector)
+                return collector.result(duration=trio.current_time() - start)
+            command_id = (result.execution or {}).get("commandId") if isinstance(result.execution, dict) else None
+            while True:
+                notification = await events.receive()
+                params = notification.params
+                if notification.method == SESSION_QUERY_COMPLETED and params.get("sessionId") == self.id and (
+                    command_id is None or params.get("commandId") == command_id
+                ):
+                    finish = params.get("finishReason")
+                    return CommandResult(
+                        session_id=self.id,
+                        command_id=params.get("commandId"),
+                        final_response=str(params.get("finalResponse", "")),
+                        finish_reason=finish if isinstance(finish, str) else None,
+                        execution=result.execution,
+                    )
+
+
+def _drain(events: Subscription, collector: TurnCollector) -> None:
+    """Feed everything buffered so far (the wait's response came after all of it)."""
+    while True:
+        try:
+            collector.feed(events.receive_nowait())
+        except trio.WouldBlock:
+            return

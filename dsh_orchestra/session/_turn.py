@@ -1,0 +1,276 @@
+"""Turn collection: plain logic fed notifications, producing a TurnResult.
+
+Owns: attributing a session tree's notifications to one prompt (by its messageId), the final
+response, the finish reason and the subagent results. Pure: no trio, no I/O, so it is
+unit-tested on recorded transcripts without processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import attrs
+
+from ..protocol import (
+    SESSION_EVENT,
+    SUBAGENT_FINISHED,
+    SUBAGENT_STARTED,
+    AssistantMessageData,
+    ContentBlock,
+    LlmFailure,
+    SdkProtocolError,
+    SubagentFinishedParams,
+    TurnEndData,
+    structure,
+    text_of,
+)
+from ..transport import Notification
+
+JsonObject = dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class SubagentResult:
+    """What one subagent reported in ``subagent.finished``."""
+
+    provider: str
+    agent_id: str
+    parent_session_id: str
+    child_session_id: str
+    status: str
+    stop_reason: str
+    last_assistant_message: tuple[ContentBlock, ...] = ()
+    text: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class TurnResult:
+    """Everything one prompt produced, up to the session/wait that settled it.
+
+    ``events`` are the root session's event objects (raw wire JSON) of the turns this prompt
+    owns; ``notifications`` are the descendants' notifications of the interval.
+    A model failure is ``finish_reason == "error"`` with ``error`` set, not an exception.
+    """
+
+    session_id: str
+    message_id: str
+    final_response: str
+    finish_reason: str | None
+    error: LlmFailure | None
+    events: tuple[JsonObject, ...]
+    notifications: tuple[Notification, ...]
+    subagents: tuple[SubagentResult, ...]
+    duration: float
+    turns: tuple[int, ...] = ()
+    approvals: tuple[Any, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when the last owned turn ended ``completed``."""
+        return self.finish_reason == "completed"
+
+
+def _bad(path: str, expected: str, value: Any) -> SdkProtocolError:
+    return SdkProtocolError(
+        f"invalid params for {SESSION_EVENT!r}: expected {expected}, not {type(value).__name__} @ {path}",
+        method=SESSION_EVENT,
+        path=path,
+    )
+
+
+def check_event(params: JsonObject) -> JsonObject:
+    """Validate a ``session.event`` envelope and return its event object."""
+    event = params.get("event")
+    if not isinstance(event, dict):
+        raise _bad("params.event", "an object", event)
+    if not isinstance(event.get("type"), str):
+        raise _bad("params.event.type", "a string", event.get("type"))
+    seq = event.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise _bad("params.event.seq", "an integer", seq)
+    if not isinstance(event.get("data", {}), dict):
+        raise _bad("params.event.data", "an object", event.get("data"))
+    return event
+
+
+def _data(event: JsonObject, cls: type, what: str) -> Any:
+    return structure(event.get("data"), cls, method=SESSION_EVENT, what=f"params.event.data ({what})")
+
+
+def is_receipt(event: JsonObject, message_id: str) -> bool:
+    """True for the ``agent/inbox/spliced`` that inserted ``message_id``."""
+    if event.get("type") != "agent/inbox/spliced":
+        return False
+    inserted = event.get("data", {}).get("inserted")
+    if not isinstance(inserted, list):
+        raise _bad("params.event.data.inserted", "a list", inserted)
+    return any(isinstance(m, dict) and m.get("id") == message_id for m in inserted)
+
+
+def _prompt_id(event: JsonObject) -> str | None:
+    """The id of a user/message that is a user prompt, else None."""
+    data = event.get("data", {})
+    source = data.get("source")
+    if isinstance(source, dict) and source.get("kind") == "user" and isinstance(data.get("id"), str):
+        return data["id"]
+    return None
+
+
+class TurnCollector:
+    """Feed it a session tree's notifications in wire order; ``result()`` builds the TurnResult.
+
+    A turn belongs to this prompt when it consumed the prompt's user message, or when it is a
+    continuation (no user prompt of its own, e.g. started by a subagent's completion) of a turn
+    that belongs to it. Notifications before the prompt's receipt are skipped.
+    """
+
+    def __init__(self, session_id: str, message_id: str) -> None:
+        self.session_id = session_id
+        self.message_id = message_id
+        self._receipt_seen = False
+        self._events: list[JsonObject] = []
+        self._notifications: list[Notification] = []
+        self._turn_events: list[JsonObject] | None = None  # events of the open turn
+        self._turn_owned: bool | None = None
+        self._last_owned = False
+        self._owned_turns: list[int] = []
+        self._final: str = ""
+        self._finish: str | None = None
+        self._error: LlmFailure | None = None
+        self._ours: set[str] = set()  # children spawned by our turns (and their descendants)
+        self._subagents: list[SubagentResult] = []
+        self._pending_children: list[str] = []  # started while a turn's ownership is unknown
+
+    @property
+    def receipt_seen(self) -> bool:
+        """True once the prompt's receipt arrived."""
+        return self._receipt_seen
+
+    @property
+    def children(self) -> frozenset[str]:
+        """The descendant sessions attributed to this prompt."""
+        return frozenset(self._ours)
+
+    def feed_all(self, notifications: Iterable[Notification]) -> None:
+        """Feed many notifications."""
+        for notification in notifications:
+            self.feed(notification)
+
+    def feed(self, notification: Notification) -> None:
+        """Feed one notification of the session tree."""
+        params = notification.params
+        method = notification.method
+        if method == SESSION_EVENT and params.get("sessionId") == self.session_id:
+            event = check_event(params)
+            if not self._receipt_seen:
+                if not is_receipt(event, self.message_id):
+                    return
+                self._receipt_seen = True
+            self._root_event(event)
+            return
+        if not self._receipt_seen:
+            return
+        if method == SUBAGENT_STARTED:
+            parent, child = params.get("parentSessionId"), params.get("childSessionId")
+            if isinstance(child, str):
+                if parent in self._ours:
+                    self._ours.add(child)
+                elif parent == self.session_id:
+                    owned = self._turn_owned if self._turn_events is not None else self._last_owned
+                    if owned is None:
+                        self._pending_children.append(child)
+                    elif owned:
+                        self._ours.add(child)
+            if child in self._ours or child in self._pending_children:
+                self._notifications.append(notification)
+            return
+        sid = params.get("childSessionId") if method == SUBAGENT_FINISHED else params.get("sessionId")
+        if sid in self._ours:
+            self._notifications.append(notification)
+            if method == SUBAGENT_FINISHED:
+                self._subagent(params)
+
+    def _root_event(self, event: JsonObject) -> None:
+        kind = event["type"]
+        if kind == "turn/start":
+            self._turn_events = []
+            self._turn_owned = None
+        if self._turn_events is None:  # between turns: splices, status, plugin bookkeeping
+            if self._last_owned or not self._owned_turns:
+                self._events.append(event)
+            return
+        self._turn_events.append(event)
+        if kind == "user/message" and self._turn_owned is not True:
+            prompt = _prompt_id(event)
+            if prompt == self.message_id:
+                self._settle_ownership(True)
+            elif prompt is not None:
+                self._settle_ownership(False)
+        elif kind == "turn/end":
+            if self._turn_owned is None:  # no prompt of its own: a continuation
+                self._settle_ownership(self._last_owned)
+            data: TurnEndData = _data(event, TurnEndData, "turn/end")
+            if self._turn_owned:
+                self._events.extend(self._turn_events)
+                self._owned_turns.append(data.turn)
+                self._finish = data.reason.kind
+                self._error = data.reason.error
+                for candidate in reversed(self._turn_events):
+                    if candidate["type"] == "assistant/message":
+                        message: AssistantMessageData = _data(candidate, AssistantMessageData, "assistant/message")
+                        self._final = text_of(message.message.content)
+                        break
+            self._last_owned = bool(self._turn_owned)
+            self._turn_events = None
+            self._turn_owned = None
+
+    def _settle_ownership(self, owned: bool) -> None:
+        self._turn_owned = owned
+        if owned:
+            self._ours.update(self._pending_children)
+        self._pending_children.clear()
+
+    def _subagent(self, params: JsonObject) -> None:
+        finished = structure(params, SubagentFinishedParams, method=SUBAGENT_FINISHED)
+        blocks = tuple(finished.last_assistant_message or ())
+        self._subagents.append(
+            SubagentResult(
+                provider=finished.provider,
+                agent_id=finished.agent_id,
+                parent_session_id=finished.parent_session_id,
+                child_session_id=finished.child_session_id,
+                status=finished.status,
+                stop_reason=finished.stop_reason,
+                last_assistant_message=blocks,
+                text=text_of(blocks),
+            )
+        )
+
+    def result(self, *, duration: float, approvals: tuple[Any, ...] = ()) -> TurnResult:
+        """The TurnResult of everything fed so far.
+
+        Raises:
+            SdkProtocolError: the prompt's receipt never arrived.
+        """
+        if not self._receipt_seen:
+            raise SdkProtocolError(
+                f"session {self.session_id!r} settled without the receipt of message {self.message_id!r}",
+                method=SESSION_EVENT,
+            )
+        events = list(self._events)
+        if self._turn_events:  # a turn still open when the wait returned (teardown)
+            if self._turn_owned or (self._turn_owned is None and self._last_owned):
+                events.extend(self._turn_events)
+        return TurnResult(
+            session_id=self.session_id,
+            message_id=self.message_id,
+            final_response=self._final,
+            finish_reason=self._finish,
+            error=self._error,
+            events=tuple(events),
+            notifications=tuple(self._notifications),
+            subagents=tuple(self._subagents),
+            duration=duration,
+            turns=tuple(self._owned_turns),
+            approvals=approvals,
+        )
