@@ -7,16 +7,28 @@ question handlers' registration. Must not know about pools or graphs.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 import trio
 
-from ..protocol import SESSION_RESUME, EmptyResult, TransportClosedError
+from ..approvals import ApprovalService, AuditLog
+from ..protocol import (
+    APPROVAL_REQUEST,
+    SESSION_RESUME,
+    USER_QUESTION_ASK,
+    USER_QUESTION_CANCELLED,
+    ApprovalRequestParams,
+    EmptyResult,
+    TransportClosedError,
+    UserQuestionAskParams,
+)
+from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
-from ..transport import Connection
+from ..transport import Connection, NoReply, Notification
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
@@ -31,7 +43,8 @@ class Runtime:
         self.actor = actor
         self.router = router
         self.abandoned: set[str] = set()
-        self.decision_log: list[Any] = []  # decisions with .session_id and .time (approvals)
+        self.approvals: ApprovalService | None = None
+        self.questions: QuestionService | None = None
 
     @property
     def name(self) -> str:
@@ -77,11 +90,10 @@ class Runtime:
         log.warning("session %r abandoned by a cancelled run on runtime %r", session_id, self.name)
 
     def decisions_for(self, collector: TurnCollector, since: float) -> tuple[Any, ...]:
-        """Approval decisions made for ``collector``'s tree since ``since``."""
-        if not self.decision_log:
+        """Take the approval decisions made for ``collector``'s session tree."""
+        if self.approvals is None:
             return ()
-        tree = {collector.session_id, *collector.children}
-        return tuple(d for d in self.decision_log if d.session_id in tree and d.time_monotonic >= since)
+        return self.approvals.take((collector.session_id, *collector.children))
 
     async def aclose(self) -> None:
         """Close the runtime (the close ladder); idempotent."""
@@ -98,31 +110,55 @@ async def open_runtime(
     *,
     approvals: Any = None,
     answerer: Any = None,
-    audit: Any = None,
+    audit: AuditLog | str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime, yield it ready, and close it (the whole ladder) on exit.
 
     With no spec, the simulated runtime runs as a process in a temporary DSH_HOME.
     ``approvals`` (a policy) makes the handshake send ``approvalRequests: true``;
-    ``answerer`` sets ``capabilities.userQuestions``.
+    ``answerer`` sets ``capabilities.userQuestions``. ``audit`` (an AuditLog or a path)
+    receives one JSON line per approval decision.
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.
         ExceptionGroup: an error inside the block, alongside the actor's own (use except*).
     """
-    with _default_home(spec) as resolved:
+    with _default_home(spec) as resolved, ExitStack() as stack:
+        if audit is not None and not isinstance(audit, AuditLog):
+            audit = stack.enter_context(AuditLog(audit, secrets=resolved.secrets()))
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter()
         actor.add_sink(router.push)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(actor.run)
-            try:
-                yield runtime
-            finally:
-                with trio.CancelScope(shield=True):
-                    await actor.aclose()
+        started = False
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run)
+                started = True
+                try:
+                    yield runtime
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await actor.aclose()
+        except BaseExceptionGroup as group:
+            failure = None if started else _sole_error(group)
+            if failure is None:
+                raise
+            raise failure from failure.__cause__  # a failed start comes out bare, as documented
+
+
+def _sole_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one ordinary exception a group holds (nested groups flattened), else None."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], Exception) else None
 
 
 class _default_home:
@@ -144,10 +180,35 @@ class _default_home:
 
 
 def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit: Any) -> None:
-    """Register the approval and question handlers (the approvals layer provides them)."""
-    if approvals is None and answerer is None:
-        return
-    from ..approvals import install  # the session layer calls approvals through this interface
+    """Register the approval and question services on the runtime actor (before it starts)."""
+    actor = runtime.actor
+    if approvals is not None:
+        if isinstance(approvals, ApprovalService):
+            service = approvals
+        else:
+            service = ApprovalService(approvals, runtime=runtime.name, audit=audit, secrets=actor.spec.secrets())
+        runtime.approvals = service
+        actor.register(APPROVAL_REQUEST, service.handle, ApprovalRequestParams)
+    if answerer is not None:
+        questions = answerer if isinstance(answerer, QuestionService) else QuestionService(answerer, runtime=runtime.name)
+        runtime.questions = questions
 
-    install(runtime, approvals=approvals, answerer=answerer, audit=audit)
+        async def ask(params: UserQuestionAskParams) -> Any:
+            result = await questions.handle(params)
+            if result is None:
+                raise NoReply  # the runtime cancelled the question: a late answer is never sent
+            return result
 
+        actor.register(USER_QUESTION_ASK, ask, UserQuestionAskParams)
+        actor.add_sink(_QuestionSink(questions).push)
+
+
+class _QuestionSink:
+    """Feeds ``user-question.cancelled`` to the question service from the reader."""
+
+    def __init__(self, service: QuestionService) -> None:
+        self.service = service
+
+    def push(self, notification: Notification) -> None:
+        if notification.method == USER_QUESTION_CANCELLED:
+            self.service.on_notification(notification.method, notification.params)

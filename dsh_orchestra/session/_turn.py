@@ -111,8 +111,9 @@ def _prompt_id(event: JsonObject) -> str | None:
     """The id of a user/message that is a user prompt, else None."""
     data = event.get("data", {})
     source = data.get("source")
-    if isinstance(source, dict) and source.get("kind") == "user" and isinstance(data.get("id"), str):
-        return data["id"]
+    prompt = data.get("id")
+    if isinstance(source, dict) and source.get("kind") == "user" and isinstance(prompt, str):
+        return prompt
     return None
 
 
@@ -128,6 +129,7 @@ class TurnCollector:
         self.session_id = session_id
         self.message_id = message_id
         self._receipt_seen = False
+        self._prelude: list[JsonObject] | None = None  # see _prelude_event
         self._events: list[JsonObject] = []
         self._notifications: list[Notification] = []
         self._turn_events: list[JsonObject] | None = None  # events of the open turn
@@ -166,6 +168,12 @@ class TurnCollector:
                 if not is_receipt(event, self.message_id):
                     return
                 self._receipt_seen = True
+                self._events.append(event)
+                self._prelude = []
+                return
+            if self._prelude is not None:
+                self._prelude_event(event)
+                return
             self._root_event(event)
             return
         if not self._receipt_seen:
@@ -189,6 +197,24 @@ class TurnCollector:
             self._notifications.append(notification)
             if method == SUBAGENT_FINISHED:
                 self._subagent(params)
+
+    def _prelude_event(self, event: JsonObject) -> None:
+        """Root events after the receipt, before it is known whether a turn was running then.
+
+        A prompt sent while a turn runs is spliced into that turn (transcript 07, the second
+        queued prompt) but only a later turn can claim it. A ``turn/end`` before any
+        ``turn/start`` shows the buffered events were that earlier turn's: they are dropped.
+        """
+        assert self._prelude is not None
+        kind = event["type"]
+        if kind == "turn/end":
+            self._prelude = None
+        elif kind == "turn/start":
+            self._events.extend(self._prelude)
+            self._prelude = None
+            self._root_event(event)
+        else:
+            self._prelude.append(event)
 
     def _root_event(self, event: JsonObject) -> None:
         kind = event["type"]
@@ -258,6 +284,8 @@ class TurnCollector:
                 method=SESSION_EVENT,
             )
         events = list(self._events)
+        if self._prelude:  # settled before any turn boundary: nothing shows they were foreign
+            events.extend(self._prelude)
         if self._turn_events:  # a turn still open when the wait returned (teardown)
             if self._turn_owned or (self._turn_owned is None and self._last_owned):
                 events.extend(self._turn_events)

@@ -17,7 +17,8 @@ from typing import Any, Final, Literal, TypeAlias, cast
 import attrs
 
 FailMode: TypeAlias = Literal["http-500", "http-400", "overloaded", "malformed", "stream-cut"]
-FAIL_MODES: Final[tuple[FailMode, ...]] = ("http-500", "http-400", "overloaded", "malformed", "stream-cut")
+FAIL_MODES: Final[tuple[FailMode, ...]] = (
+    "http-500", "http-400", "overloaded", "malformed", "stream-cut")
 DEFAULT_REPLY: Final = "Hello from the fake model"
 DEFAULT_AFTER_SUBAGENTS: Final = "Subagents finished."
 
@@ -151,8 +152,9 @@ class Script:
 DEFAULT_SCRIPT: Final = Script()
 
 
-def render(template: str, *, prompt: str, outcome: str | None = None, answer: str | None = None) -> str:
-    """Fill ``{prompt}`` (and ``{outcome}`` / ``{answer}`` when given); other braces stay as written."""
+def render(template: str, *, prompt: str, outcome: str | None = None,
+           answer: str | None = None) -> str:
+    """Fill ``{prompt}``, and ``{outcome}`` / ``{answer}`` when given; other braces stay."""
     text = template.replace("{prompt}", prompt)
     if outcome is not None:
         text = text.replace("{outcome}", outcome)
@@ -185,10 +187,11 @@ def parse_script(data: Mapping[str, Any], *, source: str = "<script>") -> Script
     crash_after = top.integer("crash_after_prompts", None, minimum=1)
     _check_placeholders(top, "default_reply", default_reply, Behaviour())
     rules: list[Rule] = []
-    for index, raw in enumerate(top.tables("rules")):
+    for index, raw in enumerate(top.tables("rules", "rules")):
         rule = _parse_rule(raw, source, index, default_reply)
         if any(other.name == rule.name for other in rules):
-            raise ScriptError(source, f"rules[{index}]", "name", f"repeats the rule name {rule.name!r}")
+            raise ScriptError(source, f"rules[{index}]", "name",
+                              f"repeats the rule name {rule.name!r}")
         rules.append(rule)
     return Script(default_reply=default_reply, crash_after_prompts=crash_after, rules=tuple(rules))
 
@@ -197,12 +200,14 @@ def _parse_rule(data: Mapping[str, Any], source: str, index: int, default_reply:
     where = f"rules[{index}]"
     name = data.get("name", where)
     if not isinstance(name, str) or not name:
-        raise ScriptError(source, where, "name", f"must be a non-empty string, not {_describe(name)}")
+        raise ScriptError(source, where, "name",
+                          f"must be a non-empty string, not {_describe(name)}")
     table = _Table(data, source, where if name == where else f"{where} {name!r}", _RULE_KEYS)
     match = table.text("match", None)
     pattern = table.text("regex", None)
     if match is not None and pattern is not None:
-        raise table.error("regex", "cannot be combined with 'match'; give one of them, or neither to match every prompt")
+        raise table.error("regex", "cannot be combined with 'match'; give one of them, "
+                          "or neither to match every prompt")
     regex = None
     if pattern is not None:
         try:
@@ -225,10 +230,11 @@ def _parse_behaviour(table: _Table, default_reply: str, *, child: bool) -> Behav
         values.update(
             after_subagents=table.text("after_subagents", DEFAULT_AFTER_SUBAGENTS),
             spawn=tuple(_parse_spawn(table.sub("spawn", i, raw, _SPAWN_KEYS), default_reply)
-                        for i, raw in enumerate(table.tables("spawn"))),
+                        for i, raw in enumerate(table.tables("spawn", "rules.spawn"))),
             tools=tuple(_parse_tool(table.sub("tools", i, raw, ("name", "input")))
-                        for i, raw in enumerate(table.tables("tools"))),
-            events=_parse_events(table), approval=_parse_approval(table), question=_parse_question(table),
+                        for i, raw in enumerate(table.tables("tools", "rules.tools"))),
+            events=_parse_events(table), approval=_parse_approval(table),
+            question=_parse_question(table),
             crash=table.boolean("crash", False), hang=table.boolean("hang", False),
             malformed_frames=table.integer("malformed_frames", 0, minimum=0))
     behaviour = Behaviour(**values)
@@ -239,13 +245,16 @@ def _parse_behaviour(table: _Table, default_reply: str, *, child: bool) -> Behav
 def _check_combinations(table: _Table, b: Behaviour) -> None:
     endings = [key for key in ("fail", "max_tokens", "crash", "hang") if getattr(b, key)]
     if len(endings) > 1:
-        raise table.error(endings[1], f"cannot be combined with {endings[0]!r}: a turn ends only one way")
+        raise table.error(endings[1], f"cannot be combined with {endings[0]!r}: "
+                          "a turn ends only one way")
     calls = [key for key in ("spawn", "tools") if getattr(b, key)]
     if calls and (b.fail is not None or b.max_tokens):
         raise table.error(endings[0], f"cannot be combined with {calls[0]!r}: "
                           "a failed or truncated step issues no tool calls")
-    if table.given("after_subagents") and not (b.spawn or any(t.name == "subagent" for t in b.tools)):
-        raise table.error("after_subagents", "needs 'spawn' (or a 'subagent' tool call) in the same rule")
+    spawns = b.spawn or any(tool.name == "subagent" for tool in b.tools)
+    if table.given("after_subagents") and not spawns:
+        raise table.error("after_subagents",
+                          "needs 'spawn' (or a 'subagent' tool call) in the same rule")
     for key in ("reply", "after_subagents"):
         if table.given(key):
             _check_placeholders(table, key, getattr(b, key), b)
@@ -253,9 +262,9 @@ def _check_combinations(table: _Table, b: Behaviour) -> None:
 
 def _check_placeholders(table: _Table, key: str, text: str, b: Behaviour) -> None:
     if "{outcome}" in text and b.approval is None:
-        raise table.error(key, "uses {outcome} but the rule has no 'approval'")
+        raise table.error(key, "uses {outcome} but there is no 'approval' here to give an outcome")
     if "{answer}" in text and b.question is None:
-        raise table.error(key, "uses {answer} but the rule has no 'question'")
+        raise table.error(key, "uses {answer} but there is no 'question' here to answer")
 
 
 def _parse_spawn(table: _Table, default_reply: str) -> SpawnSpec:
@@ -278,26 +287,31 @@ def _parse_events(parent: _Table) -> EventsSpec | None:
     table = parent.child("events", ("count", "size"))
     if table is None:
         return None
-    return EventsSpec(count=table.integer("count", _MISSING, minimum=0), size=table.integer("size", 200, minimum=1))
+    return EventsSpec(count=table.integer("count", _MISSING, minimum=0),
+                      size=table.integer("size", 200, minimum=1))
 
 
 def _parse_approval(parent: _Table) -> ApprovalSpec | None:
     table = parent.child("approval", ("tool", "reason"))
     if table is None:
         return None
-    return ApprovalSpec(tool=table.text("tool", _MISSING), reason=table.text("reason", "", empty=True))
+    return ApprovalSpec(tool=table.text("tool", _MISSING),
+                        reason=table.text("reason", "", empty=True))
 
 
 def _parse_question(parent: _Table) -> QuestionSpec | None:
-    table = parent.child("question", ("id", "question", "options", "header", "multi_select", "detail"))
+    table = parent.child("question",
+                         ("id", "question", "options", "header", "multi_select", "detail"))
     if table is None:
         return None
     options = table.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) and o for o in options):
-        raise table.error("options", f"must be an array of non-empty strings, not {_describe(options)}")
+        raise table.error("options",
+                          f"must be an array of non-empty strings, not {_describe(options)}")
     return QuestionSpec(id=table.text("id", "q1"), question=table.text("question", _MISSING),
                         options=tuple(options), header=table.text("header", None),
-                        multi_select=table.boolean("multi_select", False), detail=table.text("detail", None))
+                        multi_select=table.boolean("multi_select", False),
+                        detail=table.text("detail", None))
 
 
 def _check_json(table: _Table, value: Any) -> None:
@@ -310,25 +324,30 @@ def _check_json(table: _Table, value: Any) -> None:
     elif isinstance(value, float) and not math.isfinite(value):
         raise table.error("input", f"holds {value!r}, which JSON cannot carry")
     elif not isinstance(value, (str, int, float, bool)):
-        raise table.error("input", f"holds {_describe(value)}, which JSON cannot carry; quote it as a string")
+        raise table.error("input", f"holds {_describe(value)}, which JSON cannot carry; "
+                          "quote it as a string")
 
 
-_TOML_TYPES: Final = {str: "string", bool: "boolean", int: "integer", float: "float", dict: "table", list: "array"}
+_TOML_TYPES: Final = {str: "string", bool: "boolean", int: "integer", float: "float",
+                      dict: "table", list: "array"}
 
 
 def _describe(value: Any) -> str:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{shown} ({_TOML_TYPES.get(type(value), type(value).__name__)})"
 
 
 class _Table:
     """One TOML table being read: rejects unknown keys up front, then reads typed values."""
 
-    def __init__(self, data: Mapping[str, Any], source: str, where: str, allowed: tuple[str, ...]) -> None:
+    def __init__(self, data: Mapping[str, Any], source: str, where: str,
+                 allowed: tuple[str, ...]) -> None:
         self.source, self.where, self._data = source, where, data
         for key in data:
             if key not in allowed:
-                raise self.error(key, f"is not a known key here; expected one of: {', '.join(allowed)}")
+                raise self.error(key, "is not a known key here; expected one of: "
+                                 + ", ".join(allowed))
 
     def error(self, key: str | None, problem: str) -> ScriptError:
         return ScriptError(self.source, self.where, key, problem)
@@ -346,7 +365,8 @@ class _Table:
     def text(self, key: str, default: Any, *, empty: bool = False) -> Any:
         value = self.get(key, default)
         if key in self._data and (not isinstance(value, str) or not (value or empty)):
-            raise self.error(key, f"must be a {'' if empty else 'non-empty '}string, not {_describe(value)}")
+            kind = "string" if empty else "non-empty string"
+            raise self.error(key, f"must be a {kind}, not {_describe(value)}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -364,16 +384,19 @@ class _Table:
     def number(self, key: str, default: float) -> float:
         value = self.get(key, default)
         if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-            raise self.error(key, f"must be a non-negative number of seconds, not {_describe(value)}")
+            raise self.error(key,
+                             f"must be a non-negative number of seconds, not {_describe(value)}")
         return float(value)
 
-    def tables(self, key: str) -> list[Mapping[str, Any]]:
+    def tables(self, key: str, section: str) -> list[Mapping[str, Any]]:
         value = self.get(key, [])
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise self.error(key, f"must be an array of tables ([[{key}]] sections), not {_describe(value)}")
+            raise self.error(key, f"must be an array of tables ([[{section}]] sections), "
+                             f"not {_describe(value)}")
         return value
 
-    def sub(self, key: str, index: int, data: Mapping[str, Any], allowed: tuple[str, ...]) -> _Table:
+    def sub(self, key: str, index: int, data: Mapping[str, Any],
+            allowed: tuple[str, ...]) -> _Table:
         return _Table(data, self.source, f"{self.where} {key}[{index}]", allowed)
 
     def child(self, key: str, allowed: tuple[str, ...]) -> _Table | None:

@@ -1,0 +1,223 @@
+"""Built-in policies and combinators.
+
+A *rule* returns a Decision when it applies and None when it does not; ``first_match`` tries
+rules in order. Every built-in is itself a policy (None means "default: rejected").
+Imports only the protocol layer (and trio for the terminal prompt).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import re
+import sys
+from collections import defaultdict
+from typing import Any, Callable, Iterable, TextIO
+
+import trio
+
+from ._model import ALLOWED_ONCE, OUTCOMES, REJECTED, ApprovalRequest, Decision, Outcome, Policy
+
+
+async def call_policy(policy: Policy, request: ApprovalRequest) -> Any:
+    """Call a sync or async policy and return what it returned (awaited if needed)."""
+    value = policy(request)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _globs(patterns: Iterable[str] | str) -> tuple[str, ...]:
+    if isinstance(patterns, str):
+        patterns = (patterns,)
+    out = tuple(patterns)
+    if not out or not all(isinstance(p, str) and p for p in out):
+        raise ValueError(f"expected one or more non-empty glob patterns, not {patterns!r}")
+    return out
+
+
+def _matches(value: str | None, patterns: tuple[str, ...]) -> bool:
+    return value is not None and any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def _check_outcome(outcome: str) -> Outcome:
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+    return outcome  # type: ignore[return-value]
+
+
+class Rule:
+    """A named condition on tool, session and reason with the outcome it decides."""
+
+    def __init__(
+        self,
+        name: str,
+        outcome: str,
+        *,
+        tools: Iterable[str] | str | None = None,
+        sessions: Iterable[str] | str | None = None,
+        reason: str | None = None,
+        note: str = "",
+    ) -> None:
+        self.name = name
+        self.outcome = _check_outcome(outcome)
+        self.tools = _globs(tools) if tools is not None else None
+        self.sessions = _globs(sessions) if sessions is not None else None
+        self.reason = re.compile(reason) if reason is not None else None
+        self.note = note
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.outcome!r}, tools={self.tools}, sessions={self.sessions})"
+
+    def applies(self, request: ApprovalRequest) -> bool:
+        """True when every condition given holds for ``request``."""
+        if self.tools is not None and not _matches(request.tool_name, self.tools):
+            return False
+        if self.sessions is not None and not _matches(request.session_id, self.sessions):
+            return False
+        if self.reason is not None and not self.reason.search(request.reason or ""):
+            return False
+        return True
+
+    def __call__(self, request: ApprovalRequest) -> Decision | None:
+        if self.applies(request):
+            return Decision(outcome=self.outcome, rule=self.name, note=self.note)
+        return None
+
+
+def allow_tools(*patterns: str, name: str = "allow-tools") -> Rule:
+    """Allow (once) tools whose name matches a glob."""
+    return Rule(name, ALLOWED_ONCE, tools=patterns)
+
+
+def deny_tools(*patterns: str, name: str = "deny-tools") -> Rule:
+    """Reject tools whose name matches a glob."""
+    return Rule(name, REJECTED, tools=patterns)
+
+
+def by_session(pattern: str | Iterable[str], outcome: str, *, name: str = "by-session") -> Rule:
+    """Decide ``outcome`` for sessions whose id matches a glob."""
+    return Rule(name, outcome, sessions=pattern)
+
+
+def reason_matches(regex: str, outcome: str, *, name: str = "reason") -> Rule:
+    """Decide ``outcome`` when the request's reason matches ``regex`` (re.search)."""
+    return Rule(name, outcome, reason=regex)
+
+
+def first_match(*rules: Policy, default: str = REJECTED, name: str = "default") -> Policy:
+    """Try ``rules`` in order; the first Decision wins; otherwise ``default`` decides."""
+    fallback = Decision(outcome=_check_outcome(default), rule=name, note="no rule matched")
+
+    async def policy(request: ApprovalRequest) -> Decision:
+        for rule in rules:
+            decision = await call_policy(rule, request)
+            if decision is not None:
+                return decision if isinstance(decision, Decision) else _invalid(decision)
+        return fallback
+
+    return policy
+
+
+def _invalid(value: Any) -> Decision:
+    raise TypeError(f"a rule returned {type(value).__name__} {value!r}, not a Decision or None")
+
+
+def all_of(*policies: Policy, name: str = "all-of") -> Policy:
+    """Allow only when every policy allows; otherwise the first non-allowing decision."""
+    if not policies:
+        raise ValueError("all_of needs at least one policy")
+
+    async def policy(request: ApprovalRequest) -> Decision | None:
+        decisions = [await call_policy(p, request) for p in policies]
+        for decision in decisions:
+            if not isinstance(decision, Decision) or not decision.allowed:
+                return decision if isinstance(decision, Decision) else Decision(
+                    outcome=REJECTED, rule=name, note="a policy did not decide"
+                )
+        return Decision(outcome=ALLOWED_ONCE, rule=name, note=" & ".join(d.rule for d in decisions))
+
+    return policy
+
+
+def any_of(*policies: Policy, name: str = "any-of") -> Policy:
+    """Allow when any policy allows; otherwise the first decision (or None)."""
+    if not policies:
+        raise ValueError("any_of needs at least one policy")
+
+    async def policy(request: ApprovalRequest) -> Decision | None:
+        first: Decision | None = None
+        for p in policies:
+            decision = await call_policy(p, request)
+            if isinstance(decision, Decision):
+                if decision.allowed:
+                    return decision
+                first = first or decision
+        return first
+
+    return policy
+
+
+def budget(policy: Policy, limit: int, *, tools: Iterable[str] | str = "*", name: str = "budget") -> Policy:
+    """At most ``limit`` approvals per session for matching tools, then reject.
+
+    ``budget(allow_tools("bash"), 3, tools="bash")``: three bash approvals per session.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"budget limit must be an integer >= 0, not {limit!r}")
+    patterns = _globs(tools)
+    used: dict[str, int] = defaultdict(int)
+
+    async def wrapped(request: ApprovalRequest) -> Decision | None:
+        if not _matches(request.tool_name, patterns):
+            return await call_policy(policy, request)
+        if used[request.session_id] >= limit:
+            return Decision(outcome=REJECTED, rule=name, note=f"budget of {limit} approvals used up")
+        decision = await call_policy(policy, request)
+        if isinstance(decision, Decision) and decision.allowed:
+            used[request.session_id] += 1
+        return decision
+
+    return wrapped
+
+
+def callback(fn: Callable[[ApprovalRequest], Any], *, name: str = "callback") -> Policy:
+    """Adapt the user's function: True allows, False rejects, a Decision or outcome string as is."""
+
+    async def policy(request: ApprovalRequest) -> Decision | None:
+        value = await call_policy(fn, request)
+        if isinstance(value, Decision) or value is None:
+            return value
+        if value is True:
+            return Decision(outcome=ALLOWED_ONCE, rule=name)
+        if value is False:
+            return Decision(outcome=REJECTED, rule=name)
+        if isinstance(value, str):
+            return Decision(outcome=_check_outcome(value), rule=name)
+        raise TypeError(f"callback returned {type(value).__name__} {value!r}; return a bool, an outcome or a Decision")
+
+    return policy
+
+
+def ask_terminal(*, stream_in: TextIO | None = None, stream_out: TextIO | None = None, name: str = "terminal") -> Policy:
+    """Ask a human on the terminal (for attended runs): y allows once, anything else rejects."""
+    lock = trio.Lock()
+
+    def ask(request: ApprovalRequest) -> str:
+        out = stream_out or sys.stderr
+        out.write(
+            f"\napproval requested by session {request.session_id} on {request.runtime or 'runtime'}:\n"
+            f"  tool: {request.tool_name}\n  reason: {request.reason or '-'}\nallow once? [y/N] "
+        )
+        out.flush()
+        line = (stream_in or sys.stdin).readline()
+        return line.strip().lower()
+
+    async def policy(request: ApprovalRequest) -> Decision:
+        async with lock:  # one question at a time on one terminal
+            answer = await trio.to_thread.run_sync(ask, request, abandon_on_cancel=True)
+        if answer in ("y", "yes"):
+            return Decision(outcome=ALLOWED_ONCE, rule=name, note="approved on the terminal")
+        return Decision(outcome=REJECTED, rule=name, note="rejected on the terminal")
+
+    return policy

@@ -1,0 +1,136 @@
+"""The batch dataset: JSON Lines in, validated items out, and stable sharding.
+
+Every problem is reported with its line number before any work starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+from ..session import content_blocks
+
+KNOWN_KEYS = frozenset({"id", "prompt", "session_id", "metadata"})
+MAX_REPORTED = 20
+
+
+class DatasetError(ValueError):
+    """The dataset has problems; ``problems`` lists them as (line number, message)."""
+
+    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
+        shown = "\n".join(f"  line {n}: {m}" for n, m in problems[:MAX_REPORTED])
+        more = f"\n  ... and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
+        super().__init__(f"{path}: {len(problems)} problem(s), nothing was run; fix them and run again:\n{shown}{more}")
+        self.path = path
+        self.problems = problems
+
+
+@attrs.frozen(kw_only=True)
+class BatchItem:
+    """One dataset line: its id, its prompt (a string or content blocks), options, metadata."""
+
+    id: str
+    prompt: str | list[dict[str, Any]]
+    session_id: str | None = None
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+    line: int = 0
+
+
+def _check_item(raw: Any) -> tuple[BatchItem | None, str | None, list[str]]:
+    if not isinstance(raw, dict):
+        return None, f"expected a JSON object, not {type(raw).__name__}", []
+    item_id = raw.get("id")
+    if "id" not in raw:
+        return None, "missing required field 'id'", []
+    if not isinstance(item_id, str) or not item_id:
+        return None, f"'id' must be a non-empty string, not {item_id!r}", []
+    if "prompt" not in raw:
+        return None, f"item {item_id!r}: missing required field 'prompt'", []
+    prompt = raw["prompt"]
+    try:
+        content_blocks(prompt)
+    except (TypeError, ValueError) as exc:
+        return None, f"item {item_id!r}: 'prompt' must be a string or a non-empty list of content blocks ({exc})", []
+    session_id = raw.get("session_id")
+    if session_id is not None and (not isinstance(session_id, str) or not session_id):
+        return None, f"item {item_id!r}: 'session_id' must be a non-empty string, not {session_id!r}", []
+    metadata = raw.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        return None, f"item {item_id!r}: 'metadata' must be an object, not {type(metadata).__name__}", []
+    extra = sorted(set(raw) - KNOWN_KEYS)
+    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata)
+    return item, None, extra
+
+
+def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[str]]:
+    """Read and validate a dataset; return its items and the unknown keys seen (ignored).
+
+    Raises:
+        DatasetError: malformed lines, missing fields or duplicate ids (all of them, by line).
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    items: list[BatchItem] = []
+    problems: list[tuple[int, str]] = []
+    first_line: dict[str, int] = {}
+    unknown: set[str] = set()
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            problems.append((number, f"not valid JSON ({exc})"))
+            continue
+        item, problem, extra = _check_item(raw)
+        if problem is not None or item is None:
+            problems.append((number, problem or "invalid item"))
+            continue
+        if item.id in first_line:
+            problems.append((number, f"duplicate id {item.id!r} (first on line {first_line[item.id]})"))
+            continue
+        first_line[item.id] = number
+        unknown.update(extra)
+        items.append(attrs.evolve(item, line=number))
+    if problems:
+        raise DatasetError(str(path), problems)
+    if not items:
+        raise DatasetError(str(path), [(1, "the dataset holds no items")])
+    return items, sorted(unknown)
+
+
+def stable_hash(item_id: str) -> int:
+    """A hash of ``item_id`` that is the same in every process and on every machine."""
+    return int.from_bytes(hashlib.sha256(item_id.encode("utf-8")).digest()[:8], "big")
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``"I/N"`` -> (I, N) with 0 <= I < N.
+
+    Raises:
+        ValueError: not of that form.
+    """
+    index, sep, count = value.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not sep or n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard must be I/N with 0 <= I < N (for example 0/4), not {value!r}")
+    return i, n
+
+
+def in_shard(item_id: str, shard: tuple[int, int] | None) -> bool:
+    """True when ``item_id`` belongs to shard ``(I, N)`` (always, without a shard)."""
+    if shard is None:
+        return True
+    index, count = shard
+    return stable_hash(item_id) % count == index

@@ -1,0 +1,78 @@
+"""Argument parsing and dispatch for ``dsh-orchestra``; each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from .._version import __version__
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from ..testing import sim_main
+
+    return sim_main(args.rest)
+
+
+def _fake_model(args: argparse.Namespace) -> int:
+    from ..testing import fake_model_main
+
+    return fake_model_main(args.port, args.script)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (subcommands register themselves here)."""
+    parser = argparse.ArgumentParser(
+        prog="dsh-orchestra",
+        description="Trio-native orchestration for DeepSeek Harness runtimes: batches, workflows, "
+        "approval policies. Runs on the built-in simulated runtime unless told otherwise.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsh-orchestra {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sim = sub.add_parser(
+        "sim",
+        help="run the simulated runtime on stdio (a stand-in for `dsh --profile sdk`)",
+        description="Run the simulated runtime on stdio. Options: --script FILE, --store DIR, "
+        "--profile P and --patch F (accepted and ignored, as a stand-in for dsh).",
+        add_help=False,
+    )
+    sim.add_argument("rest", nargs=argparse.REMAINDER)
+    sim.set_defaults(func=_sim)
+
+    fake = sub.add_parser(
+        "fake-model",
+        help="serve the scripted model API on 127.0.0.1 (drives the real runtime offline)",
+    )
+    fake.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
+    fake.add_argument("--script", default=None, help="scenario script (TOML); default answers anything")
+    fake.set_defaults(func=_fake_model)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dsh-orchestra`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    func: Command | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    return func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

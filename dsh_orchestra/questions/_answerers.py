@@ -1,0 +1,234 @@
+"""User questions: answerers, their built-ins, answer validation, and the QuestionService.
+
+An answerer is any sync or async callable receiving a QuestionsRequest and returning answers
+(each question id exactly once) or ``DISMISS``. Answers are validated before they are sent;
+an invalid set is never sent. ``user-question.cancelled`` cancels the answerer's work.
+Imports only the protocol layer (and trio).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+from typing import Any, Callable, Mapping, Sequence, TextIO
+
+import attrs
+import trio
+
+from ..protocol import (
+    USER_QUESTION_CANCELLED,
+    Answer,
+    Question,
+    UserQuestionAskParams,
+    UserQuestionAskResult,
+)
+
+log = logging.getLogger("dsh_orchestra.approvals")
+
+
+class QuestionAnswerError(ValueError):
+    """An answerer returned answers that break the rules; they were not sent."""
+
+
+@attrs.frozen
+class _Dismiss:
+    """The user dismissed the questions (``{"cancelled": true}``)."""
+
+
+DISMISS = _Dismiss()
+
+
+@attrs.frozen(kw_only=True)
+class QuestionsRequest:
+    """What an answerer receives: the questions as the model asked them (hints preserved)."""
+
+    request_id: str
+    session_id: str
+    questions: tuple[Question, ...]
+    runtime: str = ""
+
+
+Answerer = Callable[[QuestionsRequest], Any]
+
+
+def _as_answer(value: Any, index: int) -> Answer:
+    if isinstance(value, Answer):
+        return value
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"id", "selected", "custom"}
+        if unknown:
+            raise QuestionAnswerError(f"answer {index} has unknown key(s) {sorted(unknown)}")
+        qid, selected, custom = value.get("id"), value.get("selected", []), value.get("custom")
+        if not isinstance(qid, str):
+            raise QuestionAnswerError(f"answer {index} needs a string 'id', not {qid!r}")
+        if not isinstance(selected, list) or not all(isinstance(s, str) for s in selected):
+            raise QuestionAnswerError(f"answer {qid!r}: 'selected' must be a list of strings, not {selected!r}")
+        if custom is not None and not isinstance(custom, str):
+            raise QuestionAnswerError(f"answer {qid!r}: 'custom' must be a string, not {custom!r}")
+        return Answer(id=qid, selected=list(selected), custom=custom)
+    raise QuestionAnswerError(f"answer {index} is {type(value).__name__}, not an Answer or a mapping")
+
+
+def validate_answers(value: Any, questions: Sequence[Question]) -> UserQuestionAskResult:
+    """The wire result for ``value``, or QuestionAnswerError saying what is wrong."""
+    if isinstance(value, _Dismiss) or (isinstance(value, Mapping) and dict(value) == {"cancelled": True}):
+        return UserQuestionAskResult(cancelled=True)
+    if isinstance(value, Mapping) and set(value) == {"answers"}:
+        value = value["answers"]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise QuestionAnswerError(f"an answerer must return a list of answers or DISMISS, not {type(value).__name__}")
+    answers = [_as_answer(v, i) for i, v in enumerate(value)]
+    by_id = {q.id: q for q in questions}
+    seen: set[str] = set()
+    for answer in answers:
+        question = by_id.get(answer.id)
+        if question is None:
+            raise QuestionAnswerError(f"answer for unknown question id {answer.id!r}; asked: {sorted(by_id)}")
+        if answer.id in seen:
+            raise QuestionAnswerError(f"question {answer.id!r} answered more than once")
+        seen.add(answer.id)
+        labels = [o.label for o in question.options or ()]
+        if labels:
+            bad = [s for s in answer.selected if s not in labels]
+            if bad:
+                raise QuestionAnswerError(f"question {answer.id!r}: {bad!r} not among its options {labels!r}")
+            if not question.multi_select and len(answer.selected) > 1:
+                raise QuestionAnswerError(f"question {answer.id!r} takes one option, not {len(answer.selected)}")
+        if not answer.selected and not answer.custom:
+            raise QuestionAnswerError(f"question {answer.id!r}: select an option or give a custom answer")
+    missing = [q.id for q in questions if q.id not in seen]
+    if missing:
+        raise QuestionAnswerError(f"questions {missing!r} were not answered; answer each id exactly once")
+    return UserQuestionAskResult(answers=answers)
+
+
+async def _call(answerer: Answerer, request: QuestionsRequest) -> Any:
+    value = answerer(request)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+# ---- built-in answerers ---------------------------------------------------------------
+
+
+def first_option(request: QuestionsRequest) -> list[Answer]:
+    """Pick each question's first option (a question without options gets an empty custom answer)."""
+    return [
+        Answer(id=q.id, selected=[q.options[0].label]) if q.options else Answer(id=q.id, selected=[], custom="")
+        for q in request.questions
+    ]
+
+
+def by_rule(rules: Mapping[str, str | Callable[[Question], Any]], *, fallback: Answerer | None = first_option) -> Answerer:
+    """Answer by question id: a label to select, or a function of the Question returning an Answer/label."""
+
+    async def answerer(request: QuestionsRequest) -> list[Answer]:
+        rest = [q for q in request.questions if q.id not in rules]
+        answers: list[Answer] = []
+        for question in request.questions:
+            rule = rules.get(question.id)
+            if rule is None:
+                continue
+            value = rule(question) if callable(rule) else rule
+            if inspect.isawaitable(value):
+                value = await value
+            answers.append(value if isinstance(value, Answer) else Answer(id=question.id, selected=[str(value)]))
+        if rest:
+            if fallback is None:
+                raise QuestionAnswerError(f"no rule for question(s) {[q.id for q in rest]!r}")
+            sub = attrs.evolve(request, questions=tuple(rest))
+            answers.extend(_as_answer(a, i) for i, a in enumerate(await _call(fallback, sub)))
+        return answers
+
+    return answerer
+
+
+def ask_terminal(*, stream_in: TextIO | None = None, stream_out: TextIO | None = None) -> Answerer:
+    """Ask each question on the terminal: an option number, or free text; empty input dismisses."""
+    lock = trio.Lock()
+
+    def ask(request: QuestionsRequest) -> Any:
+        out, inp = stream_out or sys.stderr, stream_in or sys.stdin
+        answers = []
+        for question in request.questions:
+            out.write(f"\n{question.header or 'question'} (session {request.session_id}): {question.question}\n")
+            if question.detail:
+                out.write(f"  {question.detail}\n")
+            for number, option in enumerate(question.options or (), start=1):
+                out.write(f"  {number}. {option.label}" + (f" - {option.description}" if option.description else "") + "\n")
+            out.write("answer (number or text; empty dismisses): ")
+            out.flush()
+            line = inp.readline().strip()
+            if not line:
+                return DISMISS
+            options = question.options or []
+            if line.isdigit() and 1 <= int(line) <= len(options):
+                answers.append(Answer(id=question.id, selected=[options[int(line) - 1].label]))
+            else:
+                answers.append(Answer(id=question.id, selected=[], custom=line))
+        return answers
+
+    async def answerer(request: QuestionsRequest) -> Any:
+        async with lock:
+            return await trio.to_thread.run_sync(ask, request, abandon_on_cancel=True)
+
+    return answerer
+
+
+# ---- the service ----------------------------------------------------------------------
+
+
+class QuestionService:
+    """Answers ``user-question/ask`` with ``answerer``; honours ``user-question.cancelled``."""
+
+    def __init__(self, answerer: Answerer, *, runtime: str = "") -> None:
+        self.answerer = answerer
+        self.runtime = runtime
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._cancelled: set[str] = set()
+        self.answered = 0
+        self.cancelled = 0
+
+    async def handle(self, params: UserQuestionAskParams) -> UserQuestionAskResult | None:
+        """The ``user-question/ask`` handler; None means "cancelled: send nothing".
+
+        Raises:
+            QuestionAnswerError: the answerer's answers were invalid (reported, not sent).
+        """
+        request = QuestionsRequest(
+            request_id=params.request_id,
+            session_id=params.session_id,
+            questions=tuple(params.questions),
+            runtime=self.runtime,
+        )
+        if params.request_id in self._cancelled:
+            self._cancelled.discard(params.request_id)
+            return None
+        with trio.CancelScope() as scope:
+            self._scopes[params.request_id] = scope
+            try:
+                value = await _call(self.answerer, request)
+            finally:
+                del self._scopes[params.request_id]
+        if scope.cancelled_caught:
+            self.cancelled += 1
+            log.info("question %s on session %s cancelled by the runtime", params.request_id, params.session_id)
+            return None
+        result = validate_answers(value, params.questions)
+        self.answered += 1
+        return result
+
+    def on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+        """Feed notifications; ``user-question.cancelled`` cancels that answerer's work."""
+        if method != USER_QUESTION_CANCELLED:
+            return
+        request_id = params.get("requestId")
+        if not isinstance(request_id, str):
+            return
+        scope = self._scopes.get(request_id)
+        if scope is not None:
+            scope.cancel(reason="user-question.cancelled")
+        else:
+            self._cancelled.add(request_id)
