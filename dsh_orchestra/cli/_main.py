@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .._version import __version__
 
@@ -60,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
+def _extra_commands() -> list[Callable[[Any], None]]:
+    from . import _batch
+
+    return [_batch.register]
+
+
+_EXTRA_COMMANDS = _extra_commands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,85 @@
+"""``dsh-orchestra batch``: parse the options, call run_batch, print the summary, set the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from typing import Any
+
+import trio
+
+from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
+from ..protocol import OrchestraError
+from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
+
+log = logging.getLogger("dsh_orchestra.batch")
+
+
+def register(sub: Any) -> None:
+    """Add the ``batch`` subcommand."""
+    parser = sub.add_parser(
+        "batch",
+        help="run every prompt of a JSON Lines dataset in its own session; results as JSON Lines",
+        description="Run a dataset (JSONL: id, prompt, optional session_id and metadata) over a pool of "
+        "runtimes. Exit status: 0 every item ok, 1 some item ended in error, 2 bad arguments or input.",
+    )
+    parser.add_argument("dataset", help="the dataset (JSON Lines)")
+    parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
+    add_runtime_options(parser)
+    parser.add_argument("--runtimes", type=int, default=1, metavar="N", help="runtime processes in the pool (default 1)")
+    parser.add_argument("--concurrency", type=int, default=None, metavar="N", help="items in flight (default 4 per runtime)")
+    parser.add_argument("--policy", default=None, metavar="FILE|module:attr", help="approval policy (TOML rules file or a Python policy)")
+    parser.add_argument("--audit", default=None, metavar="FILE", help="append every approval decision to this JSONL file")
+    parser.add_argument("--answerer", default=None, metavar="first-option|FILE|module:attr", help="answers user questions")
+    parser.add_argument("--resume", action="store_true", help="skip ids already in RESULTS (repairing a torn last line)")
+    parser.add_argument("--shard", default=None, metavar="I/N", help="only items whose stable id hash falls in shard I of N (0 <= I < N)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per-item timeout (retried)")
+    parser.add_argument("--retries", type=int, default=2, metavar="N", help="retries for retryable failures (default 2)")
+    parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the batch command; returns the exit status."""
+    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
+        try:
+            spec = build_spec(args, temp_home=temp_home)
+            options = BatchOptions(
+                runtimes=args.runtimes,
+                concurrency=args.concurrency,
+                timeout=args.timeout,
+                retries=args.retries,
+                resume=args.resume,
+                shard=parse_shard(args.shard) if args.shard else None,
+                policy=policy_option(args.policy),
+                answerer=answerer_option(args.answerer),
+                audit=args.audit,
+                summary=args.summary,
+                progress="none" if args.no_progress else "auto",
+            )
+        except (UsageError, ValueError) as exc:
+            return fail(str(exc))
+        try:
+            summary = trio.run(run_batch, args.dataset, args.out, spec, options)
+        except (DatasetError, BatchUsageError) as exc:
+            return fail(str(exc))
+        except OSError as exc:
+            return fail(f"{exc.filename or args.dataset}: {exc.strerror or exc}")
+        except (OrchestraError, ExceptionGroup) as exc:
+            cause = _first_leaf(exc)
+            if not isinstance(cause, OrchestraError):
+                raise
+            print(f"dsh-orchestra: the batch could not run: {cause}", file=sys.stderr)
+            return 1
+    print(json.dumps(summary.to_json(), indent=2))
+    return 0 if summary.error == 0 else 1
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,128 @@
+"""Options shared by the commands that start runtimes: building a RuntimeSpec, policies, answerers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ..approvals import LoadedPolicy, PolicyFileError, load_policy
+from ..questions import DISMISS, Answerer, QuestionsRequest, by_rule, first_option
+from ..runtime import RuntimeSpec
+
+
+class UsageError(ValueError):
+    """A command-line problem; the message says what to fix (exit status 2)."""
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """--runtime, --runtime-command, --dsh-home, --workspace, --provider, --model, ..."""
+    group = parser.add_argument_group("runtime")
+    group.add_argument("--runtime", choices=("sim", "dsh"), default=None, help="sim (default): the built-in simulator; dsh: the bundled real runtime")
+    group.add_argument("--runtime-command", metavar="CMD", default=None, help="a command line for any program that speaks the protocol on stdio")
+    group.add_argument("--script", metavar="FILE", default=None, help="scenario script for the simulator (--runtime sim)")
+    group.add_argument("--dsh-home", metavar="DIR", default=None, help="the runtime's DSH_HOME (required for dsh and --runtime-command unless DSH_HOME is set)")
+    group.add_argument("--workspace", metavar="DIR", default=None, help="the sessions' working directory (default: the current directory)")
+    group.add_argument("--provider", default=None)
+    group.add_argument("--model", default=None)
+    group.add_argument("--max-tokens", type=int, default=None, metavar="N")
+    group.add_argument("--reasoning-effort", default=None, metavar="E")
+
+
+def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> RuntimeSpec:
+    """The RuntimeSpec the runtime options describe.
+
+    Raises:
+        UsageError: contradictory options, a missing DSH_HOME, bad values.
+    """
+    if args.runtime is not None and args.runtime_command is not None:
+        raise UsageError("give either --runtime or --runtime-command, not both")
+    workspace = Path(args.workspace).absolute() if args.workspace else Path.cwd()
+    if args.workspace and not workspace.is_dir():
+        raise UsageError(f"--workspace {args.workspace!r} is not a directory")
+    home = args.dsh_home or os.environ.get("DSH_HOME") or None
+    kind = "command" if args.runtime_command else (args.runtime or "sim")
+    if home is None:
+        if kind != "sim" or temp_home is None:
+            raise UsageError(f"--runtime {kind} needs --dsh-home DIR (or DSH_HOME); dsh_orchestra never uses ~/.dsh")
+        home = temp_home
+    route: dict[str, Any] = {}
+    for key in ("provider", "model", "max_tokens", "reasoning_effort"):
+        value = getattr(args, key, None)
+        if value is not None:
+            route[key] = value
+    try:
+        if kind == "sim":
+            return RuntimeSpec.simulator(script=args.script, dsh_home=home, cwd=workspace, **route)
+        if args.script:
+            raise UsageError("--script is for the simulator (--runtime sim)")
+        if kind == "dsh":
+            return RuntimeSpec(dsh_home=home, cwd=workspace, **route)
+        command = shlex.split(args.runtime_command)
+        if not command:
+            raise UsageError("--runtime-command is empty")
+        return RuntimeSpec(command=command, dsh_home=home, cwd=workspace, **route)
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, UsageError):
+            raise
+        raise UsageError(str(exc)) from exc
+
+
+def policy_option(value: str | None) -> LoadedPolicy | None:
+    """``--policy FILE|module:attr``."""
+    if value is None:
+        return None
+    try:
+        return load_policy(value)
+    except PolicyFileError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def answerer_option(value: str | None) -> Answerer | None:
+    """``--answerer first-option|FILE|module:attr``.
+
+    FILE is TOML: ``default = "first-option"`` or ``"dismiss"``, and an ``[answers]`` table
+    mapping question ids to the option label to select.
+    """
+    if value is None:
+        return None
+    if value == "first-option":
+        return first_option
+    if os.path.exists(value) or value.endswith(".toml"):
+        try:
+            data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise UsageError(f"--answerer {value!r}: cannot read it as TOML: {exc}") from exc
+        unknown = set(data) - {"default", "answers"}
+        if unknown:
+            raise UsageError(f"--answerer {value!r}: unknown key(s) {sorted(unknown)}; expected default and [answers]")
+        default = data.get("default", "first-option")
+        answers = data.get("answers", {})
+        if default not in ("first-option", "dismiss"):
+            raise UsageError(f"--answerer {value!r}: default must be first-option or dismiss, not {default!r}")
+        if not isinstance(answers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in answers.items()):
+            raise UsageError(f"--answerer {value!r}: [answers] maps question ids to option labels (strings)")
+
+        def dismiss(request: QuestionsRequest) -> Any:
+            return DISMISS
+
+        if default == "dismiss" and not answers:
+            return dismiss
+        return by_rule(answers, fallback=first_option if default == "first-option" else None)
+    try:
+        loaded = load_policy(value) if ":" in value else None
+    except PolicyFileError as exc:
+        raise UsageError(str(exc).replace("--policy", "--answerer")) from exc
+    if loaded is None:
+        raise UsageError(f"--answerer must be first-option, a TOML FILE or module:attr, not {value!r}")
+    return loaded.policy
+
+
+def fail(message: str) -> int:
+    """Print a usage problem and return exit status 2."""
+    print(f"dsh-orchestra: {message}", file=sys.stderr)
+    return 2
