@@ -162,11 +162,16 @@ class RuntimePool:
 
     # ---- placement -------------------------------------------------------------------
 
-    async def _acquire(self) -> _Slot:
+    async def _acquire(self, pinned: Runtime | None = None) -> _Slot:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
-            candidates = [s for s in self._slots if s.usable and s.in_flight < self.max_sessions]
+            if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
+                raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
+            candidates = [
+                s for s in self._slots
+                if s.usable and s.in_flight < self.max_sessions and (pinned is None or s.runtime is pinned)
+            ]
             if candidates:
                 slot = min(candidates, key=lambda s: (s.in_flight, s.index))
                 slot.in_flight += 1
@@ -180,9 +185,14 @@ class RuntimePool:
         self._notify()
 
     @asynccontextmanager
-    async def lease(self) -> AsyncIterator[Runtime]:
-        """Hold one place on the least-loaded runtime for the duration of the block."""
-        slot = await self._acquire()
+    async def lease(self, runtime: Runtime | None = None) -> AsyncIterator[Runtime]:
+        """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
+
+        Raises:
+            TransportClosedError: the pinned ``runtime`` is gone.
+            PoolClosedError: the pool is closing.
+        """
+        slot = await self._acquire(runtime)
         runtime = slot.runtime
         assert runtime is not None
         try:
