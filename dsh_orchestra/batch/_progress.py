@@ -37,7 +37,7 @@ class Progress:
         self._last_line = self._start
         self._bar: Any = None
         if mode == "bar":
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self._bar = tqdm(total=counters.total, initial=0, unit="item", file=self.stream, dynamic_ncols=True, desc="batch")
 

@@ -16,15 +16,15 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from ..testing import sim_main
+    from ..testing._sim_main import sim_main
 
-    return sim_main(args.rest)
+    return int(sim_main(args.rest))
 
 
 def _fake_model(args: argparse.Namespace) -> int:
-    from ..testing import fake_model_main
+    from ..testing._fake_model import fake_model_main
 
-    return fake_model_main(args.port, args.script)
+    return int(fake_model_main(args.port, args.script))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,9 +82,11 @@ class RuntimePool:
             raise ValueError(f"pool size must be an integer >= 1, not {size!r}")
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ValueError(f"max_sessions must be an integer >= 1, not {max_sessions!r}")
-        self._spec_for: SpecFactory = spec if callable(spec) and not isinstance(spec, RuntimeSpec) else (
-            lambda i, s=spec: s.evolve(name=f"{s.display_name}#{i}")  # type: ignore[union-attr]
-        )
+        if isinstance(spec, RuntimeSpec):
+            base = spec
+            self._spec_for: SpecFactory = lambda i: base.evolve(name=f"{base.display_name}#{i}")
+        else:
+            self._spec_for = spec
         self.size = size
         self.max_sessions = max_sessions
         self.approvals = approvals
