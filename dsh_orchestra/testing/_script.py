@@ -53,15 +53,23 @@ class EventsSpec:
 
 @attrs.frozen(kw_only=True)
 class ApprovalSpec:
-    """Simulator only: ask the client to approve ``tool``; the reply may state ``{outcome}``."""
+    """Simulator only: ask the client to approve ``tool``; the reply may state ``{outcome}``.
+
+    ``timeout``: seconds after which the simulator stops waiting (outcome ``cancelled``).
+    """
 
     tool: str
     reason: str = ""
+    timeout: float | None = None
 
 
 @attrs.frozen(kw_only=True)
 class QuestionSpec:
-    """Simulator only: ask the client one question; the reply may use ``{answer}``."""
+    """Simulator only: ask the client one question; the reply may use ``{answer}``.
+
+    ``timeout``: seconds after which the simulator stops waiting and sends
+    ``user-question.cancelled`` (the tool then fails ``ASK_TIMED_OUT``).
+    """
 
     id: str = "q1"
     question: str
@@ -69,6 +77,7 @@ class QuestionSpec:
     header: str | None = None
     multi_select: bool = False
     detail: str | None = None
+    timeout: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -292,16 +301,17 @@ def _parse_events(parent: _Table) -> EventsSpec | None:
 
 
 def _parse_approval(parent: _Table) -> ApprovalSpec | None:
-    table = parent.child("approval", ("tool", "reason"))
+    table = parent.child("approval", ("tool", "reason", "timeout"))
     if table is None:
         return None
     return ApprovalSpec(tool=table.text("tool", _MISSING),
-                        reason=table.text("reason", "", empty=True))
+                        reason=table.text("reason", "", empty=True), timeout=table.timeout())
 
 
 def _parse_question(parent: _Table) -> QuestionSpec | None:
     table = parent.child("question",
-                         ("id", "question", "options", "header", "multi_select", "detail"))
+                         ("id", "question", "options", "header", "multi_select", "detail",
+                          "timeout"))
     if table is None:
         return None
     options = table.get("options", [])
@@ -311,7 +321,7 @@ def _parse_question(parent: _Table) -> QuestionSpec | None:
     return QuestionSpec(id=table.text("id", "q1"), question=table.text("question", _MISSING),
                         options=tuple(options), header=table.text("header", None),
                         multi_select=table.boolean("multi_select", False),
-                        detail=table.text("detail", None))
+                        detail=table.text("detail", None), timeout=table.timeout())
 
 
 def _check_json(table: _Table, value: Any) -> None:
@@ -387,6 +397,13 @@ class _Table:
             raise self.error(key,
                              f"must be a non-negative number of seconds, not {_describe(value)}")
         return float(value)
+
+    def timeout(self) -> float | None:
+        """The optional ``timeout`` key: a positive, finite number of seconds."""
+        value = self.get("timeout", None)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value) or value <= 0):
+            raise self.error("timeout", f"must be a positive number of seconds, not {_describe(value)}")
+        return None if value is None else float(value)
 
     def tables(self, key: str, section: str) -> list[Mapping[str, Any]]:
         value = self.get(key, [])

@@ -123,6 +123,17 @@ def test_full_script_parses_into_the_classes() -> None:
     assert broken.behaviour == Behaviour(reply="Nothing matched", fail="stream-cut")
 
 
+def test_timeouts_of_approval_and_question() -> None:
+    """``timeout`` (simulator only) is a positive number of seconds, read as a float."""
+    rule = parse(
+        '[[rules]]\napproval = { tool = "bash", timeout = 2 }\n'
+        'question = { question = "Q?", timeout = 0.5 }\n'
+    ).rules[0]
+    assert rule.behaviour.approval == ApprovalSpec(tool="bash", timeout=2.0)
+    assert rule.behaviour.question == QuestionSpec(question="Q?", timeout=0.5)
+    assert isinstance(rule.behaviour.approval.timeout, float)
+
+
 def test_defaults() -> None:
     """An empty document is the default script; optional sub-keys have defaults."""
     assert parse("") == DEFAULT_SCRIPT == Script()
@@ -135,6 +146,7 @@ def test_defaults() -> None:
     assert rule.behaviour.events == EventsSpec(count=1, size=200)
     assert rule.behaviour.approval == ApprovalSpec(tool="bash", reason="")
     assert rule.behaviour.question == QuestionSpec(id="q1", question="Q?")
+    assert rule.behaviour.approval.timeout is None and rule.behaviour.question.timeout is None
     assert rule.behaviour.after_subagents == DEFAULT_AFTER_SUBAGENTS
     child = rule.behaviour.spawn[0].behaviour
     assert child == Behaviour(delay=1.0) and isinstance(child.delay, float)
@@ -433,6 +445,18 @@ BAD: list[tuple[str, str]] = [
     (
         '[[rules]]\nquestion = { question = "q", kind = "x" }',
         "rules[0] question: key 'kind': is not a known key here",
+    ),
+    (
+        '[[rules]]\napproval = { tool = "bash", timeout = 0 }',
+        "rules[0] approval: key 'timeout': must be a positive number of seconds, not 0 (integer)",
+    ),
+    (
+        '[[rules]]\nquestion = { question = "q", timeout = "1" }',
+        "rules[0] question: key 'timeout': must be a positive number of seconds, not '1' (string)",
+    ),
+    (
+        '[[rules]]\nquestion = { question = "q", timeout = inf }',
+        "rules[0] question: key 'timeout': must be a positive number of seconds, not inf (float)",
     ),
 ]
 
