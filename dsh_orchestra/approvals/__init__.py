@@ -44,13 +44,18 @@ from ._rules import (
     load_rules_file as load_rules_file,
     parse_rules as parse_rules,
 )
-from ._service import DEFAULT_DEADLINE as DEFAULT_DEADLINE, ApprovalService as ApprovalService, coerce_decision as coerce_decision
+from ._service import (
+    DEFAULT_DEADLINE as DEFAULT_DEADLINE,
+    ApprovalService as ApprovalService,
+    coerce_decision as coerce_decision,
+    decide as decide,
+)
 
 __all__ = [
     "ALLOWED_ONCE", "CANCELLED", "DEFAULT_DEADLINE", "OUTCOMES", "REJECTED",
     "ApprovalRequest", "ApprovalService", "AuditLog", "Decision", "DecisionRecord", "LoadedPolicy",
     "Outcome", "Policy", "PolicyFileError", "ReplayChange", "ReplayReport", "Rule",
     "all_of", "allow", "allow_tools", "any_of", "ask_terminal", "budget", "by_session", "callback",
-    "coerce_decision", "deny_tools", "first_match", "load_policy", "load_rules_file", "parse_rules",
+    "coerce_decision", "decide", "deny_tools", "first_match", "load_policy", "load_rules_file", "parse_rules",
     "read_audit", "reason_matches", "redact_text", "reject", "replay",
 ]

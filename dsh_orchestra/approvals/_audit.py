@@ -14,43 +14,54 @@ import attrs
 import orjson
 
 from ._model import REJECTED, DecisionRecord, Policy
-from ._policies import call_policy
 
 _SECRETISH = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|(?:api[_-]?key|token|secret|password)\s*[=:]\s*\S+|bearer\s+\S+)"
 )
 
 
-def redact_text(text: str | None, secrets: Iterable[str] = ()) -> str | None:
-    """Replace known secret values and secret-looking tokens with ``***``."""
+def redact_text(text: str | None, secrets: Iterable[str] = (), *, patterns: bool = True) -> str | None:
+    """Replace known secret values (and, with ``patterns``, secret-looking tokens) with ``***``."""
     if text is None:
         return None
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    return _SECRETISH.sub("***", text)
+    return _SECRETISH.sub("***", text) if patterns else text
+
+
+_FREE_TEXT = ("reason", "note", "error")
+"""Audit fields that carry prose: secret-looking tokens are redacted there as well."""
 
 
 class AuditLog:
-    """Appends one JSON line per decision and flushes it, so a crash loses nothing decided."""
+    """Appends one JSON line per decision and flushes it, so a crash loses nothing decided.
+
+    Every string field is redacted: the known ``secrets`` everywhere (the runtime spec's api key
+    and secret-looking env values are added by the service), secret-looking tokens
+    (``sk-...``, ``token=...``, ``Bearer ...``) in the free-text fields.
+    """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, stream: IO[bytes] | None = None, secrets: Iterable[str] = ()) -> None:
         if (path is None) == (stream is None):
             raise ValueError("give AuditLog either a path or a binary stream")
         self.path = Path(path) if path is not None else None
-        self._stream: IO[bytes] = stream if stream is not None else open(path, "ab")  # type: ignore[arg-type]
+        self._stream: IO[bytes] = stream if stream is not None else open(self.path, "ab")  # type: ignore[arg-type]
         self._owns = stream is None
-        self.secrets = [s for s in secrets if s]
+        self.secrets: list[str] = []
+        self.add_secrets(secrets)
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Also redact these values."""
         self.secrets.extend(s for s in secrets if s and s not in self.secrets)
+        self.secrets.sort(key=len, reverse=True)  # longest first: no partial leftovers
 
     def write(self, record: DecisionRecord) -> None:
         """Append ``record`` as one flushed line."""
         line = record.to_json()
-        for key in ("reason", "note", "error", "call_id"):
-            line[key] = redact_text(line[key], self.secrets)
+        for key, value in line.items():
+            if isinstance(value, str) and key not in ("time", "outcome"):
+                line[key] = redact_text(value, self.secrets, patterns=key in _FREE_TEXT)
         self._stream.write(orjson.dumps(line) + b"\n")
         self._stream.flush()
 
@@ -105,7 +116,24 @@ class ReplayReport:
 
     @property
     def unchanged(self) -> int:
+        """How many decisions the new policy decides the same way."""
         return self.total - len(self.changed)
+
+    def to_text(self, *, source: str = "the audit log", policy: str = "the new policy") -> str:
+        """A readable report: one summary line, then one line per decision that would change."""
+        lines = [
+            f"replayed {self.total} decision{'s' if self.total != 1 else ''} from {source} against {policy}: "
+            f"{len(self.changed)} would change, {self.unchanged} unchanged"
+        ]
+        for change in self.changed:
+            r = change.record
+            where = f"session {r.session_id} tool {r.tool_name}" + (f" call {r.call_id}" if r.call_id else "")
+            line = (f"  {r.time}  {where}: {r.outcome} (rule {r.rule!r}) -> "
+                    f"{change.new_outcome} (rule {change.new_rule!r})")
+            if change.new_error:
+                line += f" [error: {change.new_error}]"
+            lines.append(line)
+        return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -115,6 +143,8 @@ class ReplayReport:
             "unchanged": self.unchanged,
             "changes": [
                 {
+                    "time": c.record.time,
+                    "runtime": c.record.runtime,
                     "session": c.record.session_id,
                     "tool": c.record.tool_name,
                     "call_id": c.record.call_id,
@@ -129,22 +159,22 @@ class ReplayReport:
         }
 
 
-async def replay(records: Iterable[DecisionRecord], policy: Policy) -> ReplayReport:
+async def replay(records: Iterable[DecisionRecord], policy: Policy, *, deadline: float | None = None) -> ReplayReport:
     """Run ``policy`` over recorded decisions (in order) and report which would change.
 
-    A policy that raises or returns something invalid counts as ``rejected`` (fail closed).
+    Each decision gets the same treatment as live: ``deadline`` (default: the policy's own, else
+    ``DEFAULT_DEADLINE``), and a policy that raises, returns something invalid or takes too long
+    counts as ``rejected`` (fail closed), with the error in the change.
     """
-    from ._service import coerce_decision
+    from ._service import DEFAULT_DEADLINE, decide
 
+    given = deadline if deadline is not None else getattr(policy, "deadline", None)
+    limit = float(given) if given is not None else DEFAULT_DEADLINE
     changed = []
     total = 0
     for record in records:
         total += 1
-        error = None
-        try:
-            decision, error = coerce_decision(await call_policy(policy, record.request()))
-        except Exception as exc:  # noqa: BLE001 (fail closed, reported)
-            decision, error = None, f"{type(exc).__name__}: {exc}"
+        decision, error = await decide(policy, record.request(), limit)
         outcome = decision.outcome if decision is not None else REJECTED
         rule = decision.rule if decision is not None else "fail-closed"
         if outcome != record.outcome:

@@ -40,8 +40,8 @@ class Decision:
     """
 
     outcome: Outcome = attrs.field(validator=_outcome)
-    rule: str = "policy"
-    note: str = ""
+    rule: str = attrs.field(default="policy", validator=attrs.validators.instance_of(str))
+    note: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
     @property
     def allowed(self) -> bool:
@@ -82,6 +82,7 @@ class DecisionRecord:
     note: str
     latency_s: float
     error: str | None = None
+    via: str = "approval/request"
     time_monotonic: float = attrs.field(default=0.0, eq=False)
 
     def request(self) -> ApprovalRequest:
@@ -95,7 +96,7 @@ class DecisionRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The audit-log line (no monotonic clock)."""
+        """The audit-log line (no monotonic clock); ``via`` names the channel that asked."""
         return {
             "time": self.time,
             "runtime": self.runtime,
@@ -108,11 +109,23 @@ class DecisionRecord:
             "note": self.note,
             "latency_s": round(self.latency_s, 6),
             "error": self.error,
+            "via": self.via,
         }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> DecisionRecord:
-        """Read one audit-log line back."""
+        """Read one audit-log line back.
+
+        Raises:
+            KeyError / TypeError / ValueError: the line is not an audit record.
+        """
+        if not isinstance(raw, dict):
+            raise TypeError(f"an audit record is a JSON object, not {type(raw).__name__}")
+        if raw.get("outcome") not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {raw.get('outcome')!r}")
+        for key in ("call_id", "reason", "error"):
+            if raw.get(key) is not None and not isinstance(raw[key], str):
+                raise TypeError(f"{key} must be a string or null, not {type(raw[key]).__name__}")
         return cls(
             time=str(raw["time"]),
             runtime=str(raw.get("runtime", "")),
@@ -125,4 +138,5 @@ class DecisionRecord:
             note=str(raw.get("note", "")),
             latency_s=float(raw.get("latency_s", 0.0)),
             error=raw.get("error"),
+            via=str(raw.get("via", "approval/request")),
         )

@@ -43,7 +43,14 @@ def _matches(value: str | None, patterns: tuple[str, ...]) -> bool:
 def _check_outcome(outcome: str) -> Outcome:
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
-    return outcome  # type: ignore[return-value]
+    return outcome
+
+
+def _checked(value: Any, who: str) -> Decision | None:
+    """``value`` if it is a Decision or None; anything else is the policy's error (fail closed)."""
+    if value is None or isinstance(value, Decision):
+        return value
+    raise TypeError(f"{who} returned {type(value).__name__} {value!r}, not a Decision or None")
 
 
 class Rule:
@@ -111,45 +118,46 @@ def first_match(*rules: Policy, default: str = REJECTED, name: str = "default") 
 
     async def policy(request: ApprovalRequest) -> Decision:
         for rule in rules:
-            decision = await call_policy(rule, request)
+            decision = _checked(await call_policy(rule, request), "a rule")
             if decision is not None:
-                return decision if isinstance(decision, Decision) else _invalid(decision)
+                return decision
         return fallback
 
     return policy
 
 
-def _invalid(value: Any) -> Decision:
-    raise TypeError(f"a rule returned {type(value).__name__} {value!r}, not a Decision or None")
-
-
 def all_of(*policies: Policy, name: str = "all-of") -> Policy:
-    """Allow only when every policy allows; otherwise the first non-allowing decision."""
+    """Allow only when every policy allows, asked in order; stops at the first that does not.
+
+    That one's decision is returned (a policy that does not decide, None, rejects).
+    """
     if not policies:
         raise ValueError("all_of needs at least one policy")
 
-    async def policy(request: ApprovalRequest) -> Decision | None:
-        decisions = [await call_policy(p, request) for p in policies]
-        for decision in decisions:
-            if not isinstance(decision, Decision) or not decision.allowed:
-                return decision if isinstance(decision, Decision) else Decision(
-                    outcome=REJECTED, rule=name, note="a policy did not decide"
-                )
-        return Decision(outcome=ALLOWED_ONCE, rule=name, note=" & ".join(d.rule for d in decisions))
+    async def policy(request: ApprovalRequest) -> Decision:
+        rules = []
+        for p in policies:
+            decision = _checked(await call_policy(p, request), "a policy of all_of")
+            if decision is None:
+                return Decision(outcome=REJECTED, rule=name, note="a policy did not decide")
+            if not decision.allowed:
+                return decision
+            rules.append(decision.rule)
+        return Decision(outcome=ALLOWED_ONCE, rule=name, note=" & ".join(rules))
 
     return policy
 
 
 def any_of(*policies: Policy, name: str = "any-of") -> Policy:
-    """Allow when any policy allows; otherwise the first decision (or None)."""
+    """Allow when any policy allows (the first that does wins); otherwise the first decision (or None)."""
     if not policies:
         raise ValueError("any_of needs at least one policy")
 
     async def policy(request: ApprovalRequest) -> Decision | None:
         first: Decision | None = None
         for p in policies:
-            decision = await call_policy(p, request)
-            if isinstance(decision, Decision):
+            decision = _checked(await call_policy(p, request), "a policy of any_of")
+            if decision is not None:
                 if decision.allowed:
                     return decision
                 first = first or decision
@@ -161,7 +169,10 @@ def any_of(*policies: Policy, name: str = "any-of") -> Policy:
 def budget(policy: Policy, limit: int, *, tools: Iterable[str] | str = "*", name: str = "budget") -> Policy:
     """At most ``limit`` approvals per session for matching tools, then reject.
 
-    ``budget(allow_tools("bash"), 3, tools="bash")``: three bash approvals per session.
+    ``budget(allow_tools("bash"), 3, tools="bash")``: three bash approvals per session. Once a
+    session's budget is used up, matching requests are rejected without asking ``policy``
+    (a wrapped ``Rule`` that does not apply still passes: None). The count lives in this
+    policy object, so one object shared by several runtimes counts across all of them.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"budget limit must be an integer >= 0, not {limit!r}")
@@ -170,11 +181,13 @@ def budget(policy: Policy, limit: int, *, tools: Iterable[str] | str = "*", name
 
     async def wrapped(request: ApprovalRequest) -> Decision | None:
         if not _matches(request.tool_name, patterns):
-            return await call_policy(policy, request)
+            return _checked(await call_policy(policy, request), "the policy of budget")
+        if isinstance(policy, Rule) and not policy.applies(request):
+            return None
         if used[request.session_id] >= limit:
             return Decision(outcome=REJECTED, rule=name, note=f"budget of {limit} approvals used up")
-        decision = await call_policy(policy, request)
-        if isinstance(decision, Decision) and decision.allowed:
+        decision = _checked(await call_policy(policy, request), "the policy of budget")
+        if decision is not None and decision.allowed:
             used[request.session_id] += 1
         return decision
 
@@ -186,8 +199,10 @@ def callback(fn: Callable[[ApprovalRequest], Any], *, name: str = "callback") ->
 
     async def policy(request: ApprovalRequest) -> Decision | None:
         value = await call_policy(fn, request)
-        if isinstance(value, Decision) or value is None:
+        if isinstance(value, Decision):
             return value
+        if value is None:
+            return None
         if value is True:
             return Decision(outcome=ALLOWED_ONCE, rule=name)
         if value is False:

@@ -2,7 +2,9 @@
 
 Fail closed: a policy that raises, returns something invalid, or misses its deadline yields
 ``rejected`` with the error recorded; a request still pending when the connection goes away
-is recorded as rejected and never answered. Imports only the protocol layer (and trio).
+is recorded as rejected and never answered; once ``close()`` was called (the runtime is
+shutting down) every pending and every later request is rejected without asking the policy.
+Nothing is cached: each request is decided on its own. Imports only the protocol layer (and trio).
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from ._policies import call_policy
 log = logging.getLogger("dsh_orchestra.approvals")
 
 DEFAULT_DEADLINE = 30.0
+"""Seconds a policy may take (per request) unless the policy or the service says otherwise."""
+
+VIA_RPC = "approval/request"
+"""``DecisionRecord.via`` of a request that came as a JSON-RPC ``approval/request``."""
+
+_CLOSED_ERROR = "the connection closed before the decision was sent"
 
 
 def coerce_decision(value: Any) -> tuple[Decision | None, str | None]:
@@ -33,6 +41,26 @@ def coerce_decision(value: Any) -> tuple[Decision | None, str | None]:
     return None, f"policy returned {type(value).__name__} {value!r}, not a Decision"
 
 
+async def decide(policy: Policy, request: ApprovalRequest, deadline: float) -> tuple[Decision | None, str | None]:
+    """Ask ``policy`` about ``request`` within ``deadline`` seconds: (decision, error).
+
+    ``decision`` is None when the policy failed (raised, returned something invalid, took too
+    long); ``error`` then says why and the caller rejects. An async policy is cancelled at the
+    deadline; a sync one runs inline (it cannot be interrupted) and its answer is discarded
+    when it returned too late.
+    """
+    started = trio.current_time()
+    try:
+        with trio.move_on_after(deadline) as scope:
+            value = await call_policy(policy, request)
+    except Exception as exc:  # noqa: BLE001 (fail closed; the error is recorded)
+        log.warning("approval policy raised for %s/%s: %r", request.session_id, request.tool_name, exc)
+        return None, f"policy raised {type(exc).__name__}: {exc}"
+    if scope.cancelled_caught or trio.current_time() - started > deadline:
+        return None, f"policy took longer than its deadline of {deadline:g} s"
+    return coerce_decision(value)
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -40,8 +68,9 @@ def _now() -> str:
 class ApprovalService:
     """Decides one runtime's approval requests with ``policy``.
 
-    ``deadline`` bounds async policies (a sync policy runs inline and cannot be interrupted).
-    Records are kept per session until taken (``take``) and appended to ``audit`` at once.
+    ``deadline`` bounds each decision (default: the policy's own ``deadline`` attribute, as a
+    rules file sets it, else ``DEFAULT_DEADLINE``). Records are kept per session until taken
+    (``take``) and appended to ``audit`` at once.
     """
 
     def __init__(
@@ -58,17 +87,23 @@ class ApprovalService:
         self.audit = audit
         given = deadline if deadline is not None else getattr(policy, "deadline", None)
         self.deadline = float(given) if given is not None else DEFAULT_DEADLINE
-        self.secrets = [s for s in secrets if s]
+        if not self.deadline > 0:
+            raise ValueError(f"deadline must be a positive number of seconds, not {given!r}")
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
         if audit is not None:
             audit.add_secrets(self.secrets)
         self._by_session: dict[str, list[DecisionRecord]] = defaultdict(list)
+        self._scopes: set[trio.CancelScope] = set()
+        self.closed = False
         self.pending = 0
         self.decided = 0
 
-    async def handle(self, params: ApprovalRequestParams) -> ApprovalRequestResult:
-        """The ``approval/request`` handler.
+    async def handle(self, params: ApprovalRequestParams, *, via: str = VIA_RPC) -> ApprovalRequestResult:
+        """Decide one request (the ``approval/request`` handler; the relay calls it too).
 
-        Cancellation (the connection closed or shut down): recorded as rejected, nothing sent.
+        Cancellation (the connection closed, or the asker hung up): recorded as rejected, and
+        the Cancelled propagates, so nothing is sent. After ``close()`` the answer is
+        ``rejected`` without asking the policy.
         """
         request = ApprovalRequest(
             session_id=params.session_id,
@@ -79,40 +114,52 @@ class ApprovalService:
         )
         started = trio.current_time()
         decision: Decision | None = None
-        error: str | None = "the connection closed before the decision was sent"
+        error: str | None = _CLOSED_ERROR
         self.pending += 1
         try:
-            decision, error = await self._decide(request)
+            if self.closed:
+                error = "the runtime was closing; rejected without asking the policy"
+            else:
+                with trio.CancelScope() as scope:
+                    self._scopes.add(scope)
+                    try:
+                        decision, error = await decide(self.policy, request, self.deadline)
+                    finally:
+                        self._scopes.discard(scope)
+                if scope.cancel_called:  # close(): whatever the policy said, reject
+                    decision, error = None, "the runtime was closing while the policy decided"
         finally:
             self.pending -= 1
             final = decision or Decision(outcome=REJECTED, rule="fail-closed", note="failed closed")
-            self._record(request, final, trio.current_time() - started, error, started)
+            self._record(request, final, trio.current_time() - started, error, started, via)
         return ApprovalRequestResult(outcome=final.outcome)
 
-    async def _decide(self, request: ApprovalRequest) -> tuple[Decision | None, str | None]:
-        try:
-            with trio.move_on_after(self.deadline) as scope:
-                value = await call_policy(self.policy, request)
-        except Exception as exc:  # noqa: BLE001 (fail closed; the error is recorded)
-            log.warning("approval policy raised for %s/%s: %r", request.session_id, request.tool_name, exc)
-            return None, f"policy raised {type(exc).__name__}: {exc}"
-        if scope.cancelled_caught:
-            return None, f"policy took longer than its deadline of {self.deadline:g} s"
-        return coerce_decision(value)
+    def close(self) -> None:
+        """Reject every pending decision now and every later request (the runtime is closing).
 
-    def _record(self, request: ApprovalRequest, decision: Decision, latency: float, error: str | None, started: float) -> None:
+        Idempotent. Pending handlers answer ``rejected`` (when their connection still listens).
+        """
+        self.closed = True
+        for scope in list(self._scopes):
+            scope.cancel(reason="approval service closed")
+
+    def _record(
+        self, request: ApprovalRequest, decision: Decision, latency: float, error: str | None, started: float, via: str
+    ) -> None:
+        secrets = self.secrets
         record = DecisionRecord(
             time=_now(),
-            runtime=self.runtime,
-            session_id=request.session_id,
-            tool_name=request.tool_name,
-            call_id=request.call_id,
-            reason=redact_text(request.reason, self.secrets),
+            runtime=redact_text(self.runtime, secrets, patterns=False) or "",
+            session_id=redact_text(request.session_id, secrets, patterns=False) or "",
+            tool_name=redact_text(request.tool_name, secrets, patterns=False) or "",
+            call_id=redact_text(request.call_id, secrets, patterns=False),
+            reason=redact_text(request.reason, secrets),
             outcome=decision.outcome,
-            rule=decision.rule,
-            note=decision.note,
+            rule=redact_text(decision.rule, secrets, patterns=False) or "",
+            note=redact_text(decision.note, secrets) or "",
             latency_s=latency,
-            error=redact_text(error, self.secrets),
+            error=redact_text(error, secrets),
+            via=via,
             time_monotonic=started,
         )
         self.decided += 1
@@ -120,17 +167,25 @@ class ApprovalService:
         if self.audit is not None:
             try:
                 self.audit.write(record)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: written after the log was closed
                 log.error("cannot write the approval audit log: %s", exc)
         log.info(
-            "approval %s for %s on session %s by rule %r",
+            "approval %s for %s on session %s by rule %r%s",
             record.outcome, record.tool_name, record.session_id, record.rule,
+            f" ({record.error})" if record.error else "",
         )
 
-    def take(self, session_ids: Iterable[str]) -> tuple[DecisionRecord, ...]:
-        """Remove and return the records of these sessions, oldest first."""
+    def take(self, session_ids: Iterable[str], since: float | None = None) -> tuple[DecisionRecord, ...]:
+        """Remove and return the records of these sessions, oldest first.
+
+        With ``since`` (a ``trio.current_time()`` value) only requests that arrived at or after
+        it are returned; older records of these sessions are dropped (they belong to no
+        ``run`` that is still collecting).
+        """
         out: list[DecisionRecord] = []
         for session_id in session_ids:
             out.extend(self._by_session.pop(session_id, ()))
+        if since is not None:
+            out = [r for r in out if r.time_monotonic >= since]
         out.sort(key=lambda r: r.time_monotonic)
         return tuple(out)

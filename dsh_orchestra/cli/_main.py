@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
+from .._logging import configure_cli_logging
 from .._version import __version__
 
 EXIT_OK = 0
@@ -35,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         "approval policies. Runs on the built-in simulated runtime unless told otherwise.",
     )
     parser.add_argument("--version", action="version", version=f"dsh-orchestra {__version__}")
+    parser.add_argument("--log-level", default=None, metavar="LEVEL", help="debug, info, warning (default), error; before the command")
+    parser.add_argument("--log-file", default=None, metavar="FILE", help="append log records as JSON Lines (level info unless --log-level)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sim = sub.add_parser(
@@ -61,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch
+    from . import _batch, _policy, _report, _run
 
-    return [_batch.register]
+    return [_batch.register, _policy.register, _report.register, _run.register]
 
 
 _EXTRA_COMMANDS = _extra_commands()
@@ -76,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
+        return EXIT_USAGE
+    problem = configure_cli_logging(args.log_level, args.log_file)
+    if problem is not None:
+        print(f"dsh-orchestra: {problem}", file=sys.stderr)
         return EXIT_USAGE
     return func(args)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 import attrs
@@ -24,7 +25,10 @@ from ..protocol import (
     UserQuestionAskResult,
 )
 
-log = logging.getLogger("dsh_orchestra.approvals")
+log = logging.getLogger("dsh_orchestra.questions")
+
+_REMEMBERED_CANCELS = 1024
+"""Cancellations kept for asks not seen yet (a cancel can overtake its ask's handler task)."""
 
 
 class QuestionAnswerError(ValueError):
@@ -114,27 +118,56 @@ async def _call(answerer: Answerer, request: QuestionsRequest) -> Any:
 
 
 def first_option(request: QuestionsRequest) -> list[Answer]:
-    """Pick each question's first option (a question without options gets an empty custom answer)."""
-    return [
-        Answer(id=q.id, selected=[q.options[0].label]) if q.options else Answer(id=q.id, selected=[], custom="")
-        for q in request.questions
-    ]
+    """Pick each question's first option.
+
+    Raises:
+        QuestionAnswerError: a question has no options (free text cannot be made up); the
+            runtime then gets an error answer, never an invented one.
+    """
+    free = [q.id for q in request.questions if not q.options]
+    if free:
+        raise QuestionAnswerError(f"first_option cannot answer question(s) {free!r}: they have no options")
+    return [Answer(id=q.id, selected=[q.options[0].label]) for q in request.questions if q.options]
 
 
-def by_rule(rules: Mapping[str, str | Callable[[Question], Any]], *, fallback: Answerer | None = first_option) -> Answerer:
-    """Answer by question id: a label to select, or a function of the Question returning an Answer/label."""
+def _answer_for(question: Question, value: Any) -> Answer:
+    """A rule's value as the Answer to ``question``.
+
+    Text selects that option of a question with options (a label that is not one of them is
+    refused by validation, so a typo never goes out as free text) and is the custom answer of
+    a question without options. A list selects several labels; a mapping gives the fields.
+    """
+    if isinstance(value, Answer):
+        return value
+    if isinstance(value, Mapping):
+        return _as_answer({"id": question.id, "selected": [], **value}, 0)
+    if isinstance(value, (list, tuple)):
+        return Answer(id=question.id, selected=[str(v) for v in value])
+    text = str(value)
+    if question.options:
+        return Answer(id=question.id, selected=[text])
+    return Answer(id=question.id, selected=[], custom=text)
+
+
+def by_rule(rules: Mapping[str, Any], *, fallback: Answerer | None = first_option) -> Answerer:
+    """Answer by question id; the questions without a rule go to ``fallback``.
+
+    A rule is an option label to select (for a question without options: the free-text
+    answer), a list of labels (multi-select), a mapping ``{"selected": [...], "custom": "..."}``,
+    an Answer, or a sync or async function of the Question returning one of these.
+    """
 
     async def answerer(request: QuestionsRequest) -> list[Answer]:
         rest = [q for q in request.questions if q.id not in rules]
         answers: list[Answer] = []
         for question in request.questions:
-            rule = rules.get(question.id)
-            if rule is None:
+            if question.id not in rules:
                 continue
+            rule = rules[question.id]
             value = rule(question) if callable(rule) else rule
             if inspect.isawaitable(value):
                 value = await value
-            answers.append(value if isinstance(value, Answer) else Answer(id=question.id, selected=[str(value)]))
+            answers.append(_answer_for(question, value))
         if rest:
             if fallback is None:
                 raise QuestionAnswerError(f"no rule for question(s) {[q.id for q in rest]!r}")
@@ -158,14 +191,16 @@ def ask_terminal(*, stream_in: TextIO | None = None, stream_out: TextIO | None =
                 out.write(f"  {question.detail}\n")
             for number, option in enumerate(question.options or (), start=1):
                 out.write(f"  {number}. {option.label}" + (f" - {option.description}" if option.description else "") + "\n")
-            out.write("answer (number or text; empty dismisses): ")
+            several = "numbers separated by commas" if question.multi_select else "a number"
+            out.write(f"answer ({several} or text; empty dismisses): " if question.options else "answer (empty dismisses): ")
             out.flush()
             line = inp.readline().strip()
             if not line:
                 return DISMISS
             options = question.options or []
-            if line.isdigit() and 1 <= int(line) <= len(options):
-                answers.append(Answer(id=question.id, selected=[options[int(line) - 1].label]))
+            picks = [p.strip() for p in line.split(",")] if question.multi_select else [line]
+            if options and all(p.isdigit() and 1 <= int(p) <= len(options) for p in picks):
+                answers.append(Answer(id=question.id, selected=[options[int(p) - 1].label for p in picks]))
             else:
                 answers.append(Answer(id=question.id, selected=[], custom=line))
         return answers
@@ -181,21 +216,28 @@ def ask_terminal(*, stream_in: TextIO | None = None, stream_out: TextIO | None =
 
 
 class QuestionService:
-    """Answers ``user-question/ask`` with ``answerer``; honours ``user-question.cancelled``."""
+    """Answers ``user-question/ask`` with ``answerer``; honours ``user-question.cancelled``.
+
+    The answerer runs in a cancel scope per ask: ``user-question.cancelled`` (fed through
+    ``on_notification``) cancels it and its result is dropped, so nothing is sent. Answers are
+    validated before they are sent; an answerer that fails or returns an invalid set gets a
+    QuestionAnswerError instead (logged, and answered as a JSON-RPC error by the connection).
+    """
 
     def __init__(self, answerer: Answerer, *, runtime: str = "") -> None:
         self.answerer = answerer
         self.runtime = runtime
         self._scopes: dict[str, trio.CancelScope] = {}
-        self._cancelled: set[str] = set()
+        self._cancelled: OrderedDict[str, None] = OrderedDict()
         self.answered = 0
         self.cancelled = 0
+        self.failed = 0
 
     async def handle(self, params: UserQuestionAskParams) -> UserQuestionAskResult | None:
         """The ``user-question/ask`` handler; None means "cancelled: send nothing".
 
         Raises:
-            QuestionAnswerError: the answerer's answers were invalid (reported, not sent).
+            QuestionAnswerError: the answerer failed or its answers were invalid (not sent).
         """
         request = QuestionsRequest(
             request_id=params.request_id,
@@ -203,20 +245,32 @@ class QuestionService:
             questions=tuple(params.questions),
             runtime=self.runtime,
         )
-        if params.request_id in self._cancelled:
-            self._cancelled.discard(params.request_id)
-            return None
-        with trio.CancelScope() as scope:
-            self._scopes[params.request_id] = scope
-            try:
-                value = await _call(self.answerer, request)
-            finally:
-                del self._scopes[params.request_id]
-        if scope.cancelled_caught:
+        if params.request_id in self._cancelled:  # the cancel overtook this handler
+            del self._cancelled[params.request_id]
             self.cancelled += 1
-            log.info("question %s on session %s cancelled by the runtime", params.request_id, params.session_id)
             return None
-        result = validate_answers(value, params.questions)
+        try:
+            with trio.CancelScope() as scope:
+                self._scopes[params.request_id] = scope
+                try:
+                    value = await _call(self.answerer, request)
+                finally:
+                    del self._scopes[params.request_id]
+            if scope.cancel_called:  # cancelled by the runtime: whatever came back is dropped
+                self.cancelled += 1
+                log.info("question %s on session %s cancelled by the runtime", params.request_id, params.session_id)
+                return None
+            result = validate_answers(value, params.questions)
+        except Exception as exc:
+            self.failed += 1
+            error = exc if isinstance(exc, QuestionAnswerError) else QuestionAnswerError(
+                f"the answerer failed: {type(exc).__name__}: {exc}"
+            )
+            log.warning(
+                "question %s on session %s: nothing sent, answering an error: %s",
+                params.request_id, params.session_id, error,
+            )
+            raise error from exc
         self.answered += 1
         return result
 
@@ -230,5 +284,9 @@ class QuestionService:
         scope = self._scopes.get(request_id)
         if scope is not None:
             scope.cancel(reason="user-question.cancelled")
-        else:
-            self._cancelled.add(request_id)
+            return
+        # Not running (yet): its handler task may still be queued behind the reader, or it was
+        # already answered. Remember a bounded number, so a late ask is dropped.
+        self._cancelled[request_id] = None
+        while len(self._cancelled) > _REMEMBERED_CANCELS:
+            self._cancelled.popitem(last=False)

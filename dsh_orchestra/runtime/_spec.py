@@ -22,11 +22,19 @@ Connector = Callable[[], AsyncContextManager[Any]]
 DEFAULT_PROVIDER = "deepseek-official"
 DEFAULT_MODEL = "deepseek-v4-flash"
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
+_MIN_INHERITED_SECRET = 8
+_MIN_SECRET = 4
 
 
 def _redacted_env(env: Mapping[str, str]) -> str:
     shown = {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
     return repr(shown)
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _non_empty(name: str, value: Any) -> None:
@@ -40,7 +48,28 @@ def _positive(name: str, value: Any) -> None:
 
 
 def _path_or_none(value: Any) -> Path | None:
-    return None if value is None else Path(value)
+    if value is None:
+        return None
+    if isinstance(value, str) and not value.strip():  # Path("") would be the current directory
+        raise ValueError(f"dsh_home must be a directory path, not {value!r}")
+    return _absolute(value)
+
+
+def _absolute(value: Any) -> Path:
+    """``value`` made absolute against the current directory now, with ``..`` folded."""
+    return Path(os.path.abspath(os.fspath(value)))
+
+
+def _absolute_or_none(value: Any) -> Path | None:
+    return None if value is None else _absolute(value)
+
+
+def _env(value: Any) -> dict[str, str]:
+    env = dict(value)
+    for key, item in env.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise TypeError(f"env must map strings to strings; {key!r} maps to {type(item).__name__}")
+    return env
 
 
 def _tuple_of_str(value: Any) -> tuple[str, ...]:
@@ -56,7 +85,7 @@ def bundled_dsh_command() -> tuple[str, ...]:
         FileNotFoundError: the runtime package is not installed or has no executable here.
     """
     try:
-        from deepseek_harness_runtime import resolve_bundled_launch_args
+        from deepseek_harness_runtime import resolve_bundled_launch_args  # type: ignore[import-untyped]
     except ImportError as exc:
         raise FileNotFoundError(
             "the bundled dsh runtime is not installed: pip install "
@@ -84,11 +113,9 @@ class RuntimeSpec:
     patches: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
     append_profile: bool | None = None
     dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
-    cwd: Path = attrs.field(factory=Path.cwd, converter=lambda p: Path(p).absolute())
-    process_cwd: Path | None = attrs.field(
-        default=None, converter=lambda p: None if p is None else Path(p).absolute()
-    )
-    env: Mapping[str, str] = attrs.field(factory=dict, repr=_redacted_env)
+    cwd: Path = attrs.field(factory=Path.cwd, converter=_absolute)
+    process_cwd: Path | None = attrs.field(default=None, converter=_absolute_or_none)
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=_env, repr=_redacted_env)
     inherit_env: bool = True
     base_url: str | None = None
     api_key: str | None = attrs.field(default=None, repr=lambda v: "None" if v is None else "'***'")
@@ -104,12 +131,20 @@ class RuntimeSpec:
     exit_wait: float = 5.0
     stderr_tail_lines: int = 200
     name: str | None = None
+    relay_approvals: bool = False
+    """Answer the real runtime's internal approval chain through the ``approvals`` policy of
+    ``open_runtime`` (a ``--patch`` plugin and a private Unix socket; docs/approvals.md)."""
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
             raise ValueError("give RuntimeSpec either command or connect, not both")
         if self.command is not None and not self.command:
             raise ValueError("command must not be empty")
+        if self.connect is None and self.dsh_home is None:
+            raise ValueError(
+                "RuntimeSpec needs an explicit dsh_home (the runtime's DSH_HOME); dsh_orchestra "
+                "never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
+            )
         _non_empty("provider", self.provider)
         _non_empty("model", self.model)
         _non_empty("profile", self.profile)
@@ -125,6 +160,21 @@ class RuntimeSpec:
             raise ValueError(f"handshake_attempts must be an integer >= 1, not {self.handshake_attempts!r}")
         if self.base_url is not None:
             _non_empty("base_url", self.base_url)
+        if self.relay_approvals and (self.connect is not None or (self.command is not None and not self.append_profile)):
+            raise ValueError(
+                "relay_approvals needs a runtime that loads --patch files: the bundled dsh "
+                "(command=None), or a dsh command with append_profile=True"
+            )
+
+    def __repr__(self) -> str:
+        # Hand-written (attrs keeps it) so that a secret inside argv is redacted as well.
+        parts = []
+        for field in attrs.fields(type(self)):
+            if field.repr is False:
+                continue
+            value = getattr(self, field.name)
+            parts.append(f"{field.name}={field.repr(value) if callable(field.repr) else repr(value)}")
+        return _redact(f"RuntimeSpec({', '.join(parts)})", self.secrets())
 
     # ---- constructors ------------------------------------------------------------------
 
@@ -148,9 +198,8 @@ class RuntimeSpec:
             return "in-process runtime"
         if self.command is None:
             return "dsh"
-        return Path(self.command[0]).name if len(self.command) == 1 else " ".join(
-            Path(self.command[0]).name if i == 0 else a for i, a in enumerate(self.command[:4])
-        )
+        words = [Path(self.command[0]).name, *self.command[1:4]]
+        return _redact(" ".join(words), self.secrets())  # an argv may carry a key
 
     def argv(self) -> list[str]:
         """The full argv to launch (bundled dsh resolved here)."""
@@ -181,11 +230,23 @@ class RuntimeSpec:
         return env
 
     def secrets(self) -> list[str]:
-        """Values that must never be logged (the api key and secret-looking env values)."""
+        """Values that must never be logged: the api key and secret-looking env values.
+
+        Inherited variables count too (the child sees them), when they are at least
+        ``_MIN_INHERITED_SECRET`` characters long, so a ``...AUTH...=1`` does not blank every "1".
+        Values shorter than ``_MIN_SECRET`` are no credentials (a placeholder key ``"k"`` would
+        otherwise turn ``deepseek`` into ``deepsee***`` in every message).
+        """
         values = [v for k, v in self.env.items() if _SECRET_NAME.search(k) and v]
+        if self.inherit_env:
+            values += [
+                v for k, v in os.environ.items()
+                if _SECRET_NAME.search(k) and len(v) >= _MIN_INHERITED_SECRET and k not in self.env
+            ]
         if self.api_key:
             values.append(self.api_key)
-        return values
+        # longest first, so that no part of a longer secret is left behind
+        return sorted({v for v in values if len(v) >= _MIN_SECRET}, key=len, reverse=True)
 
     def initialize_params(self, *, approval_requests: bool = False, user_questions: bool = False) -> InitializeParams:
         """The ``initialize`` params; the feature flags are sent only when enabled."""

@@ -1,7 +1,8 @@
 """Runtime: the runtime actor composed with session routing; ``open_runtime`` owns one.
 
 Owns: the session router sink, session handles, abandoned sessions, the approval and
-question handlers' registration. Must not know about pools or graphs.
+question handlers' registration, and the lifetime of the approval relay (``_relay``) when
+``spec.relay_approvals`` asks for it. Must not know about pools or graphs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
+from .._logging import log_context, register_secrets
+from .._tracing import observed_approvals
 from ..approvals import ApprovalService, AuditLog
 from ..protocol import (
     APPROVAL_REQUEST,
@@ -29,6 +32,7 @@ from ..protocol import (
 from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
 from ..transport import Connection, NoReply, Notification
+from ._relay import ApprovalRelay
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
@@ -45,6 +49,7 @@ class Runtime:
         self.abandoned: set[str] = set()
         self.approvals: ApprovalService | None = None
         self.questions: QuestionService | None = None
+        self.relay: ApprovalRelay | None = None
 
     @property
     def name(self) -> str:
@@ -93,11 +98,32 @@ class Runtime:
         """Take the approval decisions made for ``collector``'s session tree."""
         if self.approvals is None:
             return ()
-        return self.approvals.take((collector.session_id, *collector.children))
+        return self.approvals.take((collector.session_id, *collector.children), since)
+
+    def forget(self, session_id: str) -> None:
+        """Drop what this runtime keeps about a settled session tree that will not be used again.
+
+        Prunes the router's parent edges of its descendants and any approval records not
+        taken yet (a run that failed after a decision), so per-session state does not
+        accumulate over thousands of sessions (a batch).
+        """
+        dropped = self.router.forget(session_id)
+        if self.approvals is not None:
+            self.approvals.take((session_id, *dropped))
 
     async def aclose(self) -> None:
-        """Close the runtime (the close ladder); idempotent."""
-        await self.actor.aclose()
+        """Close the runtime (the close ladder); idempotent.
+
+        Pending approval decisions are rejected first (fail closed, recorded); the relay (if
+        any) stops listening once the process is gone.
+        """
+        if self.approvals is not None:
+            self.approvals.close()
+        try:
+            await self.actor.aclose()
+        finally:
+            if self.relay is not None:
+                self.relay.close()
 
 
 Registrar = Callable[[Runtime], None]
@@ -117,30 +143,45 @@ async def open_runtime(
     With no spec, the simulated runtime runs as a process in a temporary DSH_HOME.
     ``approvals`` (a policy) makes the handshake send ``approvalRequests: true``;
     ``answerer`` sets ``capabilities.userQuestions``. ``audit`` (an AuditLog or a path)
-    receives one JSON line per approval decision.
+    receives one JSON line per approval decision. With ``spec.relay_approvals`` the real
+    runtime's internal approval chain is answered by the same policy (see ``_relay``).
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.
+        ValueError: ``spec.relay_approvals`` without an ``approvals`` policy.
         ExceptionGroup: an error inside the block, alongside the actor's own (use except*).
     """
     with _default_home(spec) as resolved, ExitStack() as stack:
+        relay = None
+        if resolved.relay_approvals:
+            if approvals is None:
+                raise ValueError("RuntimeSpec(relay_approvals=True) needs open_runtime(..., approvals=<policy>)")
+            relay = ApprovalRelay()
+            resolved = relay.prepare(resolved)
+            stack.callback(relay.cleanup)
         if audit is not None and not isinstance(audit, AuditLog):
             audit = stack.enter_context(AuditLog(audit, secrets=resolved.secrets()))
+        register_secrets(resolved.secrets())  # redacted from every dsh_orchestra log record
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter()
         actor.add_sink(router.push)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
+        runtime.relay = relay
         started = False
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(actor.run)
+                if relay is not None:
+                    assert runtime.approvals is not None
+                    await nursery.start(relay.run, runtime.approvals)
+                with log_context(runtime=actor.name):  # the actor's tasks inherit the field
+                    await nursery.start(actor.run)
                 started = True
                 try:
                     yield runtime
                 finally:
                     with trio.CancelScope(shield=True):
-                        await actor.aclose()
+                        await runtime.aclose()
         except BaseExceptionGroup as group:
             failure = None if started else _sole_error(group)
             if failure is None:
@@ -185,11 +226,22 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
     if approvals is not None:
         if isinstance(approvals, ApprovalService):
             service = approvals
+            if audit is not None and service.audit is None:
+                service.audit = audit
+                audit.add_secrets(service.secrets)
         else:
+            if not callable(approvals):
+                raise TypeError(f"approvals must be a policy (a callable) or an ApprovalService, not {type(approvals).__name__}")
             service = ApprovalService(approvals, runtime=runtime.name, audit=audit, secrets=actor.spec.secrets())
         runtime.approvals = service
-        actor.register(APPROVAL_REQUEST, service.handle, ApprovalRequestParams)
+
+        async def approve(params: ApprovalRequestParams) -> Any:
+            return await service.handle(params)
+
+        actor.register(APPROVAL_REQUEST, observed_approvals(approve, runtime=runtime.name, root_of=runtime.router.root_of), ApprovalRequestParams)
     if answerer is not None:
+        if not isinstance(answerer, QuestionService) and not callable(answerer):
+            raise TypeError(f"answerer must be a callable or a QuestionService, not {type(answerer).__name__}")
         questions = answerer if isinstance(answerer, QuestionService) else QuestionService(answerer, runtime=runtime.name)
         runtime.questions = questions
 

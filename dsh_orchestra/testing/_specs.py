@@ -28,7 +28,7 @@ def in_process_spec(
     options = dict(sim_options or {})
 
     def connect() -> Any:
-        return open_simulator_stream(parsed, store=store, **options)
+        return open_simulator_stream(parsed, store=Path(store) if store is not None else None, **options)
 
     spec_fields.setdefault("name", "sim-in-process")
     return RuntimeSpec(connect=connect, cwd=Path(cwd) if cwd is not None else Path.cwd(), **spec_fields)
