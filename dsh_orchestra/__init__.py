@@ -5,6 +5,8 @@ runtime, session, approvals, questions, pool, batch) and ``testing`` (simulator,
 """
 
 from ._version import __version__ as __version__
+from ._logging import configure_logging as configure_logging, install_library_logging as _install_logging, log_context as log_context
+from ._tracing import enable_tracing as enable_tracing
 from .approvals import (
     ApprovalRequest as ApprovalRequest,
     ApprovalService as ApprovalService,
@@ -47,8 +49,11 @@ from .session import (
 )
 from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription
 
+_install_logging()  # a NullHandler on "dsh_orchestra" (silent unless configured); filters on every layer's logger
+
 __all__ = [
     "__version__",
+    "configure_logging", "enable_tracing", "log_context",
     "ApprovalRequest", "ApprovalService", "AuditLog", "BatchOptions", "BatchSummary", "BatchUsageError",
     "CommandResult", "Connection", "DatasetError", "Decision", "DecisionRecord", "FrameTooLargeError",
     "JsonRpcResponseError", "MethodNotSupportedError", "Notification", "OrchestraError", "PoolClosedError",

@@ -6,9 +6,10 @@ Every problem is reported with its line number before any work starts.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Container, Iterator
 
 import attrs
 import orjson
@@ -69,6 +70,24 @@ def _check_item(raw: Any) -> tuple[BatchItem | None, str | None, list[str]]:
     return item, None, extra
 
 
+def _scan(path: Path, data: bytes | None = None) -> Iterator[tuple[int, BatchItem | None, str | None, list[str]]]:
+    """(line number, item or None, problem or None, unknown keys) per non-blank line.
+
+    Reads the file line by line (a large dataset is never held as one buffer), or ``data``.
+    """
+    with open(path, "rb") if data is None else io.BytesIO(data) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                raw = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield number, None, f"not valid JSON ({exc})", []
+                continue
+            item, problem, extra = _check_item(raw)
+            yield number, item, problem if item is None else None, extra
+
+
 def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[str]]:
     """Read and validate a dataset; return its items and the unknown keys seen (ignored).
 
@@ -77,20 +96,11 @@ def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[st
         OSError: the file cannot be read.
     """
     path = Path(path)
-    data = path.read_bytes()
     items: list[BatchItem] = []
     problems: list[tuple[int, str]] = []
     first_line: dict[str, int] = {}
     unknown: set[str] = set()
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            problems.append((number, f"not valid JSON ({exc})"))
-            continue
-        item, problem, extra = _check_item(raw)
+    for number, item, problem, extra in _scan(path):
         if problem is not None or item is None:
             problems.append((number, problem or "invalid item"))
             continue
@@ -105,6 +115,81 @@ def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[st
     if not items:
         raise DatasetError(str(path), [(1, "the dataset holds no items")])
     return items, sorted(unknown)
+
+
+@attrs.frozen(kw_only=True)
+class DatasetCheck:
+    """What ``check_dataset`` learnt: the ids (of the shard), unknown keys, the file's identity."""
+
+    path: Path
+    ids: frozenset[str]
+    items: int  # in the whole file
+    unknown: tuple[str, ...]
+    fingerprint: tuple[int, int, int]  # (inode, size, mtime in ns) when checked
+    data: bytes | None = attrs.field(default=None, repr=False)  # a pipe's content: it cannot be read twice
+
+
+def _fingerprint(path: Path) -> tuple[int, int, int]:
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = None) -> DatasetCheck:
+    """Validate a whole dataset like ``load_dataset`` but keep only the ids (of ``shard``).
+
+    For large datasets: a batch validates first and then streams the items
+    (``iter_dataset``), holding about one id per item instead of every prompt.
+
+    Raises:
+        DatasetError: as ``load_dataset``.
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    fingerprint = _fingerprint(path)
+    data = None if path.is_file() else path.read_bytes()  # a pipe or a device: keep what was read
+    problems: list[tuple[int, str]] = []
+    first_line: dict[str, int] = {}
+    ids: set[str] = set()
+    unknown: set[str] = set()
+    count = 0
+    for number, item, problem, extra in _scan(path, data):
+        if problem is not None or item is None:
+            problems.append((number, problem or "invalid item"))
+            continue
+        if item.id in first_line:
+            problems.append((number, f"duplicate id {item.id!r} (first on line {first_line[item.id]})"))
+            continue
+        first_line[item.id] = number
+        count += 1
+        unknown.update(extra)
+        if in_shard(item.id, shard):
+            ids.add(item.id)
+    if problems:
+        raise DatasetError(str(path), problems)
+    if not count:
+        raise DatasetError(str(path), [(1, "the dataset holds no items")])
+    return DatasetCheck(path=path, ids=frozenset(ids), items=count, unknown=tuple(sorted(unknown)),
+                        fingerprint=fingerprint, data=data)
+
+
+def iter_dataset(check: DatasetCheck, *, skip: Container[str] = frozenset()) -> Iterator[BatchItem]:
+    """The items ``check`` accepted (its shard), in file order, minus the ids in ``skip``.
+
+    Raises:
+        DatasetError: the file changed since it was checked (at once; or while iterating, for a
+            change that happens later). Nothing is guessed.
+    """
+    if check.data is None and _fingerprint(check.path) != check.fingerprint:
+        raise DatasetError(str(check.path), [(1, "the file changed after it was checked; run again")])
+    return _iter_checked(check, skip)
+
+
+def _iter_checked(check: DatasetCheck, skip: Container[str]) -> Iterator[BatchItem]:
+    for number, item, problem, _ in _scan(check.path, check.data):
+        if item is None or problem is not None:
+            raise DatasetError(str(check.path), [(number, f"changed after it was checked: {problem}")])
+        if item.id in check.ids and item.id not in skip:
+            yield attrs.evolve(item, line=number)
 
 
 def stable_hash(item_id: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -48,36 +48,76 @@ def result_line(
     }
 
 
-def read_results(path: str | os.PathLike[str], *, repair: bool = True) -> tuple[dict[str, dict[str, Any]], int]:
-    """The complete result lines of ``path`` by id, and how many torn bytes were cut off.
+def _complete_length(path: Path) -> int:
+    """Bytes up to and including the file's last newline (0 when there is none)."""
+    with open(path, "rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        position = end
+        while position > 0:
+            step = min(65536, position)
+            position -= step
+            handle.seek(position)
+            chunk = handle.read(step)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                return position + newline + 1
+    return 0
+
+
+def scan_results(
+    path: str | os.PathLike[str], on_line: Callable[[dict[str, Any]], None], *, repair: bool = True
+) -> tuple[int, int]:
+    """Call ``on_line`` with every complete result line of ``path``, in file order, reading line by
+    line; return (lines, torn bytes). With ``repair`` a torn tail is cut afterwards.
 
     A last line without its newline, or one that is not valid JSON, is torn (a crash while
-    writing): with ``repair`` the file is truncated to the last complete line.
+    writing). The file is only truncated once every complete line was read and accepted.
 
     Raises:
         ValueError: a complete line in the middle of the file is not a result object.
     """
     path = Path(path)
     if not path.exists():
-        return {}, 0
-    data = path.read_bytes()
-    complete, _, tail = data.rpartition(b"\n")
-    keep = len(complete) + 1 if complete or data.startswith(b"\n") else 0
-    done: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(complete.split(b"\n") if keep else [], start=1):
-        if not line.strip():
-            continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({exc}); fix or remove that line") from exc
-        if not isinstance(value, dict) or not isinstance(value.get("id"), str):
-            raise ValueError(f"{path}: line {number} is not a result object with a string 'id'")
-        done.setdefault(value["id"], value)
-    torn = len(tail)
+        return 0, 0
+    keep = _complete_length(path)
+    size = path.stat().st_size
+    count = 0
+    with open(path, "rb") as handle:
+        position = 0
+        for number, line in enumerate(handle, start=1):
+            if position >= keep:
+                break
+            position += len(line)
+            if not line.strip():
+                continue
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {number} is not valid JSON ({exc}); fix or remove that line") from exc
+            if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+                raise ValueError(f"{path}: line {number} is not a result object with a string 'id'")
+            count += 1
+            on_line(value)
+    torn = size - keep
     if torn and repair:
         with open(path, "r+b") as handle:
             handle.truncate(keep)
+    return count, torn
+
+
+def read_results(path: str | os.PathLike[str], *, repair: bool = True) -> tuple[dict[str, dict[str, Any]], int]:
+    """The complete result lines of ``path`` by id (the first line of an id wins), and how many
+    torn bytes were cut off (see ``scan_results``).
+
+    Raises:
+        ValueError: a complete line in the middle of the file is not a result object.
+    """
+    done: dict[str, dict[str, Any]] = {}
+
+    def keep_first(line: dict[str, Any]) -> None:
+        done.setdefault(line["id"], line)
+
+    _, torn = scan_results(path, keep_first, repair=repair)
     return done, torn
 
 

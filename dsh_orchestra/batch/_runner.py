@@ -6,27 +6,30 @@ with backoff for retryable failures, per-item timeouts, progress and the summary
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import math
 import os
-import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import attrs
 import orjson
 import trio
 
+from .._tracing import ITEM_SPAN, observed
 from ..approvals import AuditLog
-from ..pool import RuntimePool, open_pool
+from ..pool import PoolClosedError, RuntimePool, open_pool
 from ..protocol import JsonRpcResponseError, OrchestraError, SdkProtocolError, TransportClosedError
 from ..runtime import RuntimeSpec
-from ..session import TurnResult
-from ._dataset import BatchItem, in_shard, load_dataset
+from ..session import Runtime, TurnResult
+from ._dataset import BatchItem, check_dataset, iter_dataset
 from ._progress import Counters, Progress
-from ._results import ResultsWriter, read_results, result_line
-from ._summary import BatchSummary, Outcome, summarize
+from ._results import ResultsWriter, result_line, scan_results
+from ._summary import BatchSummary, Tally
+from ._transcripts import TranscriptWriter
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -53,6 +56,7 @@ class BatchOptions:
     audit: str | os.PathLike[str] | None = None
     summary: str | os.PathLike[str] | None = None
     progress: str = "auto"
+    transcripts: str | os.PathLike[str] | None = None  # a directory: per-item notifications (see _transcripts)
 
     def __attrs_post_init__(self) -> None:
         for name in ("runtimes", "retries"):
@@ -70,6 +74,10 @@ class BatchOptions:
         return self.concurrency or self.runtimes * 4
 
 
+class SessionBusyError(OrchestraError):
+    """An item's own ``session_id`` is still held by another runtime process (retryable)."""
+
+
 @attrs.define
 class _Run:
     pool: RuntimePool
@@ -77,7 +85,14 @@ class _Run:
     options: BatchOptions
     counters: Counters
     progress: Progress
-    outcomes: list[Outcome]
+    tally: Tally
+    transcripts: TranscriptWriter | None = None
+    _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
+    _serial: Iterator[int] = attrs.field(factory=itertools.count, init=False)
+
+    def new_session_id(self) -> str:
+        """``item-<24 hex>``: a random token of this run, then a counter (unique in the store)."""
+        return f"item-{self._token}{next(self._serial):012x}"
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -91,32 +106,55 @@ def _error(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc)}
 
 
-async def _attempt(run: _Run, item: BatchItem, session_id: str, attempt: int) -> TurnResult:
-    resume = item.session_id is not None and attempt > 1
+async def _run_session(runtime: Runtime, item: BatchItem, session_id: str) -> TurnResult:
+    """Run the item's prompt in ``session_id``.
+
+    A generated id is always new. An item's own ``session_id`` may already be persisted (by an
+    earlier attempt, or by a run that was killed): then it is resumed first (PROTOCOL.md 5.4).
+    """
+    if item.session_id is None:
+        return await runtime.session(session_id).run(item.prompt)
+    try:
+        return await runtime.session(session_id).run(item.prompt)
+    except JsonRpcResponseError as exc:
+        if "already exists" not in exc.message:  # the documented fallback: no code tells them apart
+            raise
+    try:
+        session = await runtime.resume(session_id)
+    except JsonRpcResponseError as exc:
+        if "owned by an active write handle" in exc.message:  # a runtime being recycled holds it
+            raise SessionBusyError(f"session {session_id!r} is still held by another runtime: {exc.message}") from exc
+        raise
+    return await session.run(item.prompt)
+
+
+async def _attempt(run: _Run, item: BatchItem, session_id: str) -> TurnResult:
+    """One attempt: a place on the least-loaded runtime, then the session under the timeout.
+
+    The timeout covers the session's work only, not the wait for a place (a runtime that is
+    restarting delays items without burning their retries).
+    """
     timeout = run.options.timeout
-    with trio.fail_after(timeout) if timeout is not None else trio.CancelScope():
-        async with run.pool.lease() as runtime:
-            if resume:
-                try:
-                    session = await runtime.resume(session_id)
-                except JsonRpcResponseError:
-                    session = runtime.session(session_id)  # never persisted: start it afresh
-            else:
-                session = runtime.session(session_id)
-            return await session.run(item.prompt)
+    async with run.pool.lease() as runtime:
+        try:
+            with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+                return await _run_session(runtime, item, session_id)
+        finally:
+            runtime.forget(session_id)  # the batch never uses this session again
 
 
+@observed(ITEM_SPAN, lambda run, item: {"item": item.id})
 async def _process(run: _Run, item: BatchItem) -> None:
-    started = time.monotonic()
+    started = trio.current_time()
     attempts = 0
     turn: TurnResult | None = None
     error: dict[str, str] | None = None
     session_id = item.session_id
     while True:
         attempts += 1
-        session_id = item.session_id or f"item-{uuid.uuid4().hex[:24]}"
+        session_id = item.session_id or run.new_session_id()
         try:
-            turn = await _attempt(run, item, session_id, attempts)
+            turn = await _attempt(run, item, session_id)
             error = None
             break
         except trio.TooSlowError:
@@ -125,7 +163,7 @@ async def _process(run: _Run, item: BatchItem) -> None:
         except (OrchestraError, OSError) as caught:
             exc, retry = caught, _retryable(caught)
         error = _error(exc)
-        if not retry or attempts > run.options.retries:
+        if not retry or attempts > run.options.retries or isinstance(exc, PoolClosedError):
             break
         run.counters.retries += 1
         log.info("retrying item %r after %s (attempt %d)", item.id, error["type"], attempts)
@@ -144,12 +182,15 @@ async def _process(run: _Run, item: BatchItem) -> None:
         session_id=session_id,
         turn=turn,
         attempts=attempts,
-        duration_s=time.monotonic() - started,
+        duration_s=trio.current_time() - started,
         error=error,
         metadata=item.metadata,
     )
+    if run.transcripts is not None and turn is not None:
+        await run.transcripts.write(item.id, turn)  # before the line: a result implies its transcript
+    del turn  # the events go no further than this line
     run.writer.write(line)
-    run.outcomes.append(Outcome.of(line))
+    run.tally.add_line(line)
     run.counters.done += 1
     if status != "ok":
         run.counters.failed += 1
@@ -160,6 +201,26 @@ async def _worker(run: _Run, receive: trio.MemoryReceiveChannel[BatchItem]) -> N
     async with receive:
         async for item in receive:
             await _process(run, item)
+
+
+def _check_paths(out: Path, options: BatchOptions) -> None:
+    """Refuse, before anything runs, outputs that could not be written at the end."""
+    if out.is_dir():
+        raise BatchUsageError(f"--out {str(out)!r} is a directory; give a file path for the results")
+    if not out.parent.is_dir():
+        raise BatchUsageError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist; create it first")
+    for name, value in (("--summary", options.summary), ("--audit", options.audit)):
+        if value is None:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise BatchUsageError(f"{name} {str(path)!r} is a directory; give a file path")
+        if not path.parent.is_dir():
+            raise BatchUsageError(f"{name} {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+    if out.exists() and out.stat().st_size and not options.resume:
+        raise BatchUsageError(
+            f"results file {str(out)!r} already has results; pass --resume to finish it, or choose another --out"
+        )
 
 
 async def run_batch(
@@ -175,31 +236,41 @@ async def run_batch(
 
     Raises:
         DatasetError: the dataset is malformed (nothing ran).
-        BatchUsageError: results exist without ``resume``, or they are corrupt.
-        OrchestraError: no runtime could be started.
+        BatchUsageError: results exist without ``resume``, they are corrupt, or an output
+            cannot be written (nothing ran).
+        RuntimeStartError: no runtime could be started (raised bare; nothing ran).
+        ExceptionGroup: the batch stopped part-way (every runtime kept failing to start, a
+            write failed, the dataset changed underneath); the results so far are kept.
     """
     options = options or BatchOptions(**kwargs)
-    items, unknown = load_dataset(dataset)
-    if unknown:
-        log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", unknown)
-    items = [i for i in items if in_shard(i.id, options.shard)]
+    # Validate the whole file first (nothing runs on a bad dataset), keeping only the ids; the
+    # items are streamed from the file again as places free up: memory stays flat in size.
+    check = check_dataset(dataset, options.shard)
+    if check.unknown:
+        log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
     out = Path(out)
-    if out.exists() and out.stat().st_size and not options.resume:
-        raise BatchUsageError(f"results file {str(out)!r} already has results; pass --resume to finish it, or choose another --out")
+    _check_paths(out, options)
+    tally = Tally()
+    done: set[str] = set()
+
+    def resumed_line(line: dict[str, Any]) -> None:
+        item_id = line["id"]
+        if item_id in check.ids and item_id not in done:
+            done.add(item_id)
+            tally.add_line(line)
+
     try:
-        done, torn = read_results(out, repair=True)
+        _, torn = scan_results(out, resumed_line, repair=True)
     except ValueError as exc:
         raise BatchUsageError(str(exc)) from exc
     if torn:
         log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
-    wanted = {i.id for i in items}
-    outcomes = [Outcome.of(line) for item_id, line in done.items() if item_id in wanted]
-    todo = [i for i in items if i.id not in done]
-    del done
-    resumed = len(items) - len(todo)
-    counters = Counters(total=len(items), done=resumed, resumed=resumed)
-    progress = Progress(counters, mode=options.progress)
-    started = time.monotonic()
+    total = len(check.ids)
+    resumed = len(done)
+    todo = total - resumed
+    counters = Counters(total=total, done=resumed, resumed=resumed)
+    progress = Progress(counters, mode=options.progress, clock=trio.current_time)
+    started = trio.current_time()
     tmp_home = None
     if spec is None:
         import tempfile
@@ -211,6 +282,7 @@ async def run_batch(
     try:
         with ResultsWriter(out) as writer:
             if todo:
+                items = iter_dataset(check, skip=done)
                 async with open_pool(
                     spec,
                     options.runtimes,
@@ -222,24 +294,28 @@ async def run_batch(
                     counters.pending_approvals = lambda: sum(
                         r.approvals.pending for r in pool.runtimes if r.approvals is not None
                     )
-                    run = _Run(pool, writer, options, counters, progress, outcomes)
+                    transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None
+                    run = _Run(pool, writer, options, counters, progress, tally, transcripts)
                     send, receive = trio.open_memory_channel[BatchItem](0)
-                    async with trio.open_nursery() as nursery:
-                        for _ in range(min(options.in_flight, len(todo))):
-                            nursery.start_soon(_worker, run, receive.clone())
-                        receive.close()
-                        async with send:
-                            for item in todo:
-                                await send.send(item)
+                    async with trio.open_nursery() as outer:
+                        outer.start_soon(progress.run)
+                        async with trio.open_nursery() as nursery:
+                            for _ in range(min(options.in_flight, todo)):
+                                nursery.start_soon(_worker, run, receive.clone())
+                            receive.close()
+                            async with send:
+                                for item in items:
+                                    await send.send(item)
+                        outer.cancel_scope.cancel(reason="every item finished")
     finally:
         progress.close()
         if audit is not None:
             audit.close()
         if tmp_home is not None:
             tmp_home.cleanup()
-    duration = time.monotonic() - started
-    summary = summarize(
-        outcomes, total=len(items), resumed=resumed, processed=len(todo), duration_s=duration, retries=counters.retries
+    duration = trio.current_time() - started
+    summary = tally.summary(
+        total=total, resumed=resumed, processed=todo, duration_s=duration, retries=counters.retries
     )
     if options.summary is not None:
         Path(options.summary).write_bytes(orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2) + b"\n")

@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
-from ..protocol import OrchestraError
+from ..protocol import OrchestraError, RuntimeStartError
 from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -39,6 +39,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per-item timeout (retried)")
     parser.add_argument("--retries", type=int, default=2, metavar="N", help="retries for retryable failures (default 2)")
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     parser.set_defaults(func=main)
 
@@ -59,6 +60,7 @@ def main(args: argparse.Namespace) -> int:
                 answerer=answerer_option(args.answerer),
                 audit=args.audit,
                 summary=args.summary,
+                transcripts=args.transcripts,
                 progress="none" if args.no_progress else "auto",
             )
         except (UsageError, ValueError) as exc:
@@ -67,14 +69,28 @@ def main(args: argparse.Namespace) -> int:
             summary = trio.run(run_batch, args.dataset, args.out, spec, options)
         except (DatasetError, BatchUsageError) as exc:
             return fail(str(exc))
-        except OSError as exc:
+        except OSError as exc:  # before any work: the dataset or an output cannot be opened
             return fail(f"{exc.filename or args.dataset}: {exc.strerror or exc}")
-        except (OrchestraError, ExceptionGroup) as exc:
+        except RuntimeStartError as exc:  # raised bare: no runtime of the pool ever started
+            return fail(
+                f"the runtime could not start: {exc}\n  check --runtime / --runtime-command, --dsh-home "
+                "and the route options (--provider, --model, --reasoning-effort, --max-tokens)"
+            )
+        except (OrchestraError, ExceptionGroup) as exc:  # stopped part-way (e.g. the pool gave up)
             cause = _first_leaf(exc)
-            if not isinstance(cause, OrchestraError):
+            if isinstance(cause, (DatasetError, BatchUsageError)):  # e.g. the dataset changed underneath
+                return fail(f"{cause}; results written so far are kept: run again with --resume")
+            if not isinstance(cause, (OrchestraError, OSError)):
                 raise
-            print(f"dsh-orchestra: the batch could not run: {cause}", file=sys.stderr)
+            print(f"dsh-orchestra: the batch stopped: {cause}; results written so far are kept: "
+                  "run again with --resume", file=sys.stderr)
             return 1
+        except (KeyboardInterrupt, BaseExceptionGroup) as exc:
+            if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is None:
+                raise
+            print("dsh-orchestra: interrupted; results written so far are kept: run again with --resume",
+                  file=sys.stderr)
+            return 130
     print(json.dumps(summary.to_json(), indent=2))
     return 0 if summary.error == 0 else 1
 

@@ -119,7 +119,7 @@ def answerer_option(value: str | None) -> Answerer | None:
         raise UsageError(str(exc).replace("--policy", "--answerer")) from exc
     if loaded is None:
         raise UsageError(f"--answerer must be first-option, a TOML FILE or module:attr, not {value!r}")
-    answerer: Answerer = loaded.policy  # type: ignore[assignment]  (any callable; module:attr loader is shared)
+    answerer: Answerer = loaded.policy  # type: ignore[assignment]  # any callable: the module:attr loader is shared
     return answerer
 
 

@@ -49,7 +49,7 @@ class _Slot:
         self.in_flight = 0
         self.retire = trio.Event()
         self.starts = 0
-        self.failures = 0
+        self.failures = 0  # consecutive failed starts (0 once a start succeeds)
         self.ready_once = False
 
     @property
@@ -58,13 +58,23 @@ class _Slot:
         return runtime is not None and runtime.alive and not runtime.abandoned and not self.retire.is_set()
 
 
+def _same_spec(spec: RuntimeSpec) -> SpecFactory:
+    def spec_for(index: int) -> RuntimeSpec:
+        return spec.evolve(name=f"{spec.display_name}#{index}")
+
+    return spec_for
+
+
 class RuntimePool:
     """Many runtimes, one nursery. Start with ``await nursery.start(pool.run)`` or ``open_pool``.
 
     Sessions are placed on the live runtime with the fewest sessions in flight, never more than
-    ``max_sessions`` each. A runtime that dies is restarted with exponential backoff; its
-    in-flight sessions fail with TransportClosedError (retryable). A runtime holding abandoned
-    turns is recycled once idle.
+    ``max_sessions`` each. A runtime that dies is restarted with exponential backoff
+    (``backoff`` = (first delay, cap) in seconds); its in-flight sessions fail with
+    TransportClosedError (retryable). A runtime holding abandoned turns takes no new sessions
+    and is recycled (closed and started afresh, without backoff) once none of its sessions is
+    in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
+    gives up: ``run`` raises the last start error.
     """
 
     def __init__(
@@ -77,28 +87,34 @@ class RuntimePool:
         answerer: Any = None,
         audit: AuditLog | None = None,
         backoff: tuple[float, float] = (0.5, 15.0),
+        max_start_failures: int = 5,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"pool size must be an integer >= 1, not {size!r}")
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ValueError(f"max_sessions must be an integer >= 1, not {max_sessions!r}")
-        if isinstance(spec, RuntimeSpec):
-            base = spec
-            self._spec_for: SpecFactory = lambda i: base.evolve(name=f"{base.display_name}#{i}")
-        else:
-            self._spec_for = spec
+        if isinstance(max_start_failures, bool) or not isinstance(max_start_failures, int) or max_start_failures < 1:
+            raise ValueError(f"max_start_failures must be an integer >= 1, not {max_start_failures!r}")
+        first, cap = backoff
+        if not 0 <= first <= cap:
+            raise ValueError(f"backoff must be (first, cap) with 0 <= first <= cap, not {backoff!r}")
+        self._spec_for: SpecFactory = _same_spec(spec) if isinstance(spec, RuntimeSpec) else spec
         self.size = size
         self.max_sessions = max_sessions
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
         self.backoff = backoff
+        self.max_start_failures = max_start_failures
         self._slots = [_Slot(i) for i in range(size)]
         self._changed = trio.Event()
         self._closing = False
+        self._close_event = trio.Event()
+        self._running = False
+        self._stopped = trio.Event()
         self._restarts = 0
         self._recycled = 0
-        self._first_error: BaseException | None = None
+        self._last_error: OrchestraError | None = None
 
     # ---- service ---------------------------------------------------------------------
 
@@ -106,54 +122,83 @@ class RuntimePool:
         """Supervise every slot until ``aclose()``; started() once one runtime is ready.
 
         Raises:
-            OrchestraError: no runtime could be started at all (the first start error).
+            OrchestraError: no runtime could be started at all (the first start error, e.g.
+                RuntimeStartError), or later every slot failed ``max_start_failures`` starts
+                in a row (the last one). Raised bare, after every runtime was closed.
         """
-        async with trio.open_nursery() as nursery:
-            for slot in self._slots:
-                nursery.start_soon(self._supervise, slot)
-            while not any(s.usable for s in self._slots):
-                if self._first_error is not None and all(s.failures and not s.ready_once for s in self._slots):
-                    self._closing = True
-                    for slot in self._slots:
-                        slot.retire.set()
-                    raise self._first_error
-                await self._wait_changed()
-            task_status.started(self)
+        if self._running:
+            raise RuntimeError("RuntimePool.run() was already started")
+        self._running = True
+        failure: OrchestraError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                for slot in self._slots:
+                    nursery.start_soon(self._supervise, slot)
+                failure = await self._watch(task_status)
+                if failure is not None:
+                    self._begin_close()
+                    nursery.cancel_scope.cancel(reason="the runtime pool gave up")
+        finally:
+            self._closing = True
+            self._stopped.set()
+            self._notify()
+        if failure is not None:
+            raise failure
+
+    async def _watch(self, task_status: trio.TaskStatus[RuntimePool]) -> OrchestraError | None:
+        """started() once a runtime is usable; then until closing, watch for a pool that cannot start."""
+        started = False
+        while not self._closing:
+            if not started and any(s.usable for s in self._slots):
+                started = True
+                task_status.started(self)
+            if self._last_error is not None and not any(s.usable for s in self._slots):
+                limit = self.max_start_failures if started else 1
+                if all(s.failures >= (limit if s.ready_once else 1) for s in self._slots):
+                    return self._last_error
+            await self._wait_changed()
+        if not started:
+            return PoolClosedError("the runtime pool was closed before any runtime started")
+        return None
 
     async def _supervise(self, slot: _Slot) -> None:
         delay = self.backoff[0]
         while not self._closing:
             slot.starts += 1
             slot.retire = trio.Event()  # before starting, so aclose() can always reach it
+            crashed = True
             try:
                 async with open_runtime(
                     self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
                 ) as runtime:
                     slot.runtime = runtime
                     slot.ready_once = True
+                    slot.failures = 0
                     delay = self.backoff[0]
                     self._notify()
                     async with trio.open_nursery() as watch:
                         watch.start_soon(_set_when_closed, runtime, slot.retire)
                         await slot.retire.wait()
                         watch.cancel_scope.cancel()
-                    if runtime.alive and not self._closing:
+                    crashed = not runtime.alive
+                    if not crashed and not self._closing:
                         self._recycled += 1
                         log.info("recycling runtime %r (abandoned turns: %d)", runtime.name, len(runtime.abandoned))
                     # drain: nothing is in flight when retired for recycling or closing
             except OrchestraError as exc:
-                log.warning("runtime slot %d failed: %s", slot.index, exc)
+                log.warning("runtime slot %d failed to start: %s", slot.index, exc)
                 slot.failures += 1
-                if self._first_error is None:
-                    self._first_error = exc
+                self._last_error = exc
             finally:
                 slot.runtime = None
                 self._notify()
             if self._closing:
                 return
-            self._restarts += 1
-            await trio.sleep(delay)
-            delay = min(delay * 2, self.backoff[1])
+            if crashed:  # a crash or a failed start: back off; a recycle restarts at once
+                self._restarts += 1
+                with trio.move_on_after(delay):
+                    await self._close_event.wait()
+                delay = min(delay * 2, self.backoff[1])
 
     def _notify(self) -> None:
         self._changed.set()
@@ -170,14 +215,15 @@ class RuntimePool:
                 raise PoolClosedError("the runtime pool is closing")
             if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
-            candidates = [
-                s for s in self._slots
-                if s.usable and s.in_flight < self.max_sessions and (pinned is None or s.runtime is pinned)
-            ]
-            if candidates:
-                slot = min(candidates, key=lambda s: (s.in_flight, s.index))
-                slot.in_flight += 1
-                return slot
+            best: _Slot | None = None  # the fewest in flight; the lowest index among equals
+            for slot in self._slots:
+                if slot.in_flight < self.max_sessions and (best is None or slot.in_flight < best.in_flight) and (
+                    slot.usable and (pinned is None or slot.runtime is pinned)
+                ):
+                    best = slot
+            if best is not None:
+                best.in_flight += 1
+                return best
             await self._wait_changed()
 
     def _release(self, slot: _Slot, runtime: Runtime) -> None:
@@ -210,7 +256,26 @@ class RuntimePool:
         """
         async with self.lease() as runtime:
             session = await runtime.resume(session_id) if resume and session_id else runtime.session(session_id)
-            return await session.run(input)
+            try:
+                return await session.run(input)
+            finally:
+                if session_id is None:  # a session of its own, never used again: prune its state
+                    runtime.forget(session.id)
+
+    async def wait_live(self, count: int | None = None) -> None:
+        """Wait until ``count`` runtimes (default: all of them) are live and taking sessions.
+
+        Raises:
+            PoolClosedError: the pool closed first.
+        """
+        wanted = self.size if count is None else count
+        if not 1 <= wanted <= self.size:
+            raise ValueError(f"count must be between 1 and the pool size {self.size}, not {count!r}")
+        while sum(1 for s in self._slots if s.usable) < wanted:
+            if self._closing:
+                raise PoolClosedError("the runtime pool is closing")
+            await self._wait_changed()
+        await trio.lowlevel.checkpoint()
 
     def statistics(self) -> PoolStatistics:
         """Counts of live runtimes, sessions in flight, restarts and recycles."""
@@ -230,16 +295,27 @@ class RuntimePool:
 
     # ---- closing ---------------------------------------------------------------------
 
-    async def aclose(self, *, drain: bool = True) -> None:
-        """Stop taking work; with ``drain`` wait for sessions in flight, then close every runtime."""
+    def _begin_close(self) -> None:
         self._closing = True
+        self._close_event.set()
         self._notify()
+
+    async def aclose(self, *, drain: bool = True) -> None:
+        """Stop taking work and close every runtime; returns once every process was reaped.
+
+        With ``drain`` it first waits for the sessions in flight; without it they fail with
+        TransportClosedError as their runtimes close. Idempotent.
+        """
+        self._begin_close()
         if drain:
-            while any(s.in_flight for s in self._slots):
+            while any(s.in_flight for s in self._slots) and not self._stopped.is_set():
                 await self._wait_changed()
         for slot in self._slots:
             slot.retire.set()
-        await trio.lowlevel.checkpoint()
+        if self._running:
+            await self._stopped.wait()
+        else:
+            await trio.lowlevel.checkpoint()
 
 
 async def _set_when_closed(runtime: Runtime, event: trio.Event) -> None:
@@ -251,16 +327,28 @@ async def _set_when_closed(runtime: Runtime, event: trio.Event) -> None:
 
 @asynccontextmanager
 async def open_pool(spec: RuntimeSpec | SpecFactory, size: int = 2, **kwargs: Any) -> AsyncIterator[RuntimePool]:
-    """Start a pool, yield it once one runtime is ready, close it (draining) on exit.
+    """Start a pool, yield it once one runtime is ready, close it on exit.
+
+    On exit the pool stops taking work and closes every runtime (sessions still in flight,
+    e.g. of tasks the block started, fail with TransportClosedError); every process is reaped
+    before this returns.
 
     Raises:
-        ExceptionGroup: errors inside the block and the pool's own (use except*).
+        OrchestraError: no runtime could be started (raised bare, e.g. RuntimeStartError).
+        ExceptionGroup: errors inside the block, or the pool giving up later (use except*).
     """
     pool = RuntimePool(spec, size, **kwargs)
+    failure: OrchestraError | None = None
     async with trio.open_nursery() as nursery:
-        await nursery.start(pool.run)
         try:
-            yield pool
-        finally:
-            with trio.CancelScope(shield=True):
-                await pool.aclose(drain=False)
+            await nursery.start(pool.run)
+        except OrchestraError as exc:  # nothing started: raised outside the nursery, bare
+            failure = exc
+        else:
+            try:
+                yield pool
+            finally:
+                with trio.CancelScope(shield=True):
+                    await pool.aclose(drain=False)
+    if failure is not None:
+        raise failure

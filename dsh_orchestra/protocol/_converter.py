@@ -70,7 +70,13 @@ def _block_hooks(conv: cattrs.Converter) -> None:
             return conv.structure(raw, ImageBlock)
         return UnknownBlock(type=kind, raw=dict(raw))
 
+    def structure_unknown(raw: Any, _: Any) -> UnknownBlock:  # the twin of the hook below
+        if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+            raise TypeError("a content block must be an object with a string 'type'")
+        return UnknownBlock(type=raw["type"], raw=dict(raw))
+
     conv.register_structure_hook_func(lambda t: t == ContentBlock, structure_block)
+    conv.register_structure_hook(UnknownBlock, structure_unknown)
     conv.register_unstructure_hook(UnknownBlock, lambda block: dict(block.raw))
 
 
@@ -82,8 +88,8 @@ def _event_hooks(conv: cattrs.Converter) -> None:
         if not isinstance(kind, str):
             raise TypeError("a session event needs a string 'type'")
         cls = EVENT_CLASSES.get(kind, UnknownEvent)
-        result: SessionEvent = conv.structure(raw, cls)
-        return result
+        result: Any = conv.structure(raw, cls)  # one member of the SessionEvent union
+        return result  # type: ignore[no-any-return]
 
     conv.register_structure_hook_func(lambda t: t == SessionEvent, structure_event)
 
@@ -113,7 +119,11 @@ def make_converter(*, forbid_extra_keys: bool = False) -> cattrs.Converter:
             return out
         return structure_list
 
-    conv.register_structure_hook_factory(lambda t: get_origin(t) is list, list_factory)
+    def is_list(target: Any) -> bool:
+        origin: Any = get_origin(target)
+        return origin is list
+
+    conv.register_structure_hook_factory(is_list, list_factory)
 
     def renames(cls: type, *, unstructure: bool) -> dict[str, Any]:
         out = {}
@@ -130,12 +140,19 @@ def make_converter(*, forbid_extra_keys: bool = False) -> cattrs.Converter:
         )
 
     def structure_factory(cls: type) -> Any:
-        return make_dict_structure_fn(
+        generated: Callable[[Any, Any], Any] = make_dict_structure_fn(
             cls,
             conv,
             _cattrs_forbid_extra_keys=forbid_extra_keys,
             **renames(cls, unstructure=False),
         )
+
+        def structure_object(raw: Any, target: Any) -> Any:
+            if not isinstance(raw, dict):  # else cattrs fails with "string indices must be..."
+                raise TypeError(f"expected an object, not {type(raw).__name__}")
+            return generated(raw, target)
+
+        return structure_object
 
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
     conv.register_structure_hook_factory(attrs.has, structure_factory)

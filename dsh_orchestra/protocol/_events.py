@@ -223,7 +223,7 @@ class LlmRetryData:
     mode: str | None = None
     policy_key: str | None = None
     max_retries: int | None = None
-    delay_ms: int | None = None
+    delay_ms: float | None = None  # the runtime sends a jittered float (transcript 04)
     failure: LlmFailure | None = None
 
 

@@ -35,6 +35,9 @@ log = logging.getLogger("dsh_orchestra.runtime")
 
 Handler = Callable[[Any], Any]
 
+EOF_AFTER_EXIT = 0.5
+"""Seconds the reader gets to drain stdout after the process exited, before waiters fail."""
+
 
 def redact(text: str, secrets: list[str]) -> str:
     """Replace every secret value in ``text`` with ``***``."""
@@ -52,9 +55,9 @@ class StderrTail:
         self._partial = b""
         self._max_line_bytes = max_line_bytes
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Add a chunk of stderr output."""
-        data = self._partial + data
+        data = self._partial + bytes(data)
         *lines, self._partial = data.split(b"\n")
         self._partial = self._partial[-self._max_line_bytes :]
         for line in lines:
@@ -148,6 +151,7 @@ class RuntimeActor:
             self._stopped.set()
 
     async def _run_once(self, task_status: trio.TaskStatus[RuntimeActor]) -> None:
+        failure: str | None = None
         async with AsyncExitStack() as stack:
             if self.spec.connect is not None:
                 stream = await stack.enter_async_context(self.spec.connect())
@@ -157,17 +161,29 @@ class RuntimeActor:
                 connection = Connection(stream, name=f"runtime {self.name!r}", lost_hook=self._lost)
                 for method, (handler, params_type) in self._handlers.items():
                     connection.register(method, handler, params_type)
-                for sink in self._sinks:
-                    connection.add_sink(sink)
                 await nursery.start(connection.run)
-                await self._handshake(connection)
-                self.connection = connection
-                log.info("runtime %r ready (pid %s)", self.name, self.pid)
-                task_status.started(self)
-                nursery.start_soon(self._watch, connection)
-                await self._close_requested.wait()
-                await self._shutdown(connection)
-                nursery.cancel_scope.cancel(reason="runtime closed")
+                if self.process is not None:
+                    nursery.start_soon(self._watch_process, connection, self.process)
+                failure = await self._handshake(connection)
+                if failure is not None:
+                    connection.close("handshake failed")
+                    nursery.cancel_scope.cancel(reason="handshake failed")
+                else:
+                    # Sinks join only once greeted: closing a failed attempt's connection would
+                    # fail them for good (and the runtime sends nothing before a client request).
+                    for sink in self._sinks:
+                        connection.add_sink(sink)
+                    self.connection = connection
+                    log.info("runtime %r ready (pid %s)", self.name, self.pid)
+                    task_status.started(self)
+                    nursery.start_soon(self._watch, connection)
+                    await self._close_requested.wait()
+                    await self._shutdown(connection)
+                    nursery.cancel_scope.cancel(reason="runtime closed")
+        if failure is not None:
+            # Raised here, outside the nurseries (so callers get it bare, not in an
+            # ExceptionGroup) and after the reap (so the tail holds the process's last words).
+            raise RuntimeStartError(self.name, self.spec.profile, failure, self._tail())
 
     async def _spawn(self, stack: AsyncExitStack) -> trio.abc.Stream:
         spec = self.spec
@@ -206,7 +222,8 @@ class RuntimeActor:
             finally:
                 self._stderr_done.set()
 
-    async def _handshake(self, connection: Connection) -> None:
+    async def _handshake(self, connection: Connection) -> str | None:
+        """Send ``initialize``; None when greeted, else why not (secrets redacted)."""
         params = self.spec.initialize_params(
             approval_requests=self.approval_requests, user_questions=self.user_questions
         )
@@ -219,15 +236,19 @@ class RuntimeActor:
         except JsonRpcResponseError as exc:
             reason = f"initialize was rejected: {exc.message}"
         except TransportClosedError as exc:
-            reason = f"the runtime went away during initialize: {exc.reason}"
-            if exc.returncode is not None:
-                reason += f" (exit status {exc.returncode})"
+            reason = "the runtime went away during initialize"
+            returncode = exc.returncode
+            if returncode is None and self.process is not None:  # a failed write: see it exit
+                with trio.move_on_after(self.spec.exit_wait):
+                    await self.process.wait()
+                returncode = self.process.returncode
+            if returncode is not None:
+                reason += f" (exit status {returncode})"
         except SdkProtocolError as exc:
             reason = f"initialize answered outside the protocol: {exc}"
         else:
-            return
-        connection.close("handshake failed")
-        raise RuntimeStartError(self.name, self.spec.profile, redact(reason, self.spec.secrets()), self._tail())
+            return None
+        return redact(reason, self.spec.secrets())
 
     async def _watch(self, connection: Connection) -> None:
         """When the connection ends on its own (crash, EOF), stop the actor."""
@@ -236,6 +257,20 @@ class RuntimeActor:
             self.exit_error = connection.closed_error
             log.warning("runtime %r went away: %s", self.name, connection.closed_error)
             self._close_requested.set()
+
+    async def _watch_process(self, connection: Connection, process: trio.Process) -> None:
+        """Fail the connection when the process exits but its stdout never ends.
+
+        Usually end of file follows the exit at once and the reader notices first. A child
+        the runtime started (a tool, a shell) may still hold the pipe open, though, and then
+        no waiter would ever wake.
+        """
+        await process.wait()
+        with trio.move_on_after(EOF_AFTER_EXIT):
+            await connection.wait_closed()
+        if not connection.closed:
+            log.warning("runtime %r exited but its stdout is still open (held by a child)", self.name)
+            connection.fail(await self._lost("exited"))
 
     async def _lost(self, reason: str) -> TransportClosedError:
         """Build the error every waiter gets when the stream ends: exit status and stderr."""
@@ -293,6 +328,8 @@ class RuntimeActor:
                 if process.returncode is not None:
                     break
             _signal_group(process, signal.SIGKILL)  # leave nothing of its group behind
+            with trio.move_on_after(0.5):  # the drain may still hold the last words unread
+                await self._stderr_done.wait()
             for stream in (process.stdout, process.stderr):
                 if stream is not None:
                     try:

@@ -12,6 +12,7 @@ from ._session import (
     content_blocks as content_blocks,
 )
 from ._turn import (
+    EventLog as EventLog,
     SubagentResult as SubagentResult,
     TurnCollector as TurnCollector,
     TurnResult as TurnResult,
@@ -19,6 +20,7 @@ from ._turn import (
 
 __all__ = [
     "CommandResult",
+    "EventLog",
     "PromptInput",
     "Runtime",
     "Session",

@@ -7,7 +7,7 @@ holds it. Must not know about pools or workflows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from ..protocol import SUBAGENT_FINISHED, SUBAGENT_STARTED, TransportClosedError
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -15,12 +15,24 @@ from ..transport import DEFAULT_CAPACITY, Notification, Subscription
 MAX_DEPTH = 64
 
 
+class Target(Protocol):
+    """What the router delivers to: a Subscription, or any object with these two methods.
+
+    ``push`` runs in the connection's reader, in wire order: it must not block or raise.
+    """
+
+    def push(self, notification: Notification) -> None: ...
+
+    def fail(self, error: TransportClosedError) -> None: ...
+
+
 class SessionRouter:
     """Routes a runtime's notifications to the session trees that hold them."""
 
     def __init__(self) -> None:
         self.parents: dict[str, str] = {}
-        self._subscriptions: dict[str, list[Subscription]] = {}
+        self._children: dict[str, list[str]] = {}  # parent -> children, to prune with forget()
+        self._subscriptions: dict[str, list[Target]] = {}
         self._error: TransportClosedError | None = None
 
     def subscribe(self, root: str, *, name: str | None = None, capacity: int = DEFAULT_CAPACITY) -> Subscription:
@@ -32,8 +44,20 @@ class SessionRouter:
         self._subscriptions.setdefault(root, []).append(subscription)
         return subscription
 
+    def attach(self, root: str, target: Target) -> Callable[[], None]:
+        """Deliver ``root``'s tree to ``target`` directly (no buffer); returns the detacher.
+
+        For consumers that keep up by construction, such as a run's turn collector.
+        """
+        if self._error is not None:
+            target.fail(self._error)
+        else:
+            self._subscriptions.setdefault(root, []).append(target)
+        remove = self._remover(root)
+        return lambda: remove(target)
+
     def _remover(self, root: str) -> Any:
-        def remove(subscription: Subscription) -> None:
+        def remove(subscription: Target) -> None:
             subscriptions = self._subscriptions.get(root)
             if subscriptions and subscription in subscriptions:
                 subscriptions.remove(subscription)
@@ -58,7 +82,9 @@ class SessionRouter:
             parent = params.get("parentSessionId")
             child = params.get("childSessionId")
             if method == SUBAGENT_STARTED and isinstance(parent, str) and isinstance(child, str) and parent and child and parent != child:
-                self.parents.setdefault(child, parent)
+                if child not in self.parents:
+                    self.parents[child] = parent
+                    self._children.setdefault(parent, []).append(child)
             start = parent
             extra = child
         else:
@@ -79,6 +105,23 @@ class SessionRouter:
         if extra is not None and extra in subscriptions and extra != start:
             for subscription in tuple(subscriptions[extra]):
                 subscription.push(notification)
+
+    def forget(self, root: str) -> set[str]:
+        """Drop the recorded edges of ``root``'s tree and return the descendants dropped.
+
+        For callers done with a settled session for good (a batch item): without it the
+        edge map grows by one entry per subagent for the runtime's whole life. Events of a
+        forgotten descendant are no longer attributed to ``root``.
+        """
+        dropped: set[str] = set()
+        pending = [root]
+        while pending:
+            for child in self._children.pop(pending.pop(), ()):
+                if child not in dropped:
+                    dropped.add(child)
+                    self.parents.pop(child, None)
+                    pending.append(child)
+        return dropped
 
     def fail(self, error: TransportClosedError) -> None:
         """The connection closed: every subscription drains, then raises ``error``."""

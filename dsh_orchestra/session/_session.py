@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import attrs
 import trio
 
+from .._tracing import observed_turn
 from ..protocol import (
     SESSION_PROMPT,
     SESSION_QUERY,
@@ -24,10 +25,12 @@ from ..protocol import (
     PromptResult,
     QueryResult,
     SdkProtocolError,
+    SubscriberOverflowError,
+    TransportClosedError,
     WorkingDirectoryResult,
     unstructure,
 )
-from ..transport import DEFAULT_CAPACITY, Subscription
+from ..transport import DEFAULT_CAPACITY, Notification, Subscription
 from ._turn import TurnCollector, TurnResult
 
 if TYPE_CHECKING:
@@ -154,8 +157,13 @@ class Session:
         """
         return self.runtime.router.subscribe(self.id, capacity=capacity)
 
+    @observed_turn
     async def run(self, input: PromptInput, *, capacity: int = DEFAULT_CAPACITY) -> TurnResult:
         """Send one prompt and wait (session/wait) until the session tree has settled.
+
+        The session tree's notifications go straight from the connection's reader into the
+        turn collector (only those before the prompt's response, at most ``capacity``, wait
+        in a buffer), so a run holds its events once, compactly, however long it takes.
 
         Raises:
             TransportClosedError: the runtime went away before the turn settled.
@@ -167,19 +175,23 @@ class Session:
         """
         self._check()
         start = trio.current_time()
-        with self.events(capacity=capacity) as events:
-            try:
-                message_id = await self.prompt(input)
-                collector = TurnCollector(self.id, message_id)
-                await self.wait()
-            except trio.Cancelled:
-                self.runtime.abandon(self.id)
-                raise
-            _drain(events, collector)
+        feed = _Feed(self.id, capacity)
+        detach = self.runtime.router.attach(self.id, feed)
+        try:
+            message_id = await self.prompt(input)
+            feed.start(message_id)
+            await self.wait()
+        except trio.Cancelled:
+            self.runtime.abandon(self.id)
+            raise
+        finally:
+            detach()
+        collector = feed.collector()
         duration = trio.current_time() - start
         approvals = self.runtime.decisions_for(collector, start)
         return collector.result(duration=duration, approvals=approvals)
 
+    @observed_turn
     async def run_query(self, input: PromptInput) -> TurnResult | CommandResult:
         """session/query, then settle: a TurnResult for ordinary input, a CommandResult
         (from ``session.query.completed``) for a recognised command."""
@@ -213,6 +225,63 @@ class Session:
                         finish_reason=finish if isinstance(finish, str) else None,
                         execution=result.execution,
                     )
+
+
+class _Feed:
+    """A run's router target: buffers until the message id is known, then feeds the collector.
+
+    It runs in the connection's reader, so it never raises: a protocol error is kept and
+    raised by ``collector()`` once the wait returned.
+    """
+
+    def __init__(self, session_id: str, capacity: int) -> None:
+        self._session_id = session_id
+        self._capacity = capacity
+        self._collector: TurnCollector | None = None
+        self._pending: list[Notification] = []
+        self._error: Exception | None = None
+
+    def push(self, notification: Notification) -> None:
+        if self._error is not None:
+            return
+        if self._collector is None:
+            if len(self._pending) >= self._capacity:
+                self._error = SubscriberOverflowError(f"run of session {self._session_id!r}", self._capacity)
+                self._pending.clear()
+            else:
+                self._pending.append(notification)
+            return
+        try:
+            self._collector.feed(notification)
+        except SdkProtocolError as exc:
+            self._error = exc
+        except Exception as exc:  # noqa: BLE001 (converted: a sink must never break the reader)
+            error = SdkProtocolError(f"malformed {notification.method!r} for session {self._session_id!r}: {exc!r}",
+                                     method=notification.method)
+            error.__cause__ = exc
+            self._error = error
+
+    def fail(self, error: TransportClosedError) -> None:
+        """Nothing to do: the run's own request raises the connection's error."""
+
+    def start(self, message_id: str) -> None:
+        """The prompt was answered: collect from its receipt on (buffered ones first)."""
+        self._collector = TurnCollector(self._session_id, message_id)
+        pending, self._pending = self._pending, []
+        for notification in pending:
+            self.push(notification)
+
+    def collector(self) -> TurnCollector:
+        """The fed collector.
+
+        Raises:
+            SdkProtocolError: the runtime sent a malformed event for this session.
+            SubscriberOverflowError: more than ``capacity`` notifications preceded the receipt.
+        """
+        if self._error is not None:
+            raise self._error
+        assert self._collector is not None
+        return self._collector
 
 
 def _drain(events: Subscription, collector: TurnCollector) -> None:

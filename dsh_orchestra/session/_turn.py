@@ -7,9 +7,11 @@ unit-tested on recorded transcripts without processes.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 import attrs
+import orjson
 
 from ..protocol import (
     SESSION_EVENT,
@@ -27,6 +29,80 @@ from ..protocol import (
 from ..transport import Notification
 
 JsonObject = dict[str, Any]
+
+_loads = orjson.loads
+
+
+def _dumps(event: JsonObject) -> bytes:
+    """Compact JSON of ``event`` in a bytes object of exactly its size.
+
+    ``orjson.dumps`` returns its (kilobytes large) working buffer; slicing off the appended
+    newline copies the result into a right-sized object: 10x less memory, and faster.
+    """
+    return orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)[:-1]
+
+
+class EventLog(Sequence[JsonObject]):
+    """A turn's root events, kept as compact JSON and decoded on each access.
+
+    A settled TurnResult thus holds about a fifth of the memory of decoded dicts (that matters
+    with hundreds of sessions in flight) and is truly immutable: every access returns fresh
+    objects. ``raw`` gives the JSON bytes, to write results out without decoding them. When
+    indexing the same log many times, decode it once with ``list(result.events)``.
+    """
+
+    __slots__ = ("_lines",)
+
+    def __init__(self, events: Iterable[JsonObject] = ()) -> None:
+        self._lines: tuple[bytes, ...] = tuple(_dumps(event) for event in events)
+
+    @classmethod
+    def from_json(cls, lines: Iterable[bytes]) -> EventLog:
+        """A log of already encoded events (one JSON object per item, no newline)."""
+        log = cls.__new__(cls)
+        log._lines = tuple(lines)
+        return log
+
+    @property
+    def raw(self) -> tuple[bytes, ...]:
+        """Each event as compact JSON bytes."""
+        return self._lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, index: int) -> JsonObject: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> EventLog: ...
+
+    def __getitem__(self, index: int | slice) -> JsonObject | EventLog:
+        if isinstance(index, slice):
+            return EventLog.from_json(self._lines[index])
+        event: JsonObject = _loads(self._lines[index])
+        return event
+
+    def __iter__(self) -> Iterator[JsonObject]:
+        for line in self._lines:
+            yield _loads(line)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventLog):
+            return self._lines == other._lines
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._lines)
+
+    def __repr__(self) -> str:
+        return f"EventLog({list(self)!r})"
+
+
+def _event_log(value: Iterable[JsonObject]) -> EventLog:
+    return value if isinstance(value, EventLog) else EventLog(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,8 +123,9 @@ class SubagentResult:
 class TurnResult:
     """Everything one prompt produced, up to the session/wait that settled it.
 
-    ``events`` are the root session's event objects (raw wire JSON) of the turns this prompt
-    owns; ``notifications`` are the descendants' notifications of the interval.
+    ``events`` are the root session's event objects (raw wire JSON, an :class:`EventLog`) of
+    the turns this prompt owns, from its receipt on; ``notifications`` are the descendants'
+    notifications of the interval.
     A model failure is ``finish_reason == "error"`` with ``error`` set, not an exception.
     """
 
@@ -57,7 +134,7 @@ class TurnResult:
     final_response: str
     finish_reason: str | None
     error: LlmFailure | None
-    events: tuple[JsonObject, ...]
+    events: EventLog = attrs.field(converter=_event_log)
     notifications: tuple[Notification, ...]
     subagents: tuple[SubagentResult, ...]
     duration: float
@@ -129,10 +206,13 @@ class TurnCollector:
         self.session_id = session_id
         self.message_id = message_id
         self._receipt_seen = False
-        self._prelude: list[JsonObject] | None = None  # see _prelude_event
-        self._events: list[JsonObject] = []
+        # Root events are kept encoded (EventLog): decoded dicts of hundreds of sessions in
+        # flight would dominate the client's memory.
+        self._prelude: list[bytes] | None = None  # see _prelude_event
+        self._events: list[bytes] = []
         self._notifications: list[Notification] = []
-        self._turn_events: list[JsonObject] | None = None  # events of the open turn
+        self._turn_events: list[bytes] | None = None  # events of the open turn
+        self._turn_assistant: JsonObject | None = None  # its last assistant/message
         self._turn_owned: bool | None = None
         self._last_owned = False
         self._owned_turns: list[int] = []
@@ -168,7 +248,7 @@ class TurnCollector:
                 if not is_receipt(event, self.message_id):
                     return
                 self._receipt_seen = True
-                self._events.append(event)
+                self._events.append(_dumps(event))
                 self._prelude = []
                 return
             if self._prelude is not None:
@@ -214,19 +294,22 @@ class TurnCollector:
             self._prelude = None
             self._root_event(event)
         else:
-            self._prelude.append(event)
+            self._prelude.append(_dumps(event))
 
     def _root_event(self, event: JsonObject) -> None:
         kind = event["type"]
         if kind == "turn/start":
             self._turn_events = []
             self._turn_owned = None
+            self._turn_assistant = None
         if self._turn_events is None:  # between turns: splices, status, plugin bookkeeping
             if self._last_owned or not self._owned_turns:
-                self._events.append(event)
+                self._events.append(_dumps(event))
             return
-        self._turn_events.append(event)
-        if kind == "user/message" and self._turn_owned is not True:
+        self._turn_events.append(_dumps(event))
+        if kind == "assistant/message":
+            self._turn_assistant = event
+        elif kind == "user/message" and self._turn_owned is not True:
             prompt = _prompt_id(event)
             if prompt == self.message_id:
                 self._settle_ownership(True)
@@ -241,14 +324,13 @@ class TurnCollector:
                 self._owned_turns.append(data.turn)
                 self._finish = data.reason.kind
                 self._error = data.reason.error
-                for candidate in reversed(self._turn_events):
-                    if candidate["type"] == "assistant/message":
-                        message: AssistantMessageData = _data(candidate, AssistantMessageData, "assistant/message")
-                        self._final = text_of(message.message.content)
-                        break
+                if self._turn_assistant is not None:
+                    message: AssistantMessageData = _data(self._turn_assistant, AssistantMessageData, "assistant/message")
+                    self._final = text_of(message.message.content)
             self._last_owned = bool(self._turn_owned)
             self._turn_events = None
             self._turn_owned = None
+            self._turn_assistant = None
 
     def _settle_ownership(self, owned: bool) -> None:
         self._turn_owned = owned
@@ -295,7 +377,7 @@ class TurnCollector:
             final_response=self._final,
             finish_reason=self._finish,
             error=self._error,
-            events=tuple(events),
+            events=EventLog.from_json(events),
             notifications=tuple(self._notifications),
             subagents=tuple(self._subagents),
             duration=duration,

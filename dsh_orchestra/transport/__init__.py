@@ -6,6 +6,7 @@ Knows nothing about what methods mean.
 from ._connection import (
     Connection as Connection,
     ConnectionStatistics as ConnectionStatistics,
+    NoReply as NoReply,
     RpcError as RpcError,
 )
 from ._subscription import (
@@ -19,6 +20,7 @@ __all__ = [
     "Connection",
     "ConnectionStatistics",
     "DEFAULT_CAPACITY",
+    "NoReply",
     "Notification",
     "NotificationFilter",
     "RpcError",

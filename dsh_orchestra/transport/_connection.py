@@ -35,6 +35,7 @@ from ..protocol import (
     structure,
     unstructure,
 )
+from ._pipes import RECEIVE_SIZE as RECEIVE_SIZE, byte_io
 from ._subscription import DEFAULT_CAPACITY, Notification, NotificationFilter, Subscription
 
 log = logging.getLogger("dsh_orchestra.transport")
@@ -44,7 +45,9 @@ Handler = Callable[[Any], Awaitable[Any]]
 Sink = Callable[[Notification], None]
 LostHook = Callable[[str], Awaitable[TransportClosedError]]
 
-RECEIVE_SIZE = 256 * 1024
+
+class NoReply(Exception):
+    """Raise from a request handler to send no response at all (the peer stopped waiting)."""
 
 
 class RpcError(OrchestraError):
@@ -71,12 +74,37 @@ class ConnectionStatistics:
 
 
 class _Pending:
-    __slots__ = ("method", "done", "reply")
+    """One request waiting for its response: a one-shot wake-up, cheaper than trio.Event."""
+
+    __slots__ = ("method", "reply", "woken", "_task")
 
     def __init__(self, method: str) -> None:
         self.method = method
-        self.done = trio.Event()
-        self.reply: dict[str, Any] | None = None
+        self.reply: dict[str, Any] | None = None  # None when woken without one (closed)
+        self.woken = False
+        self._task: trio.lowlevel.Task | None = None
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        """Settle with ``reply`` (first call wins) and wake the waiter."""
+        if self.woken:
+            return
+        self.woken = True
+        self.reply = reply
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Wait until woken; a checkpoint either way."""
+        if self.woken:
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _is_unknown_method(error_message: str) -> bool:
@@ -88,6 +116,9 @@ class Connection:
 
     Start it with ``await nursery.start(connection.run)``. ``close()`` fails every pending
     request with TransportClosedError and detaches from the stream without closing it.
+
+    Process pipes (``trio.lowlevel.FdStream``, alone or in a StapledStream) are read and
+    written through their descriptors directly; see ``_pipes``.
     """
 
     def __init__(
@@ -100,13 +131,15 @@ class Connection:
     ) -> None:
         self.name = name
         self._stream = stream
+        self._receiver, self._sender = byte_io(stream, RECEIVE_SIZE)
         self._framer = LineFramer(max_frame_size=max_frame_size)
         self._lost_hook = lost_hook
         self._ids = itertools.count(1)
         self._pending: dict[Any, _Pending] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
-        self._send_lock = trio.StrictFIFOLock()
+        self._writing = False  # a writer holds the stream; the others queue in _write_queue
+        self._write_queue = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
         self._cancel_scope: trio.CancelScope | None = None
         self._closed_error: TransportClosedError | None = None
@@ -184,12 +217,12 @@ class Connection:
         self._closed_error = error
         self._closed_event.set()
         for pending in self._pending.values():
-            pending.done.set()
+            pending.wake()
         for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
             fail = getattr(getattr(sink, "__self__", None), "fail", None)
             if callable(fail):
                 fail(error)
-        self._sinks.clear()
+        self._sinks = []
 
     def _copy_error(self) -> TransportClosedError:
         error = self._closed_error
@@ -202,44 +235,45 @@ class Connection:
 
     async def _read_loop(self) -> str:
         framer = self._framer
-        receive = self._stream.receive_some
+        receive = self._receiver.receive
         pending = self._pending
-        sinks = self._sinks
         while True:
             try:
-                data = await receive(RECEIVE_SIZE)
+                data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 return f"stream broke: {exc}"
             if not data:
                 framer.receive_data(b"")
                 return "closed its stream"
-            framer.receive_data(data)
             try:
-                frames = framer.frames()
+                frames = framer.feed(data)
             except SdkProtocolError as exc:
                 log.error("protocol violation from %s: %s", self.name, exc)
                 return f"sent an oversized frame: {exc}"
             self._frames_received += len(frames)
-            for frame in frames:
+            notifications = 0
+            for frame in frames:  # in wire order; nothing here waits
                 method = frame.get("method")
                 request_id = frame.get("id")
-                has_id = isinstance(request_id, (str, int)) and request_id is not True and request_id is not False
+                id_kind = type(request_id)  # exact types: orjson makes no subclasses
                 if type(method) is str:
-                    if has_id:
+                    if id_kind is str or id_kind is int:  # bool is not an id
                         self._dispatch_request(request_id, method, frame.get("params"))
                         continue
                     params = frame.get("params")
                     notification = Notification(method, params if type(params) is dict else {})
-                    self._notifications += 1
-                    for sink in sinks:
+                    notifications += 1
+                    # self._sinks is replaced, never mutated: a sink that removes itself
+                    # (an overflowing subscription) does not make this loop skip the next one
+                    for sink in self._sinks:
                         sink(notification)
-                elif has_id:
+                elif id_kind is str or id_kind is int:
                     waiter = pending.get(request_id)
-                    if waiter is not None and waiter.reply is None:
-                        waiter.reply = frame
-                        waiter.done.set()
+                    if waiter is not None:
+                        waiter.wake(frame)
                 else:
                     framer.ignored += 1
+            self._notifications += notifications
 
     def _dispatch_request(self, request_id: Any, method: str, params: Any) -> None:
         assert self._nursery is not None
@@ -249,6 +283,7 @@ class Connection:
     async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
         try:
             entry = self._handlers.get(method)
+            reply: dict[str, Any] | None
             if entry is None:
                 reply = error_frame(request_id, METHOD_NOT_FOUND, f"method not found: {method}")
             else:
@@ -270,6 +305,8 @@ class Connection:
             return error_frame(request_id, INVALID_PARAMS, str(exc))
         try:
             result = await handler(value)
+        except NoReply:
+            return None
         except RpcError as exc:
             return error_frame(request_id, exc.code, exc.message, exc.data)
         except Exception as exc:  # noqa: BLE001 (converted to a -32603 answer)
@@ -282,20 +319,46 @@ class Connection:
     # ---- writing ---------------------------------------------------------------------
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        data = encode_frame(frame)
-        async with self._send_lock:
+        await self._write(encode_frame(frame))
+        self._frames_sent += 1
+
+    async def _write(self, data: bytes) -> None:
+        """Write ``data`` whole, one writer at a time.
+
+        Not a schedule point when the lock is free and the pipe has room (the callers that
+        must be one add their own). A write cancelled half-way leaves a torn frame on the
+        wire, after which nothing can be framed reliably: the connection fails.
+        """
+        # A FIFO lock without trio.StrictFIFOLock's bookkeeping (owner tracking, parking-lot
+        # breakers), which costs more than the write itself on this path. The releasing
+        # writer hands the stream straight to the first queued one.
+        if self._writing:
+            await self._write_queue.park()  # FIFO behind the current writer; now ours
+        else:
+            self._writing = True  # uncontended: no extra trip through the scheduler
+        try:
             if self._closed_error is not None:
                 raise self._copy_error()
             try:
-                await self._stream.send_all(data)
+                await self._sender.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise TransportClosedError(f"cannot write to {self.name}: {exc}") from exc
-            self._frames_sent += 1
+            except BaseException:
+                if self._sender.torn:
+                    self.fail(TransportClosedError(
+                        f"a cancelled write left a partial frame on the wire to {self.name}"
+                    ))
+                raise
+        finally:
+            if self._write_queue:
+                self._write_queue.unpark()  # hand over; _writing stays True
+            else:
+                self._writing = False
 
     async def send_raw(self, data: bytes) -> None:
         """Write raw bytes (for fault injection in tests and simulators)."""
-        async with self._send_lock:
-            await self._stream.send_all(data)
+        await trio.lowlevel.checkpoint()
+        await self._write(data)
 
     async def request(self, method: str, params: Any = None, result_type: type[T] | None = None) -> Any:
         """Send a request and wait for its response.
@@ -309,16 +372,21 @@ class Connection:
             TransportClosedError: the connection closed before the response arrived.
             SdkProtocolError: the result does not fit ``result_type``.
 
-        Cancellation: the pending entry is dropped; a late response is ignored.
+        Cancellation: the pending entry is dropped; a late response is ignored. Only if the
+        cancellation lands while the request is half-written (the peer stopped reading and
+        the pipe is full) does the connection fail, since a torn frame cannot be repaired.
         """
         if self._closed_error is not None:
             raise self._copy_error()
+        await trio.lowlevel.checkpoint_if_cancelled()  # the wait below is the schedule point
         request_id = next(self._ids)
+        wire = unstructure(params) if params is not None else None
+        data = encode_frame(request_frame(request_id, method, wire))
         pending = self._pending[request_id] = _Pending(method)
         try:
-            wire = unstructure(params) if params is not None else None
-            await self._send(request_frame(request_id, method, wire))
-            await pending.done.wait()
+            await self._write(data)
+            self._frames_sent += 1
+            await pending.wait()
         finally:
             del self._pending[request_id]
         reply = pending.reply
@@ -329,7 +397,7 @@ class Connection:
                 returncode=error.returncode,
                 stderr_tail=error.stderr_tail,
             ) from error
-        failure = error_of(reply)
+        failure = error_of(reply) if "error" in reply else None
         if failure is not None:
             cls = MethodNotSupportedError if _is_unknown_method(failure.message) or failure.code == METHOD_NOT_FOUND else JsonRpcResponseError
             raise cls(method, failure.code, failure.message, failure.data)
@@ -341,6 +409,7 @@ class Connection:
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply)."""
         wire = unstructure(params) if params is not None else None
+        await trio.lowlevel.checkpoint()
         await self._send(notification_frame(method, wire))
 
     # ---- registration ----------------------------------------------------------------
@@ -362,14 +431,11 @@ class Connection:
         When ``sink`` is a bound method whose object has ``fail(error)``, that is called
         with the TransportClosedError when the connection closes.
         """
-        self._sinks.append(sink)
+        self._sinks = [*self._sinks, sink]
 
     def remove_sink(self, sink: Sink) -> None:
         """Stop calling ``sink``."""
-        try:
-            self._sinks.remove(sink)
-        except ValueError:
-            pass
+        self._sinks = [other for other in self._sinks if other != sink]
 
     def subscribe(
         self,
@@ -383,7 +449,7 @@ class Connection:
         if self._closed_error is not None:
             subscription.fail(self._copy_error())
         else:
-            self._sinks.append(subscription.push)
+            self.add_sink(subscription.push)
         return subscription
 
     def _unsubscribe(self, subscription: Subscription) -> None:

@@ -35,6 +35,9 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
     connection goes away, buffered notifications are still delivered, then the error is raised.
     """
 
+    SCHEDULE_EVERY = 256
+    """``receive()`` lets other tasks run at least once per this many items (see there)."""
+
     def __init__(
         self,
         name: str,
@@ -51,6 +54,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._on_close = on_close
         self._items: deque[Notification] = deque()
         self._waiter: trio.Event | None = None
+        self._served = 0  # items returned since receive() last let other tasks run
         self._error: BaseException | None = None
         self._closed = False
 
@@ -95,31 +99,60 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
     async def receive(self) -> Notification:
         """Wait for the next notification.
 
+        Always a cancel point. A schedule point when it has to wait, and otherwise once
+        every ``SCHEDULE_EVERY`` notifications: a consumer draining a full buffer one item at
+        a time then costs one trip through the scheduler per batch, not per item, so it keeps
+        pace with the reader (which delivers a whole pipe read, a hundred or more
+        notifications, per trip) instead of letting the buffer, and the garbage collector's
+        work, grow (docs/benchmarks.md, W1).
+
         Raises:
             SubscriberOverflowError: this subscription fell behind and was dropped.
             TransportClosedError: the connection went away (after the buffer drained).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        items = self._items
+        if items and not self._closed:
+            item = items.popleft()
+            self._served += 1
+            if self._served >= self.SCHEDULE_EVERY:
+                self._served = 0
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return item
         while True:
             try:
                 item = self.receive_nowait()
             except trio.WouldBlock:
-                self._waiter = waiter = trio.Event()
-                await waiter.wait()
+                if self._waiter is None:  # shared by every task waiting on this subscription
+                    self._waiter = trio.Event()
+                await self._waiter.wait()  # the schedule point
                 continue
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            self._served = 0
             return item
 
     async def receive_batch(self, max_items: int | None = None) -> list[Notification]:
-        """Wait for at least one notification and return all buffered (up to ``max_items``)."""
-        first = await self.receive()
-        out = [first]
+        """Wait for at least one notification and return all buffered (up to ``max_items``).
+
+        Always a checkpoint (one trip through the scheduler per batch).
+        """
+        if max_items is not None and max_items < 1:
+            raise ValueError(f"max_items must be >= 1, not {max_items!r}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._items and not self._closed:
+            out = self._take(max_items)
+            self._served = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return out
+        first = await self.receive()  # it has to wait: that is the schedule point
+        return [first, *self._take(None if max_items is None else max_items - 1)]
+
+    def _take(self, limit: int | None) -> list[Notification]:
         items = self._items
-        limit = (max_items or len(items) + 1) - 1
-        while items and limit > 0:
-            out.append(items.popleft())
-            limit -= 1
-        return out
+        if limit is None or limit >= len(items):
+            out = list(items)
+            items.clear()
+            return out
+        return [items.popleft() for _ in range(limit)]
 
     def _error_copy(self) -> BaseException:
         error = self._error

@@ -6,7 +6,6 @@ Pure: no trio, no I/O. ``Workflow.validate()`` checks the graph (unknown names, 
 from __future__ import annotations
 
 import inspect
-import string
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 import attrs
@@ -32,9 +31,12 @@ class Step:
     """One node of the graph.
 
     Exactly one of ``fn`` (``async def fn(ctx) -> output``) and ``template`` (a prompt:
-    a ``str.format`` template over the inputs and ``item``, or a function of the inputs).
+    a ``str.format`` template, or a function, of the values: each dependency's output by
+    step name, the workflow inputs, ``item``, ``index`` and ``attempt``).
     ``fan_out`` names an upstream step whose output is a list: the step runs once per item
     (one session each) and its output is the list of their outputs, in input order.
+    ``timeout`` bounds one attempt of one item: for a prompt step from the moment its prompt
+    is sent (waiting for a concurrency slot does not count), for a function step the call.
     """
 
     name: str
@@ -57,15 +59,22 @@ class Step:
         return self.template is not None
 
     def render(self, inputs: Inputs) -> str:
-        """The prompt text for ``inputs``.
+        """The prompt text for ``inputs`` (dependency outputs, workflow inputs, ``item``,
+        ``index`` and ``attempt``).
 
         Raises:
-            KeyError: the template names an input that does not exist.
+            WorkflowDefinitionError: the template names a value that does not exist.
         """
         assert self.template is not None
         if callable(self.template):
             return str(self.template(inputs))
-        return string.Formatter().vformat(self.template, (), inputs)
+        try:
+            return self.template.format_map(inputs)
+        except KeyError as exc:
+            raise WorkflowDefinitionError(
+                f"the template of step {self.name!r} names {{{exc.args[0]}}}, which is neither a dependency "
+                f"nor a workflow input (it can use: {', '.join(sorted(inputs))}); write literal braces as {{{{ }}}}"
+            ) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +103,10 @@ class Workflow:
             raise WorkflowDefinitionError(f"workflow {self.name!r} already has a step named {step.name!r}")
         if step.retries < 0 or step.parse_attempts < 0:
             raise WorkflowDefinitionError(f"step {step.name!r}: retries and parse_attempts must be >= 0")
+        if step.backoff < 0:
+            raise WorkflowDefinitionError(f"step {step.name!r}: backoff must be >= 0 seconds, not {step.backoff!r}")
+        if step.output is not None and step.template is None:
+            raise WorkflowDefinitionError(f"step {step.name!r}: output= is for prompt steps; a function step returns its output")
         if step.timeout is not None and step.timeout <= 0:
             raise WorkflowDefinitionError(f"step {step.name!r}: timeout must be a positive number of seconds")
         if step.concurrency is not None and step.concurrency < 1:
@@ -120,7 +133,12 @@ class Workflow:
         backoff: float = 0.5,
         concurrency: int | None = None,
     ) -> Callable[[Callable[[Any], Awaitable[Any]]], Callable[[Any], Awaitable[Any]]]:
-        """Decorate ``async def fn(ctx)``: a step whose output is what it returns."""
+        """Decorate ``async def fn(ctx: StepContext)``: a step whose output is what it returns.
+
+        The name defaults to the function's. ``timeout`` bounds one call; ``retries`` retry a
+        retryable failure (lost runtime, timeout); ``concurrency`` bounds its ``ctx.prompt``
+        sessions in flight.
+        """
 
         def decorate(fn: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
             if not inspect.iscoroutinefunction(fn):
@@ -159,9 +177,17 @@ class Workflow:
     ) -> Step:
         """Add a prompt step: render ``template``, run it in a session, wait, return the result.
 
-        ``output`` (an attrs class): the final response is parsed into it; a parse failure
-        re-prompts the same session up to ``parse_attempts`` times. ``session``: a name shared
-        by the steps that should reuse one session (default: a fresh session per step).
+        ``template``: a ``str.format`` template (or a function) of the dependencies' outputs by
+        step name, the workflow inputs, ``item``, ``index`` and ``attempt``. ``output`` (an attrs
+        class): the final response is parsed into it; a parse failure re-prompts the same
+        session up to ``parse_attempts`` times. ``subagent_output``: the type of each subagent's
+        closing message. ``session``: a name shared by the steps that should reuse one session
+        (default: a fresh session per run). ``timeout`` bounds one attempt from the moment the
+        prompt is sent; ``retries`` retry a lost runtime or a timeout after ``backoff`` seconds,
+        doubling; ``concurrency`` bounds this step's sessions in flight.
+
+        Raises:
+            WorkflowDefinitionError: a duplicate name or an invalid value.
         """
         return self._add(
             Step(

@@ -7,16 +7,92 @@ JSON), else the whole text.
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from collections import abc
+from typing import Any, Callable, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
 import orjson
+from cattrs.errors import IterableValidationError, IterableValidationNote
+from cattrs.v import format_exception
 
 T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
-OUTPUT_CONVERTER = cattrs.Converter(forbid_extra_keys=False)
+
+
+def _exactly(kind: type) -> Callable[[Any, type], Any]:
+    def check(value: Any, _: type) -> Any:
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, not {type(value).__name__} {value!r}")
+        return value
+
+    return check
+
+
+def _number(value: Any, _: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, not {type(value).__name__} {value!r}")
+    return float(value)
+
+
+_COLLECTIONS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet)
+
+
+def _make_converter() -> cattrs.Converter:
+    """A strict converter: a model's ``"false"`` is not ``True``, ``"none"`` is not a list of letters.
+
+    Scalars must have their JSON type (an integer is accepted for a float), and collections
+    must be JSON arrays; extra keys are ignored.
+    """
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    for kind in (str, int, bool):  # before the class hooks, which capture these
+        conv.register_structure_hook(kind, _exactly(kind))
+    conv.register_structure_hook(float, _number)
+
+    def collection(target: Any) -> Callable[[Any, Any], Any]:
+        origin = get_origin(target) or target
+        args = get_args(target)
+        fixed = origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis)
+        item: Any = args[0] if args else Any
+
+        def structure(raw: Any, _: Any) -> Any:
+            if not isinstance(raw, list):
+                raise TypeError(f"expected a JSON array, not {type(raw).__name__} {raw!r}"[:200])
+            if fixed and len(raw) != len(args):
+                raise TypeError(f"expected an array of {len(args)} values, not {len(raw)}")
+            out, errors = [], []
+            for index, value in enumerate(raw):
+                try:
+                    out.append(conv.structure(value, args[index] if fixed else item))
+                except Exception as exc:  # noqa: BLE001 (collected into the group below)
+                    exc.__notes__ = [*getattr(exc, "__notes__", []), IterableValidationNote(f"@ index {index}", index, item)]
+                    errors.append(exc)
+            if errors:
+                raise IterableValidationError("while structuring an array", errors, target)
+            if origin in (set, frozenset, abc.Set, abc.MutableSet):
+                return (frozenset if origin is frozenset else set)(out)
+            return tuple(out) if origin is tuple else out
+
+        return structure
+
+    def is_collection(target: Any) -> bool:
+        origin: Any = get_origin(target) or target
+        return origin in _COLLECTIONS
+
+    conv.register_structure_hook_factory(is_collection, collection)
+    return conv
+
+
+OUTPUT_CONVERTER = _make_converter()
+
+
+def _describe(exc: BaseException, target: Any) -> str:
+    """Our own type errors say what was found; cattrs' say what was expected."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and text.startswith("expected"):
+        return text
+    return format_exception(exc, target)
 
 
 class OutputParseError(ValueError):
@@ -62,19 +138,31 @@ def parse_output(text: str, cls: type[T]) -> T:
     try:
         return OUTPUT_CONVERTER.structure(value, cls)
     except cattrs.BaseValidationError as exc:
-        problems = "; ".join(cattrs.transform_error(exc, path="$"))
+        problems = "; ".join(cattrs.transform_error(exc, path="$", format_exception=_describe))
         raise OutputParseError(name, problems) from exc
     except (TypeError, ValueError) as exc:
         raise OutputParseError(name, str(exc)) from exc
 
 
+def _type_name(kind: Any) -> str:
+    if isinstance(kind, str):  # postponed annotations
+        return kind
+    if isinstance(kind, type) and not get_args(kind):
+        return kind.__name__
+    return repr(kind).replace("typing.", "")
+
+
+REPAIR_PREFIX = "Your previous answer could not be used"
+"""How every repair prompt starts (scenario scripts can match it)."""
+
+
 def repair_prompt(error: OutputParseError, cls: type) -> str:
-    """The message that asks the same session to fix its answer."""
+    """The message that asks the same session to fix its answer (starts with REPAIR_PREFIX)."""
     fields = ""
     if attrs.has(cls):
-        fields = ", ".join(f"{f.name}: {getattr(f.type, '__name__', f.type)}" for f in attrs.fields(cls))
+        fields = ", ".join(f"{f.name}: {_type_name(f.type)}" for f in attrs.fields(cls))
         fields = f" with the fields {{{fields}}}"
     return (
-        f"Your previous answer could not be used: {error}. Reply again with only a JSON object{fields}, "
+        f"{REPAIR_PREFIX}: {error}. Reply again with only a JSON object{fields}, "
         "in a ```json fenced block."
     )

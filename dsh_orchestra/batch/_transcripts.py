@@ -1,0 +1,128 @@
+"""Per-item transcripts: each item's session notifications as gzip-compressed JSON Lines.
+
+``run_batch(..., transcripts=DIR)`` (CLI ``--transcripts DIR``) writes ``DIR/<safe-id>.jsonl.gz``
+for every item that got a turn, before its result line (so a result line implies its
+transcript). The file holds, one JSON object a line:
+
+* ``{"transcript": {"item", "session_id", "message_id", "version": 1}}`` first;
+* the root session's events as ``{"method": "session.event", "params": {"sessionId", "event"}}``
+  (wire order), then the descendants' notifications ``{"method", "params"}`` (wire order);
+* ``{"truncated": {"omitted_lines", "omitted_bytes", "limit_bytes"}}`` last, when the item's
+  notifications exceeded ``max_bytes`` (uncompressed): the lines that fit are kept.
+
+Files are written to a temporary name and renamed, so a reader never sees half a file; a
+retried or resumed item's transcript is replaced. A transcript that cannot be written is
+logged and skipped: it never fails the item. Compression runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+import trio
+
+from ..protocol import SESSION_EVENT
+from ..session import TurnResult
+
+log = logging.getLogger("dsh_orchestra.batch")
+
+SUFFIX = ".jsonl.gz"
+DEFAULT_MAX_BYTES = 1 << 20  # per item, before compression
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_MAX_NAME = 80
+
+
+def transcript_name(item_id: str) -> str:
+    """The file name of ``item_id``'s transcript: the id made safe, plus a hash when it had to
+    change (so distinct ids never share a file), plus ``.jsonl.gz``."""
+    safe = _UNSAFE.sub("_", item_id)[:_MAX_NAME].lstrip(".")
+    if safe != item_id or not safe:
+        safe = f"{safe or 'item'}-{hashlib.sha256(item_id.encode('utf-8')).hexdigest()[:12]}"
+    return safe + SUFFIX
+
+
+def transcript_lines(item_id: str, turn: TurnResult) -> Iterator[dict[str, Any]]:
+    """The objects of ``turn``'s transcript, header first (no truncation)."""
+    yield {"transcript": {"item": item_id, "session_id": turn.session_id, "message_id": turn.message_id, "version": 1}}
+    for event in turn.events:
+        yield {"method": SESSION_EVENT, "params": {"sessionId": turn.session_id, "event": event}}
+    for notification in turn.notifications:
+        yield {"method": notification.method, "params": notification.params}
+
+
+def encode_transcript(item_id: str, turn: TurnResult, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[bytes, bool]:
+    """The uncompressed JSON Lines of ``turn`` and whether they were cut: the lines that fit in
+    ``max_bytes`` (the header always does), then a truncation note."""
+    out = bytearray()
+    omitted_lines = omitted_bytes = 0
+    for value in transcript_lines(item_id, turn):
+        line = orjson.dumps(value, default=str) + b"\n"
+        if omitted_lines or (out and len(out) + len(line) > max_bytes):
+            omitted_lines += 1
+            omitted_bytes += len(line)
+            continue
+        out += line
+    if omitted_lines:
+        note = {"omitted_lines": omitted_lines, "omitted_bytes": omitted_bytes, "limit_bytes": max_bytes}
+        out += orjson.dumps({"truncated": note}) + b"\n"
+    return bytes(out), omitted_lines > 0
+
+
+def read_transcript(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a transcript back (header, notifications, truncation note)."""
+    with gzip.open(path, "rb") as handle:
+        return [orjson.loads(line) for line in handle.read().splitlines() if line.strip()]
+
+
+class TranscriptWriter:
+    """Writes one transcript file per item into ``directory`` (created if missing).
+
+    ``max_bytes`` caps each transcript before compression (the header always fits).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES, compresslevel: int = 6) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.compresslevel = compresslevel
+        self.written = 0
+        self.truncated = 0
+        self.failed = 0
+
+    def path_for(self, item_id: str) -> Path:
+        """Where ``item_id``'s transcript goes."""
+        return self.directory / transcript_name(item_id)
+
+    def write_nowait(self, item_id: str, turn: TurnResult) -> Path | None:
+        """Write the transcript now (blocking); returns its path, or None if it failed."""
+        path = self.path_for(item_id)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            data, truncated = encode_transcript(item_id, turn, self.max_bytes)
+            with open(temporary, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=self.compresslevel, mtime=0) as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except (OSError, TypeError, orjson.JSONEncodeError) as exc:
+            self.failed += 1
+            log.error("cannot write the transcript of item %r to %s: %s", item_id, path, exc)
+            try:
+                temporary.unlink()
+            except OSError:
+                pass
+            return None
+        self.written += 1
+        self.truncated += truncated
+        return path
+
+    async def write(self, item_id: str, turn: TurnResult) -> Path | None:
+        """Write the transcript in a worker thread (compression does not stall the run)."""
+        return await trio.to_thread.run_sync(self.write_nowait, item_id, turn)

@@ -1,0 +1,56 @@
+"""``dsh-orchestra report``: one self-contained HTML file from a batch's results (or a workflow)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..report import ReportInputError, write_report
+from ..report._data import DEFAULT_MAX_TEXT
+from ._common import fail
+
+
+def register(sub: Any) -> None:
+    """Add the ``report`` subcommand."""
+    parser = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of a batch's results (or of a workflow result)",
+        description="Write ONE self-contained HTML file (opens offline): the run summary, a latency histogram "
+        "and percentiles, statuses and finish reasons, errors by type, approvals by tool and rule, subagents, "
+        "and a searchable, sortable table of the items with their details. Exit status: 0 written, "
+        "2 bad arguments or input.",
+    )
+    parser.add_argument("results", nargs="?", default=None, metavar="RESULTS", help="results file of `dsh-orchestra batch` (JSON Lines)")
+    parser.add_argument("--summary", default=None, metavar="FILE", help="the batch's --summary JSON (run time, rate, retries)")
+    parser.add_argument("--audit", default=None, metavar="FILE", help="the batch's --audit log (approval latency, fail-closed errors)")
+    parser.add_argument("--dataset", default=None, metavar="FILE", help="the dataset, to show each item's prompt")
+    parser.add_argument("--transcripts", default=None, metavar="DIR", help="the batch's --transcripts directory, linked from each item")
+    parser.add_argument("--workflow", default=None, metavar="RESULT.json", help="a WorkflowResult.to_json() file: its graph and step timing")
+    parser.add_argument("--out", default="report.html", metavar="FILE", help="the HTML file to write (default report.html)")
+    parser.add_argument("--title", default=None, help="the report's title")
+    parser.add_argument("--max-text", type=int, default=DEFAULT_MAX_TEXT, metavar="N",
+                        help=f"keep at most N characters of each prompt and response (default {DEFAULT_MAX_TEXT})")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Build the report; returns the exit status."""
+    try:
+        path = write_report(
+            args.out,
+            results=args.results,
+            summary=args.summary,
+            audit=args.audit,
+            dataset=args.dataset,
+            workflow=args.workflow,
+            transcripts=args.transcripts,
+            title=args.title,
+            max_text=args.max_text,
+        )
+    except (ReportInputError, ValueError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
+    print(f"dsh-orchestra: wrote {path}", file=sys.stderr)
+    return 0

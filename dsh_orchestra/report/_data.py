@@ -1,0 +1,494 @@
+"""Report data: load a batch's files (results, summary, audit log, dataset, transcripts) or a
+workflow result, and aggregate them into one JSON-ready payload.
+
+Pure data: no HTML here (``_html`` renders the payload). Reading is tolerant where a crash
+leaves marks (a torn last line is skipped) and strict elsewhere (a malformed line in the
+middle of a file is a ReportInputError naming the file and line).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import urllib.parse
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+from .._version import __version__
+from ..batch._results import read_results
+from ..batch._summary import percentile
+from ..batch._transcripts import transcript_name
+from ..workflow import WorkflowResult
+
+DEFAULT_MAX_TEXT = 20_000  # characters of one prompt / response / subagent text kept in the report
+MAX_ERROR_ITEMS = 200  # item ids listed per error type (all are counted)
+MAX_ERROR_MESSAGES = 5  # distinct messages shown per error type
+HISTOGRAM_BINS = 24
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
+
+COLUMNS = ("id", "status", "finish_reason", "duration_s", "attempts", "subagents", "approvals", "error")
+"""The item table's columns; each row of ``payload["batch"]["rows"]`` holds them in this order."""
+
+
+class ReportInputError(ValueError):
+    """An input file is missing or malformed; the message names it (and the line)."""
+
+
+# ---- reading --------------------------------------------------------------------------
+
+
+def _read_bytes(path: str | os.PathLike[str], what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def read_jsonl(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON Lines file; a torn last line (no newline, bad JSON) is skipped.
+
+    Raises:
+        ReportInputError: unreadable, or a complete line is not a JSON object.
+    """
+    data = _read_bytes(path, what)
+    lines = data.split(b"\n")
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if number == len(lines):  # the last line, without its newline: torn by a crash
+                break
+            raise ReportInputError(f"{path}: line {number} of the {what} is not valid JSON ({exc})") from exc
+        if not isinstance(value, dict):
+            raise ReportInputError(f"{path}: line {number} of the {what} is not a JSON object")
+        out.append(value)
+    return out
+
+
+def load_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The result lines of a batch results file, in file order (first line of each id).
+
+    Raises:
+        ReportInputError: unreadable or malformed.
+    """
+    if not Path(path).is_file():
+        raise ReportInputError(f"results file {str(path)!r} does not exist")
+    try:
+        done, _torn = read_results(path, repair=False)
+    except (OSError, ValueError) as exc:
+        raise ReportInputError(str(exc)) from exc
+    return list(done.values())
+
+
+def load_json(path: str | os.PathLike[str], what: str) -> Any:
+    """One JSON document.
+
+    Raises:
+        ReportInputError: unreadable or not JSON.
+    """
+    try:
+        return orjson.loads(_read_bytes(path, what))
+    except orjson.JSONDecodeError as exc:
+        raise ReportInputError(f"the {what} {str(path)!r} is not valid JSON ({exc})") from exc
+
+
+def prompt_text(prompt: Any) -> str:
+    """A dataset prompt as text: a string as is, content blocks as their text ([image] etc.)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        parts = []
+        for block in prompt:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            elif isinstance(block, dict):
+                parts.append(f"[{block.get('type', 'block')}]")
+        return "\n".join(parts)
+    return orjson.dumps(prompt).decode("utf-8")
+
+
+def load_prompts(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The dataset's prompts by item id (as text)."""
+    prompts: dict[str, str] = {}
+    for line in read_jsonl(path, "dataset"):
+        item_id = line.get("id")
+        if isinstance(item_id, str) and "prompt" in line:
+            prompts.setdefault(item_id, prompt_text(line["prompt"]))
+    return prompts
+
+
+def load_workflow(path: str | os.PathLike[str]) -> WorkflowResult:
+    """A WorkflowResult written by ``WorkflowResult.to_json()``.
+
+    Raises:
+        ReportInputError: unreadable, not JSON or not a workflow result.
+    """
+    data = load_json(path, "workflow result")
+    try:
+        return WorkflowResult.from_json(data)
+    except ValueError as exc:
+        raise ReportInputError(f"{path}: {exc}") from exc
+
+
+# ---- aggregation ----------------------------------------------------------------------
+
+
+def _clip(text: Any, limit: int) -> tuple[str | None, int]:
+    """``text`` cut to ``limit`` characters, and how many were cut."""
+    if text is None:
+        return None, 0
+    text = text if isinstance(text, str) else str(text)
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text) - limit
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _nice_step(span: float, bins: int) -> float:
+    raw = span / max(bins, 1)
+    if raw <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    for factor in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if raw <= factor * magnitude:
+            return factor * magnitude
+    return 10.0 * magnitude
+
+
+def latency_stats(durations: list[float], bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """Count, min, mean, max, percentiles and a histogram of ``durations`` (seconds).
+
+    The histogram's bins are equal and "nice" from 0 (or the minimum) to the 99th percentile;
+    slower items fall in the last bin, whose ``overflow`` says so.
+    """
+    if not durations:
+        return {"count": 0, "min": None, "mean": None, "max": None, **{k: None for k, _ in PERCENTILES}, "histogram": None}
+    ordered = sorted(durations)
+    stats: dict[str, Any] = {
+        "count": len(ordered),
+        "min": ordered[0],
+        "mean": sum(ordered) / len(ordered),
+        "max": ordered[-1],
+    }
+    for key, q in PERCENTILES:
+        stats[key] = percentile(ordered, q)
+    top = stats["p99"] if stats["p99"] and stats["p99"] > ordered[0] else ordered[-1]
+    low = 0.0 if ordered[0] < top / 2 else ordered[0]
+    step = _nice_step(top - low, bins) if top > low else max(top, 1e-3) / bins
+    low = math.floor(low / step) * step
+    count = max(1, min(bins, math.ceil((top - low) / step + 1e-9)))
+    counts = [0] * count
+    for value in ordered:
+        index = int((value - low) / step) if value >= low else 0
+        counts[min(index, count - 1)] += 1
+    edges = [round(low + step * i, 9) for i in range(count + 1)]
+    stats["histogram"] = {"edges": edges, "counts": counts, "overflow": ordered[-1] > edges[-1]}
+    return stats
+
+
+def _error_groups(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    messages: dict[str, Counter[str]] = defaultdict(Counter)
+    for line in results:
+        error = line.get("error")
+        if not isinstance(error, dict):
+            continue
+        kind = str(error.get("type") or "Error")
+        group = groups.setdefault(kind, {"type": kind, "count": 0, "items": []})
+        group["count"] += 1
+        if len(group["items"]) < MAX_ERROR_ITEMS:
+            group["items"].append(str(line.get("id")))
+        message, _ = _clip(error.get("message"), 300)
+        messages[kind][message or ""] += 1
+    out = sorted(groups.values(), key=lambda g: (-g["count"], g["type"]))
+    for group in out:
+        common = messages[group["type"]].most_common(MAX_ERROR_MESSAGES)
+        group["messages"] = [{"message": m, "count": n} for m, n in common]
+        group["distinct_messages"] = len(messages[group["type"]])
+    return out
+
+
+def _nested_counts(pairs: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter[str]] = defaultdict(Counter)
+    for key, outcome in pairs:
+        table[key][outcome] += 1
+    return {key: dict(sorted(counts.items())) for key, counts in sorted(table.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))}
+
+
+def _approvals(results: list[dict[str, Any]], audit: list[dict[str, Any]] | None) -> dict[str, Any]:
+    if audit is not None:
+        records = [(str(r.get("tool")), str(r.get("rule")), str(r.get("outcome"))) for r in audit]
+        latencies = [v for v in (_number(r.get("latency_s")) for r in audit) if v is not None]
+        failures = Counter(str(r.get("error")) for r in audit if r.get("error"))
+        extra: dict[str, Any] = {
+            "latency": {k: v for k, v in latency_stats(latencies).items() if k != "histogram"},
+            "errors": [{"message": m, "count": n} for m, n in failures.most_common(20)],
+            "sessions": len({r.get("session") for r in audit}),
+        }
+        source = "audit"
+    else:
+        records = [
+            (str(a.get("tool_name")), str(a.get("rule")), str(a.get("outcome")))
+            for line in results
+            for a in (line.get("approvals") or [])
+            if isinstance(a, dict)
+        ]
+        extra = {"latency": None, "errors": [], "sessions": None}
+        source = "results"
+    return {
+        "source": source,
+        "total": len(records),
+        "by_outcome": dict(sorted(Counter(o for _, _, o in records).items())),
+        "by_tool": _nested_counts((t, o) for t, _, o in records),
+        "by_rule": _nested_counts((r, o) for _, r, o in records),
+        **extra,
+    }
+
+
+def _subagents(results: list[dict[str, Any]]) -> dict[str, Any]:
+    per_item: Counter[int] = Counter()
+    by_status: Counter[str] = Counter()
+    by_stop: Counter[str] = Counter()
+    for line in results:
+        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, dict)]
+        per_item[len(subagents)] += 1
+        for s in subagents:
+            by_status[str(s.get("status"))] += 1
+            by_stop[str(s.get("stop_reason"))] += 1
+    return {
+        "total": sum(n * count for n, count in per_item.items()),
+        "items_with": sum(count for n, count in per_item.items() if n),
+        "by_status": dict(sorted(by_status.items())),
+        "by_stop_reason": dict(sorted(by_stop.items())),
+        "per_item": {str(n): per_item[n] for n in sorted(per_item)},
+    }
+
+
+def _transcript_link(transcripts: Path | None, out_dir: Path, item_id: str) -> str | None:
+    if transcripts is None:
+        return None
+    path = transcripts / transcript_name(item_id)
+    if not path.is_file():
+        return None
+    relative = os.path.relpath(path.absolute(), out_dir.absolute())
+    return urllib.parse.quote(Path(relative).as_posix())
+
+
+def batch_payload(
+    results: list[dict[str, Any]],
+    *,
+    summary: dict[str, Any] | None = None,
+    audit: list[dict[str, Any]] | None = None,
+    prompts: dict[str, str] | None = None,
+    transcripts: Path | None = None,
+    out_dir: Path = Path("."),
+    max_text: int = DEFAULT_MAX_TEXT,
+) -> dict[str, Any]:
+    """The batch part of the payload: summary, counts, latency, errors, approvals, subagents,
+    the table rows (``COLUMNS``) and each row's details."""
+    durations = [d for d in (_number(line.get("duration_s")) for line in results) if d is not None]
+    status = Counter(str(line.get("status")) for line in results)
+    finish = Counter(str(line.get("finish_reason")) if line.get("finish_reason") is not None else "none" for line in results)
+    latency = latency_stats(durations)
+    computed = {
+        "total": len(results),
+        "ok": status.get("ok", 0),
+        "error": len(results) - status.get("ok", 0),
+        "p50_s": latency["p50"],
+        "p95_s": latency["p95"],
+    }
+    rows: list[list[Any]] = []
+    details: list[dict[str, Any]] = []
+    for line in results:
+        item_id = str(line.get("id"))
+        error = line.get("error") if isinstance(line.get("error"), dict) else None
+        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, dict)]
+        approvals = [a for a in (line.get("approvals") or []) if isinstance(a, dict)]
+        rows.append([
+            item_id,
+            str(line.get("status")),
+            line.get("finish_reason") if isinstance(line.get("finish_reason"), str) else None,
+            _number(line.get("duration_s")),
+            line.get("attempts") if isinstance(line.get("attempts"), int) else None,
+            len(subagents),
+            len(approvals),
+            str(error.get("type")) if error is not None else None,
+        ])
+        response, response_cut = _clip(line.get("final_response"), max_text)
+        prompt, prompt_cut = _clip(prompts.get(item_id), max_text) if prompts is not None else (None, 0)
+        detail: dict[str, Any] = {
+            "session_id": line.get("session_id"),
+            "final_response": response,
+            "final_response_cut": response_cut,
+            "subagents": [
+                {
+                    "child_session_id": s.get("child_session_id"),
+                    "status": s.get("status"),
+                    "stop_reason": s.get("stop_reason"),
+                    "text": _clip(s.get("text"), max_text)[0],
+                }
+                for s in subagents
+            ],
+            "approvals": [
+                {k: a.get(k) for k in ("tool_name", "call_id", "outcome", "rule")} for a in approvals
+            ],
+            "error": {"type": error.get("type"), "message": _clip(error.get("message"), max_text)[0]} if error is not None else None,
+            "metadata": line.get("metadata") if isinstance(line.get("metadata"), dict) else {},
+            "transcript": _transcript_link(transcripts, out_dir, item_id),
+        }
+        if prompts is not None:
+            detail["prompt"] = prompt
+            detail["prompt_cut"] = prompt_cut
+        details.append(detail)
+    return {
+        "summary": summary if isinstance(summary, dict) else computed,
+        "summary_source": "file" if isinstance(summary, dict) else "results",
+        "status": dict(sorted(status.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "finish_reasons": dict(sorted(finish.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "latency": latency,
+        "errors": _error_groups(results),
+        "approvals": _approvals(results, audit),
+        "subagents": _subagents(results),
+        "columns": list(COLUMNS),
+        "rows": rows,
+        "details": details,
+        "has_prompts": prompts is not None,
+        "has_transcripts": transcripts is not None,
+        "max_text": max_text,
+    }
+
+
+def _depths(names: list[str], edges: list[tuple[str, str, str]]) -> dict[str, int]:
+    """Longest-path layer of each node (cycles, if any, are cut after len(names) rounds)."""
+    depth = {name: 0 for name in names}
+    for _ in range(len(names)):
+        changed = False
+        for source, target, _kind in edges:
+            if source in depth and target in depth and depth[target] < depth[source] + 1:
+                depth[target] = depth[source] + 1
+                changed = True
+        if not changed:
+            break
+    return depth
+
+
+def workflow_payload(result: WorkflowResult, *, max_text: int = DEFAULT_MAX_TEXT) -> dict[str, Any]:
+    """The workflow part of the payload: steps (status, timing, items), edges, layers, Mermaid."""
+    edges = [(a, b, k) for a, b, k in result.edges]
+    names = list(result.steps)
+    depth = _depths(names, edges)
+    steps = []
+    for name, step in result.steps.items():
+        items = []
+        for item in step.items:
+            response, _ = _clip(item.final_response, max_text)
+            items.append({
+                "index": item.index,
+                "status": item.status,
+                "attempts": item.attempts,
+                "session_id": item.session_id,
+                "finish_reason": item.finish_reason,
+                "started_s": item.started_s,
+                "duration_s": item.duration_s,
+                "final_response": response,
+                "subagents": len(item.subagents),
+                "approvals": [{"tool_name": a.tool_name, "outcome": a.outcome, "rule": a.rule} for a in item.approvals],
+                "error": {"type": item.error.type, "message": _clip(item.error.message, max_text)[0]} if item.error else None,
+            })
+        steps.append({
+            "name": name,
+            "status": step.status,
+            "depth": depth[name],
+            "started_s": step.started_s,
+            "duration_s": step.duration_s,
+            "attempts": step.attempts,
+            "items": items,
+            "fanned": any(i.index is not None for i in step.items),
+            "ok_items": sum(1 for i in step.items if i.status == "ok"),
+            "reprompts": sum(i.reprompts for i in step.items),
+            "subagents": len(step.subagents),
+            "approvals": len(step.approvals),
+            "errors": [{"type": e.type, "message": _clip(e.message, max_text)[0]} for e in step.errors],
+            "reason": step.reason,
+        })
+    return {
+        "name": result.name,
+        "status": result.status,
+        "duration_s": result.duration_s,
+        "failure_policy": result.failure_policy,
+        "steps": steps,
+        "edges": [{"from": a, "to": b, "kind": k} for a, b, k in edges],
+        "mermaid": result.mermaid(),
+    }
+
+
+def build_payload(
+    *,
+    results: str | os.PathLike[str] | None = None,
+    summary: str | os.PathLike[str] | None = None,
+    audit: str | os.PathLike[str] | None = None,
+    dataset: str | os.PathLike[str] | None = None,
+    workflow: str | os.PathLike[str] | None = None,
+    transcripts: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] = "report.html",
+    title: str | None = None,
+    max_text: int = DEFAULT_MAX_TEXT,
+) -> dict[str, Any]:
+    """Everything the report shows, from the files given (results and/or a workflow result).
+
+    Raises:
+        ReportInputError: no input, or an input file is missing or malformed.
+        ValueError: ``max_text`` < 1.
+    """
+    if results is None and workflow is None:
+        raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or --workflow RESULT.json")
+    if isinstance(max_text, bool) or not isinstance(max_text, int) or max_text < 1:
+        raise ValueError(f"max_text must be an integer >= 1, not {max_text!r}")
+    sources = {k: os.fspath(v) for k, v in (("results", results), ("summary", summary), ("audit", audit),
+                                            ("dataset", dataset), ("workflow", workflow), ("transcripts", transcripts)) if v is not None}
+    payload: dict[str, Any] = {
+        "title": title or _default_title(results, workflow),
+        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "version": __version__,
+        "sources": sources,
+        "batch": None,
+        "workflow": None,
+    }
+    if results is not None:
+        summary_data = None
+        if summary is not None:
+            summary_data = load_json(summary, "summary")
+            if not isinstance(summary_data, dict):
+                raise ReportInputError(f"the summary {os.fspath(summary)!r} is not a JSON object")
+        if transcripts is not None and not Path(transcripts).is_dir():
+            raise ReportInputError(f"transcripts directory {os.fspath(transcripts)!r} does not exist")
+        payload["batch"] = batch_payload(
+            load_results(results),
+            summary=summary_data,
+            audit=read_jsonl(audit, "audit log") if audit is not None else None,
+            prompts=load_prompts(dataset) if dataset is not None else None,
+            transcripts=Path(transcripts) if transcripts is not None else None,
+            out_dir=Path(out).parent,
+            max_text=max_text,
+        )
+    if workflow is not None:
+        payload["workflow"] = workflow_payload(load_workflow(workflow), max_text=max_text)
+    return payload
+
+
+def _default_title(results: Any, workflow: Any) -> str:
+    if results is not None:
+        return f"Batch report: {Path(results).name}"
+    return f"Workflow report: {Path(workflow).name}"

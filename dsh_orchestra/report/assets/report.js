@@ -1,0 +1,277 @@
+// dsh-orchestra report: the item table (search, filters, sort, pages) and the item details.
+// Data comes from the application/json block "report-data"; everything taken from it
+// is put on the page with textContent or setAttribute, never as markup.
+(function () {
+  "use strict";
+
+  var source = document.getElementById("report-data");
+  var data = source ? JSON.parse(source.textContent) : null;
+  var batch = data && data.batch;
+
+  function el(name, attrs, text) {
+    var node = document.createElement(name);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (key) {
+        if (attrs[key] !== null && attrs[key] !== undefined && attrs[key] !== false) node.setAttribute(key, String(attrs[key]));
+      });
+    }
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function seconds(value) {
+    if (value === null || value === undefined || !isFinite(value)) return "—";
+    if (value < 0.001) return (value * 1e6).toFixed(0) + " µs";
+    if (value < 1) return (value * 1e3).toFixed(1) + " ms";
+    if (value < 60) return value.toFixed(2) + " s";
+    var m = Math.floor(value / 60), s = Math.round(value - m * 60);
+    return m + " m " + (s < 10 ? "0" : "") + s + " s";
+  }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+  if (!batch) { document.body.setAttribute("data-ready", "1"); return; }
+
+  var COL = {};
+  batch.columns.forEach(function (name, i) { COL[name] = i; });
+  var rows = batch.rows, details = batch.details;
+  var byId = {};
+  rows.forEach(function (row, i) { byId[row[COL.id]] = i; });
+
+  var state = { query: "", status: "", finish: "", error: "", sort: null, dir: 1, page: 0, size: 100 };
+  var view = [];
+  var haystack = null;
+
+  var $ = function (id) { return document.getElementById(id); };
+  var tbody = $("items-body"), info = $("items-info"), pageInput = $("page-number");
+
+  function hay(i) {
+    if (haystack === null) haystack = new Array(rows.length);
+    var h = haystack[i];
+    if (h === undefined) {
+      var r = rows[i], d = details[i];
+      h = [r[COL.id], r[COL.status], r[COL.finish_reason] || "", r[COL.error] || "",
+           d.error ? d.error.message || "" : "", d.session_id || "",
+           (d.final_response || "").slice(0, 2000), (d.prompt || "").slice(0, 2000)].join("\u0000").toLowerCase();
+      haystack[i] = h;
+    }
+    return h;
+  }
+
+  function compare(a, b) {
+    var x = rows[a][state.sort], y = rows[b][state.sort];
+    if (x === y) return a - b;
+    if (x === null || x === undefined) return 1;   // empty cells last, whatever the direction
+    if (y === null || y === undefined) return -1;
+    if (typeof x === "number" && typeof y === "number") return (x - y) * state.dir || a - b;
+    return String(x).localeCompare(String(y), undefined, { numeric: true }) * state.dir || a - b;
+  }
+
+  function refilter() {
+    var q = state.query.trim().toLowerCase();
+    view = [];
+    for (var i = 0; i < rows.length; i++) {
+      var r = rows[i];
+      if (state.status && r[COL.status] !== state.status) continue;
+      if (state.finish && (r[COL.finish_reason] || "none") !== state.finish) continue;
+      if (state.error && r[COL.error] !== state.error) continue;
+      if (q && hay(i).indexOf(q) < 0) continue;
+      view.push(i);
+    }
+    if (state.sort !== null) view.sort(compare);
+    state.page = 0;
+    render();
+  }
+
+  function cellText(name, value) {
+    if (name === "duration_s") return seconds(value);
+    if (value === null || value === undefined) return "";
+    return String(value);
+  }
+
+  function render() {
+    var pages = Math.max(1, Math.ceil(view.length / state.size));
+    if (state.page >= pages) state.page = pages - 1;
+    var start = state.page * state.size, end = Math.min(view.length, start + state.size);
+    var fragment = document.createDocumentFragment();
+    for (var k = start; k < end; k++) {
+      var i = view[k], r = rows[i];
+      var tr = el("tr", { "data-index": i, tabindex: 0 });
+      batch.columns.forEach(function (name, c) {
+        var td = el("td", { "class": "c-" + name });
+        if (name === "status") {
+          td.appendChild(el("span", { "class": "badge s-" + String(r[c]).replace(/[^a-z0-9-]/gi, "") }, r[c]));
+        } else {
+          td.textContent = cellText(name, r[c]);
+          if (name === "id" || name === "error") td.title = cellText(name, r[c]);
+        }
+        if (name === "duration_s" || name === "attempts" || name === "subagents" || name === "approvals") td.className += " num";
+        tr.appendChild(td);
+      });
+      fragment.appendChild(tr);
+    }
+    clear(tbody);
+    tbody.appendChild(fragment);
+    var filtered = view.length !== rows.length ? " (filtered from " + rows.length + ")" : "";
+    info.textContent = view.length ? "Items " + (start + 1) + "–" + end + " of " + view.length + filtered : "No items match" + filtered;
+    pageInput.value = String(state.page + 1);
+    pageInput.max = String(pages);
+    $("page-count").textContent = "of " + pages;
+    $("page-prev").disabled = state.page === 0;
+    $("page-next").disabled = state.page >= pages - 1;
+  }
+
+  // ---- details ----------------------------------------------------------------------------
+
+  var panel = $("detail"), body = $("detail-body"), selected = null;
+
+  function section(title) { body.appendChild(el("h3", null, title)); }
+
+  function textBlock(text, cut, what, id) {
+    body.appendChild(el("pre", { "class": "text", id: id }, text));
+    if (cut) body.appendChild(el("div", { "class": "note" }, "… " + cut + " more characters of the " + what + " are in the results file."));
+  }
+
+  function smallTable(headers, records, keys) {
+    var table = el("table", { "class": "plain" }), head = el("tr"), tb = el("tbody");
+    headers.forEach(function (h) { head.appendChild(el("th", null, h)); });
+    var thead = el("thead"); thead.appendChild(head); table.appendChild(thead);
+    records.forEach(function (record) {
+      var tr = el("tr");
+      keys.forEach(function (key) { tr.appendChild(el("td", null, record[key] === null || record[key] === undefined ? "" : record[key])); });
+      tb.appendChild(tr);
+    });
+    table.appendChild(tb);
+    return table;
+  }
+
+  function openItem(i, push) {
+    var r = rows[i], d = details[i];
+    if (!r) return;
+    clear(body);
+    $("detail-title").textContent = r[COL.id];
+    var dl = el("dl");
+    [["status", r[COL.status]], ["finish reason", r[COL.finish_reason] || "—"], ["duration", seconds(r[COL.duration_s])],
+     ["attempts", r[COL.attempts]], ["session", d.session_id || "—"]].forEach(function (pair) {
+      dl.appendChild(el("dt", null, pair[0]));
+      dl.appendChild(el("dd", { "data-field": pair[0] }, pair[1]));
+    });
+    body.appendChild(dl);
+    if (d.transcript && /^[A-Za-z0-9._~%\/-]+$/.test(d.transcript) && d.transcript.indexOf("//") < 0) {
+      var p = el("p");
+      p.appendChild(el("a", { href: d.transcript, id: "detail-transcript", download: "" }, "Transcript (JSON Lines, gzip)"));
+      body.appendChild(p);
+    }
+    if (d.error) {
+      section("Error");
+      var err = el("pre", { "class": "text", id: "detail-error" });
+      err.textContent = (d.error.type || "Error") + ": " + (d.error.message || "");
+      body.appendChild(err);
+    }
+    if (batch.has_prompts) {
+      section("Prompt");
+      if (d.prompt === null || d.prompt === undefined) body.appendChild(el("p", { "class": "muted" }, "Not in the dataset."));
+      else textBlock(d.prompt, d.prompt_cut, "prompt", "detail-prompt");
+    }
+    section("Final response");
+    if (d.final_response === null || d.final_response === undefined || d.final_response === "") {
+      body.appendChild(el("p", { "class": "muted", id: "detail-response", "data-empty": "1" }, d.final_response === "" ? "Empty response." : "No response."));
+    }
+    else textBlock(d.final_response, d.final_response_cut, "response", "detail-response");
+    section("Subagents (" + d.subagents.length + ")");
+    if (d.subagents.length) {
+      d.subagents.forEach(function (s) {
+        body.appendChild(smallTable(["child session", "status", "stop reason"], [s], ["child_session_id", "status", "stop_reason"]));
+        if (s.text) body.appendChild(el("pre", { "class": "text subagent-text" }, s.text));
+      });
+    } else body.appendChild(el("p", { "class": "muted" }, "None."));
+    section("Approvals (" + d.approvals.length + ")");
+    if (d.approvals.length) body.appendChild(smallTable(["tool", "call id", "outcome", "rule"], d.approvals, ["tool_name", "call_id", "outcome", "rule"]));
+    else body.appendChild(el("p", { "class": "muted" }, "None."));
+    if (d.metadata && Object.keys(d.metadata).length) {
+      section("Metadata");
+      body.appendChild(el("pre", { "class": "text" }, JSON.stringify(d.metadata, null, 2)));
+    }
+    panel.hidden = false;
+    panel.setAttribute("data-item", r[COL.id]);
+    if (selected) selected.classList.remove("selected");
+    selected = tbody.querySelector('tr[data-index="' + i + '"]');
+    if (selected) selected.classList.add("selected");
+    if (push !== false) history.replaceState(null, "", "#item=" + encodeURIComponent(r[COL.id]));
+    $("detail-close").focus();
+  }
+
+  function closeItem() {
+    panel.hidden = true;
+    panel.removeAttribute("data-item");
+    if (selected) { selected.classList.remove("selected"); selected.focus(); }
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------
+
+  var timer = null;
+  $("search").addEventListener("input", function (event) {
+    clearTimeout(timer);
+    timer = setTimeout(function () { state.query = event.target.value; refilter(); }, 120);
+  });
+  ["status", "finish", "error"].forEach(function (name) {
+    $("filter-" + name).addEventListener("change", function (event) { state[name] = event.target.value; refilter(); });
+  });
+  $("page-size").addEventListener("change", function (event) { state.size = parseInt(event.target.value, 10) || 100; state.page = 0; render(); });
+  $("page-prev").addEventListener("click", function () { state.page--; render(); });
+  $("page-next").addEventListener("click", function () { state.page++; render(); });
+  pageInput.addEventListener("change", function () { state.page = Math.max(0, (parseInt(pageInput.value, 10) || 1) - 1); render(); });
+  $("reset").addEventListener("click", function () {
+    state.query = state.status = state.finish = state.error = "";
+    $("search").value = "";
+    ["status", "finish", "error"].forEach(function (name) { $("filter-" + name).value = ""; });
+    refilter();
+  });
+
+  document.querySelectorAll("table.items th[data-col]").forEach(function (th) {
+    th.addEventListener("click", function () {
+      var col = COL[th.getAttribute("data-col")];
+      if (state.sort === col) state.dir = -state.dir; else { state.sort = col; state.dir = 1; }
+      document.querySelectorAll("table.items th[data-col]").forEach(function (other) { other.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", state.dir > 0 ? "ascending" : "descending");
+      refilter();
+    });
+  });
+
+  tbody.addEventListener("click", function (event) {
+    var tr = event.target.closest("tr[data-index]");
+    if (tr) openItem(parseInt(tr.getAttribute("data-index"), 10));
+  });
+  tbody.addEventListener("keydown", function (event) {
+    var tr = event.target.closest("tr[data-index]");
+    if (tr && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); openItem(parseInt(tr.getAttribute("data-index"), 10)); }
+  });
+  $("detail-close").addEventListener("click", closeItem);
+  document.addEventListener("keydown", function (event) { if (event.key === "Escape" && !panel.hidden) closeItem(); });
+
+  document.querySelectorAll("[data-item]").forEach(function (button) {
+    if (button === panel) return;
+    button.addEventListener("click", function () {
+      var i = byId[button.getAttribute("data-item")];
+      if (i !== undefined) openItem(i);
+    });
+  });
+  document.querySelectorAll("button[data-filter]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var name = button.getAttribute("data-filter"), select = $("filter-" + name);
+      select.value = button.getAttribute("data-value");
+      state[name] = select.value;
+      refilter();
+      $("items").scrollIntoView();
+    });
+  });
+
+  refilter();
+  var match = /^#item=(.*)$/.exec(location.hash);
+  if (match) {
+    var i = byId[decodeURIComponent(match[1])];
+    if (i !== undefined) openItem(i, false);
+  }
+  document.body.setAttribute("data-ready", "1");
+})();

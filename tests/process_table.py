@@ -1,0 +1,45 @@
+"""Process-table checks shared by the runtime and integration tests (psutil, /proc)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of every live (or zombie) process whose process group is ``pgid``."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid:
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return members
+
+
+def assert_gone(pid: int, grace: float = 3.0) -> None:
+    """Neither the process (not even as a zombie) nor any member of its process group is left.
+
+    The runtime itself must be reaped already. Grandchildren that outlived it were reparented
+    to init, which reaps their corpses a little later: they get ``grace`` seconds.
+    """
+    try:
+        process = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        pass
+    else:
+        pytest.fail(f"pid {pid} is still in the process table ({process.status()})")
+    assert not os.path.exists(f"/proc/{pid}"), f"/proc/{pid} still exists"
+    deadline = time.monotonic() + grace
+    while (members := group_members(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert members == [], f"members of process group {pid} survived: {members}"
+
+
+def our_children() -> list[psutil.Process]:
+    """Every descendant of the test process (running or zombie)."""
+    return psutil.Process().children(recursive=True)

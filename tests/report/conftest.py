@@ -1,0 +1,63 @@
+"""Fixtures of the report tests.
+
+* ``sim_run`` (session): ONE real batch run on the simulator, as a subprocess of the
+  ``dsh-orchestra`` command (results, summary, audit log, transcripts), and its report.
+* ``browser`` (function): a headless Chromium driven over the debugging pipe, closed after the
+  test (a fresh one per test: the suite's leak check allows no child process across tests).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdp import Browser, find_chromium
+from report_support import POLICY, SCRIPT, SimRun, cli, dataset_items
+
+
+@pytest.fixture(scope="session")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
+    """The real batch run on the simulator, then ``dsh-orchestra report`` over its files."""
+    directory = tmp_path_factory.mktemp("sim-batch")
+    (directory / "scenario.toml").write_text(SCRIPT, encoding="utf-8")
+    (directory / "policy.toml").write_text(POLICY, encoding="utf-8")
+    dataset = directory / "dataset.jsonl"
+    dataset.write_bytes(b"".join(orjson.dumps(item) + b"\n" for item in dataset_items()))
+    run = cli(
+        "batch", dataset, "--out", "results.jsonl", "--runtime", "sim", "--script", "scenario.toml",
+        "--policy", "policy.toml", "--audit", "audit.jsonl", "--summary", "summary.json",
+        "--transcripts", "transcripts", "--timeout", "1.5", "--retries", "0", "--no-progress",
+        cwd=directory,
+    )
+    assert run.returncode in (0, 1), run.stderr
+    report = cli(
+        "report", "results.jsonl", "--summary", "summary.json", "--audit", "audit.jsonl", "--dataset", "dataset.jsonl",
+        "--transcripts", "transcripts", "--out", "site/report.html", cwd=directory,
+    )
+    assert report.returncode == 0, report.stderr
+    return SimRun(
+        directory=directory, dataset=dataset, results=directory / "results.jsonl", summary=directory / "summary.json",
+        audit=directory / "audit.jsonl", transcripts=directory / "transcripts", report=directory / "site" / "report.html",
+        returncode=run.returncode, stderr=run.stderr,
+    )
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """A headless Chromium for this test (skipped locally when none is installed; CI installs it)."""
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    profile = tmp_path / "chromium"
+    profile.mkdir()
+    instance = Browser(executable, profile)
+    try:
+        yield instance
+    finally:
+        instance.close()
