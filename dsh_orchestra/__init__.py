@@ -48,6 +48,13 @@ from .session import (
     open_runtime as open_runtime,
 )
 from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription
+from .workflow import (
+    StepContext as StepContext,
+    StepResult as StepResult,
+    Workflow as Workflow,
+    WorkflowResult as WorkflowResult,
+    run_workflow as run_workflow,
+)
 
 _install_logging()  # a NullHandler on "dsh_orchestra" (silent unless configured); filters on every layer's logger
 
@@ -60,5 +67,6 @@ __all__ = [
     "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError", "Runtime", "RuntimeActor",
     "RuntimeExitedError", "RuntimePool", "RuntimeSpec", "RuntimeStartError", "SdkProtocolError", "Session",
     "SubagentResult", "SubscriberOverflowError", "Subscription", "TransportClosedError", "TurnResult",
+    "StepContext", "StepResult", "Workflow", "WorkflowResult", "run_workflow",
     "load_dataset", "load_policy", "open_pool", "open_runtime", "replay", "run_batch",
 ]

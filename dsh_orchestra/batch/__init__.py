@@ -26,6 +26,7 @@ from ._runner import (
     BatchOptions as BatchOptions,
     BatchUsageError as BatchUsageError,
     SessionBusyError as SessionBusyError,
+    process_item as process_item,
     run_batch as run_batch,
 )
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile as percentile, summarize as summarize
@@ -34,5 +35,5 @@ __all__ = [
     "OK_FINISH_REASONS", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "Counters",
     "DatasetCheck", "DatasetError", "Progress", "ResultsWriter", "SessionBusyError", "Tally",
     "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "percentile",
-    "read_results", "result_line", "run_batch", "scan_results", "stable_hash", "summarize",
+    "process_item", "read_results", "result_line", "run_batch", "scan_results", "stable_hash", "summarize",
 ]

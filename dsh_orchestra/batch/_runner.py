@@ -13,7 +13,7 @@ import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import attrs
 import orjson
@@ -128,14 +128,13 @@ async def _run_session(runtime: Runtime, item: BatchItem, session_id: str) -> Tu
     return await session.run(item.prompt)
 
 
-async def _attempt(run: _Run, item: BatchItem, session_id: str) -> TurnResult:
+async def _attempt(pool: RuntimePool, timeout: float | None, item: BatchItem, session_id: str) -> TurnResult:
     """One attempt: a place on the least-loaded runtime, then the session under the timeout.
 
     The timeout covers the session's work only, not the wait for a place (a runtime that is
     restarting delays items without burning their retries).
     """
-    timeout = run.options.timeout
-    async with run.pool.lease() as runtime:
+    async with pool.lease() as runtime:
         try:
             with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 return await _run_session(runtime, item, session_id)
@@ -143,8 +142,25 @@ async def _attempt(run: _Run, item: BatchItem, session_id: str) -> TurnResult:
             runtime.forget(session_id)  # the batch never uses this session again
 
 
-@observed(ITEM_SPAN, lambda run, item: {"item": item.id})
-async def _process(run: _Run, item: BatchItem) -> None:
+async def process_item(
+    pool: RuntimePool,
+    item: BatchItem,
+    options: BatchOptions,
+    *,
+    new_session_id: Callable[[], str] | None = None,
+    transcripts: TranscriptWriter | None = None,
+    on_retry: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """Run one item on ``pool`` (retries with backoff, per-attempt timeout, own session_id
+    resumed) and return its result line (``result_line``) and the retries it used.
+
+    Writes nothing but the item's transcript (to ``transcripts``, before returning: a result
+    line implies its transcript): the caller writes the line. Used by ``run_batch`` and by
+    the Ray scale-out (``dsh_orchestra.scale``), which runs it inside each actor.
+    ``on_retry`` is called before each retry (live progress counters).
+    """
+    if new_session_id is None:
+        new_session_id = _random_session_id
     started = trio.current_time()
     attempts = 0
     turn: TurnResult | None = None
@@ -152,22 +168,23 @@ async def _process(run: _Run, item: BatchItem) -> None:
     session_id = item.session_id
     while True:
         attempts += 1
-        session_id = item.session_id or run.new_session_id()
+        session_id = item.session_id or new_session_id()
         try:
-            turn = await _attempt(run, item, session_id)
+            turn = await _attempt(pool, options.timeout, item, session_id)
             error = None
             break
         except trio.TooSlowError:
-            exc: BaseException = TimeoutError(f"item {item.id!r} did not finish within {run.options.timeout:g} s")
+            exc: BaseException = TimeoutError(f"item {item.id!r} did not finish within {options.timeout:g} s")
             retry = True
         except (OrchestraError, OSError) as caught:
             exc, retry = caught, _retryable(caught)
         error = _error(exc)
-        if not retry or attempts > run.options.retries or isinstance(exc, PoolClosedError):
+        if not retry or attempts > options.retries or isinstance(exc, PoolClosedError):
             break
-        run.counters.retries += 1
+        if on_retry is not None:
+            on_retry()
         log.info("retrying item %r after %s (attempt %d)", item.id, error["type"], attempts)
-        await trio.sleep(run.options.retry_backoff * 2 ** (attempts - 1))
+        await trio.sleep(options.retry_backoff * 2 ** (attempts - 1))
     status = "error"
     if turn is not None:
         if turn.finish_reason in OK_FINISH_REASONS:
@@ -186,13 +203,33 @@ async def _process(run: _Run, item: BatchItem) -> None:
         error=error,
         metadata=item.metadata,
     )
-    if run.transcripts is not None and turn is not None:
-        await run.transcripts.write(item.id, turn)  # before the line: a result implies its transcript
+    if transcripts is not None and turn is not None:
+        await transcripts.write(item.id, turn)  # before the line: a result implies its transcript
     del turn  # the events go no further than this line
+    return line, attempts - 1
+
+
+def _random_session_id() -> str:
+    return f"item-{uuid.uuid4().hex[:24]}"
+
+
+def _counted_retry(run: _Run) -> Callable[[], None]:
+    def retried() -> None:
+        run.counters.retries += 1
+
+    return retried
+
+
+@observed(ITEM_SPAN, lambda run, item: {"item": item.id})
+async def _process(run: _Run, item: BatchItem) -> None:
+    line, _ = await process_item(
+        run.pool, item, run.options, new_session_id=run.new_session_id, transcripts=run.transcripts,
+        on_retry=_counted_retry(run),
+    )
     run.writer.write(line)
     run.tally.add_line(line)
     run.counters.done += 1
-    if status != "ok":
+    if line["status"] != "ok":
         run.counters.failed += 1
     run.progress.update()
 

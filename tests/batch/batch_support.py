@@ -69,6 +69,12 @@ name = "deploy"
 match = "DEPLOY"
 reply = "deploy was {outcome}"
 approval = { tool = "bash", reason = "needs network" }
+
+[[rules]]
+name = "choose"
+match = "CHOOSE"
+reply = "you picked {answer}"
+question = { id = "q1", question = "Which one?", options = ["alpha", "beta"] }
 """
 
 RESULT_KEYS = [

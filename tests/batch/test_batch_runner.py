@@ -231,3 +231,12 @@ async def test_nothing_per_item_is_kept(autojump_clock: MockClock, tmp_path: Pat
         assert runtime.router._subscriptions == {}
         assert not any(runtime.approvals._by_session.values())
         assert runtime.connection.statistics().pending_requests == 0
+
+
+async def test_answerer_answers_questions(autojump_clock: MockClock, tmp_path: Path) -> None:
+    from dsh_orchestra.questions import first_option
+
+    dataset = write_dataset(tmp_path / "ds.jsonl", items(2, "CHOOSE"))
+    summary = await run_batch(dataset, tmp_path / "r.jsonl", in_process(), answerer=first_option, **QUIET)
+    assert summary.ok == 2
+    assert {r["final_response"] for r in lines_of(tmp_path / "r.jsonl")} == {"you picked alpha"}
