@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 
 ROOT = "dsh_orchestra"
-LAYERS = ("transport", "runtime", "session", "approvals", "pool", "workflow", "batch", "report", "cli")
+LAYERS = ("transport", "runtime", "session", "session.relay", "approvals", "questions", "pool", "workflow", "batch", "scale", "report", "cli", "testing.simulator", "testing._fake_model")
 FIELDS = ("runtime", "session", "item")
 REDACTED = "***"
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words

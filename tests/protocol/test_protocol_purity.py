@@ -56,12 +56,6 @@ def test_the_protocol_package_loads_without_trio() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dsh_orchestra/__init__.py imports every layer eagerly (transport, runtime, session...), so "
-    "`import dsh_orchestra.protocol` runs the parent package first and loads trio; it needs lazy "
-    "re-exports (a module __getattr__) for this to pass",
-)
 def test_import_dsh_orchestra_protocol_does_not_load_trio() -> None:
     """The issue's literal check: ``import dsh_orchestra.protocol`` leaves trio unloaded."""
     code = "import dsh_orchestra.protocol, sys; assert 'trio' not in sys.modules, 'trio was imported'"
