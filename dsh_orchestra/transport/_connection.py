@@ -74,15 +74,19 @@ class ConnectionStatistics:
 
 
 class _Pending:
-    """One request waiting for its response: a one-shot wake-up, cheaper than trio.Event."""
+    """One request waiting for its response: a one-shot wake-up, cheaper than trio.Event.
 
-    __slots__ = ("method", "reply", "woken", "_task")
+    The waiter sets ``task`` and parks in ``wait_task_rescheduled(pending.abort)`` (inlined in
+    ``Connection.request``); ``wake()`` reschedules it, ``abort`` forgets it when cancelled.
+    """
+
+    __slots__ = ("method", "reply", "woken", "task")
 
     def __init__(self, method: str) -> None:
         self.method = method
         self.reply: dict[str, Any] | None = None  # None when woken without one (closed)
         self.woken = False
-        self._task: trio.lowlevel.Task | None = None
+        self.task: trio.lowlevel.Task | None = None
 
     def wake(self, reply: dict[str, Any] | None = None) -> None:
         """Settle with ``reply`` (first call wins) and wake the waiter."""
@@ -90,20 +94,12 @@ class _Pending:
             return
         self.woken = True
         self.reply = reply
-        task, self._task = self._task, None
+        task, self.task = self.task, None
         if task is not None:
             trio.lowlevel.reschedule(task)
 
-    async def wait(self) -> None:
-        """Wait until woken; a checkpoint either way."""
-        if self.woken:
-            await trio.lowlevel.checkpoint()
-            return
-        self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
-
-    def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self._task = None
+    def abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.task = None
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -332,10 +328,20 @@ class Connection:
         # A FIFO lock without trio.StrictFIFOLock's bookkeeping (owner tracking, parking-lot
         # breakers), which costs more than the write itself on this path. The releasing
         # writer hands the stream straight to the first queued one.
+        written = 0
         if self._writing:
             await self._write_queue.park()  # FIFO behind the current writer; now ours
         else:
-            self._writing = True  # uncontended: no extra trip through the scheduler
+            if self._closed_error is not None:
+                raise self._copy_error()
+            try:  # the common case: the pipe takes the whole frame, nothing to wait for
+                written = self._sender.write_nowait(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise TransportClosedError(f"cannot write to {self.name}: {exc}") from exc
+            if written == len(data):
+                return
+            data = data[written:]
+            self._writing = True
         try:
             if self._closed_error is not None:
                 raise self._copy_error()
@@ -344,7 +350,7 @@ class Connection:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise TransportClosedError(f"cannot write to {self.name}: {exc}") from exc
             except BaseException:
-                if self._sender.torn:
+                if self._sender.torn or written:
                     self.fail(TransportClosedError(
                         f"a cancelled write left a partial frame on the wire to {self.name}"
                     ))
@@ -386,7 +392,9 @@ class Connection:
         try:
             await self._write(data)
             self._frames_sent += 1
-            await pending.wait()
+            if not pending.woken:  # (woken already only if the connection closed meanwhile)
+                pending.task = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(pending.abort)
         finally:
             del self._pending[request_id]
         reply = pending.reply

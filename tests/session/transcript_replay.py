@@ -21,14 +21,13 @@ from dsh_orchestra.protocol import SESSION_PROMPT, SESSION_WAIT
 from dsh_orchestra.session import SessionRouter, TurnCollector, TurnResult
 from dsh_orchestra.transport import Notification, Subscription
 
-TRANSCRIPTS = Path(os.environ.get("DSH_TRANSCRIPTS", "/work/shared/transcripts"))
+TRANSCRIPTS = Path(os.environ.get("DSH_TRANSCRIPTS", Path(__file__).parent.parent / "protocol" / "transcripts"))
 
 
 def records(name: str) -> list[dict[str, Any]]:
-    """The transcript's lines as dicts (``dir``, ``t``, ``frame``); skips the test when absent."""
+    """The transcript's lines as dicts (``dir``, ``t``, ``frame``)."""
     path = TRANSCRIPTS / name
-    if not path.is_file():
-        pytest.skip(f"recorded transcript {path} is not available")
+    assert path.is_file(), f"recorded transcript {path} is missing (tests/protocol/transcripts holds copies)"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

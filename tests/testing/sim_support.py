@@ -28,7 +28,7 @@ from dsh_orchestra.testing._simulator import open_simulator
 from dsh_orchestra.transport import Connection
 
 _IN_REPO = Path(__file__).parent.parent / "protocol" / "transcripts"
-TRANSCRIPTS = Path(os.environ.get("DSH_TRANSCRIPTS", _IN_REPO if _IN_REPO.is_dir() else "/work/shared/transcripts"))
+TRANSCRIPTS = Path(os.environ.get("DSH_TRANSCRIPTS", _IN_REPO))
 IGNORED_EVENTS = frozenset({"session-log-deepseek/delivery-accepted", "llm/retry", "llm/retry-started"})
 """Plugin bookkeeping the simulator does not emit, and retry detail (collapsed, see below)."""
 
