@@ -7,12 +7,14 @@ import json
 import logging
 import sys
 import tempfile
+from functools import partial
 from typing import Any
 
 import trio
 
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
 from ..protocol import OrchestraError, RuntimeStartError
+from ..scale._options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
 from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -41,6 +43,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
     parser.set_defaults(func=main)
 
 
@@ -63,10 +66,16 @@ def main(args: argparse.Namespace) -> int:
                 transcripts=args.transcripts,
                 progress="none" if args.no_progress else "auto",
             )
+            scale = ray_options(args, spec, temp_home) if args.ray is not None else None
         except (UsageError, ValueError) as exc:
             return fail(str(exc))
         try:
-            summary = trio.run(run_batch, args.dataset, args.out, spec, options)
+            if scale is not None:  # --ray: the same batch, its items run on Ray actors
+                from ..scale import run_batch_ray
+
+                summary = trio.run(partial(run_batch_ray, args.dataset, args.out, spec, options, **scale))
+            else:
+                summary = trio.run(run_batch, args.dataset, args.out, spec, options)
         except (DatasetError, BatchUsageError) as exc:
             return fail(str(exc))
         except OSError as exc:  # before any work: the dataset or an output cannot be opened
