@@ -388,9 +388,11 @@ class Connection:
         request_id = next(self._ids)
         wire = unstructure(params) if params is not None else None
         data = encode_frame(request_frame(request_id, method, wire))
+        del wire
         pending = self._pending[request_id] = _Pending(method)
         try:
             await self._write(data)
+            del data  # orjson's output keeps a ~4 KiB buffer: do not hold it while waiting
             self._frames_sent += 1
             if not pending.woken:  # (woken already only if the connection closed meanwhile)
                 pending.task = trio.lowlevel.current_task()
