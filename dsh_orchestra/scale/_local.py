@@ -1,0 +1,133 @@
+"""LocalRay: a Ray head on this machine for one run, that cannot outlive the process that started it.
+
+``ray.init()`` starting a local instance leaves Ray's agents running when the driver is
+killed with SIGKILL (measured with Ray 2.60.0: the dashboard and runtime-env agents stay,
+re-parented to init). So a local instance is ``ray start --head --block`` as a child process
+with a parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, set before ``exec``):
+when the driver dies in any way, ``ray start`` gets SIGTERM and stops every Ray process it
+started. Elsewhere (no prctl) ``ray.init(address="local")`` is used instead.
+
+Starts a process only when asked; imports no Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..protocol import OrchestraError
+
+LOCAL_OBJECT_STORE = 256 * 1024 * 1024
+"""Object store of a local instance: result lines are small (Ray's floor is 75 MiB)."""
+
+_WRAPPER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the parent dies\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(3)  # the parent died before the signal was armed\n"
+    "from ray.scripts.scripts import main\n"
+    "sys.argv = ['ray', *sys.argv[2:]]\n"
+    "sys.exit(main())\n"
+)
+
+
+def supported() -> bool:
+    """True where a parent-death signal can tie the head to this process (Linux)."""
+    return sys.platform.startswith("linux")
+
+
+class LocalRayError(OrchestraError):
+    """The local Ray head did not start (the message carries the tail of its output)."""
+
+
+class LocalRay:
+    """``ray start --head --block`` for one run; ``start()`` returns its address, ``stop()`` ends it.
+
+    Start it from a thread that lives as long as the run (the main thread): the parent-death
+    signal follows the thread that started the child, not the process.
+    """
+
+    def __init__(self, *, num_cpus: int, object_store_memory: int = LOCAL_OBJECT_STORE,
+                 node_ip: str = "127.0.0.1", temp_dir: str | None = None) -> None:
+        self.num_cpus = num_cpus
+        self.object_store_memory = object_store_memory
+        self.node_ip = node_ip
+        self._own_temp = temp_dir is None
+        base = "/tmp" if os.path.isdir("/tmp") else None  # short: Ray's socket paths must fit 107 bytes
+        self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="dsh-ray-", dir=base)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.address: str | None = None
+        self.startup_s = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.temp_dir) / "ray-start.log"
+
+    def start(self, timeout: float = 120.0) -> str:
+        """Start the head; return its GCS address once it accepts drivers.
+
+        Raises:
+            LocalRayError: it exited or did not come up within ``timeout`` seconds.
+        """
+        began = time.monotonic()
+        address_file = Path(self.temp_dir) / "ray_current_cluster"
+        command = [
+            sys.executable, "-c", _WRAPPER, str(os.getpid()),
+            "start", "--head", "--block", "--port", "0", "--node-ip-address", self.node_ip,
+            "--num-cpus", str(self.num_cpus), "--object-store-memory", str(self.object_store_memory),
+            "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", self.temp_dir,
+        ]
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+        deadline = began + timeout
+        while True:
+            if address_file.exists() and address_file.read_text().strip() and self._started():
+                self.address = address_file.read_text().strip()
+                self.startup_s = time.monotonic() - began
+                return self.address
+            status = self.process.poll()
+            if status is not None or time.monotonic() > deadline:
+                self.stop()
+                why = f"exited with status {status}" if status is not None else f"did not start within {timeout:g} s"
+                raise LocalRayError(f"the local Ray instance {why}; its output ends with:\n{self._tail()}")
+            time.sleep(0.1)
+
+    def _started(self) -> bool:
+        try:
+            return b"Ray runtime started" in self.log_path.read_bytes()
+        except OSError:
+            return False
+
+    def _tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no output)"
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the head (it stops every Ray process it started), SIGKILL after ``timeout``;
+        then remove its temporary directory. Idempotent."""
+        process, self.process = self.process, None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if self._own_temp:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalRay:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,134 @@
+"""Fixtures of the scale-out tests.
+
+* ``ray_cluster`` (module scope): one small local Ray instance (2 CPUs, no dashboard) for the
+  module, started with ``LocalRay`` and joined by this process with ``ray.init``; the tests
+  using it are skipped, saying why, only when ``ray`` is not importable. After the module:
+  ``ray.shutdown()``, the instance stopped, and a check that none of its processes is left.
+* ``no_leaked_processes`` (autouse, overrides the suite-wide one): the same check, except that
+  Ray's own processes (its workers come and go as actors start and end) are not ours; the
+  runtimes the actors start are, also those re-parented away from this process when their
+  actor was killed (found by the test's directory in their argv).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import psutil
+import pytest
+
+from dsh_orchestra.scale._local import LocalRay
+
+from scale_support import our_runtimes
+
+RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
+LEAK_GRACE = 5.0
+"""Seconds for leftovers to go: a killed actor's runtimes exit when they see end of input."""
+
+
+def _is_ray(process: psutil.Process) -> bool:
+    try:
+        return bool(RAY_PROCESS.search(process.name()) or RAY_PROCESS.search(" ".join(process.cmdline())))
+    except psutil.Error:
+        return True  # gone (or a zombie without a command line): nothing to leak
+
+
+def _running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (an orphan's corpse is init's to reap)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:  # pragma: no cover
+        return []
+
+
+def _describe(process: psutil.Process) -> str:
+    try:
+        return f"pid {process.pid} ({process.status()}): {' '.join(process.cmdline())[:200]}"
+    except psutil.Error:
+        return f"pid {process.pid} (gone)"
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test when it leaves a process of its own behind (Ray's processes excepted)."""
+    before = {p.pid for p in _children()}
+    yield
+    tmp_path = request.node.funcargs.get("tmp_path")
+    deadline = time.monotonic() + LEAK_GRACE
+    while True:
+        leaked = [p for p in _children() if p.pid not in before and not _is_ray(p)]
+        if isinstance(tmp_path, Path):
+            leaked += [p for p in our_runtimes(tmp_path) if p.pid not in {q.pid for q in leaked}]
+        if not leaked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if not leaked:
+        return
+    report = [_describe(p) for p in leaked]
+    for process in leaked:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    for process in leaked:
+        try:
+            if process.ppid() == os.getpid():
+                os.waitpid(process.pid, 0)
+        except (psutil.Error, ChildProcessError, OSError):
+            pass
+    pytest.fail("the test left processes behind:\n  " + "\n  ".join(report), pytrace=False)
+
+
+@attrs.frozen
+class RayCluster:
+    """The module's Ray instance: its address and its directory (logs under ``session_latest``)."""
+
+    address: str
+    temp_dir: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.temp_dir / "session_latest" / "logs"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[RayCluster]:
+    """A local Ray instance for the module, this process connected to it as a driver."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback only; a token file other users rewrite must not matter
+    local = LocalRay(num_cpus=2)
+    address = local.start()
+    assert local.process is not None
+    head = psutil.Process(local.process.pid)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        yield RayCluster(address=address, temp_dir=Path(local.temp_dir))
+    finally:
+        ray.shutdown()
+        members = [head, *head.children(recursive=True)]
+        local.stop()
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
+        deadline = time.monotonic() + 15
+        while (alive := [p for p in members if _running(p)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for process in alive:
+            process.kill()
+        assert not alive, f"Ray processes outlived the instance: {[_describe(p) for p in alive]}"

@@ -1,0 +1,266 @@
+"""The scale-out parts that need no Ray: the import boundary, the CLI options, portable specs
+and errors, the driver's ledger, and the threaded pool host (with simulator processes)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import trio
+
+from dsh_orchestra.batch import BatchItem, BatchOptions, Counters, Progress, ResultsWriter, Tally
+from dsh_orchestra.cli._main import build_parser
+from dsh_orchestra.protocol import RuntimeStartError
+from dsh_orchestra.runtime import RuntimeSpec
+from dsh_orchestra.scale import ACTOR_LOST, HostConfig, Ledger, PoolHost, RemoteError, split_spec
+from dsh_orchestra.scale._portable import API_KEY
+
+from scale_support import by_id, our_runtimes, sim_spec
+
+SECRET_KEY = "sk-test-secret-key-0123456789"
+SECRET_TOKEN = "tok-secret-value-9876543210"
+INHERITED = "sk-inherited-driver-key-55555"
+
+
+def test_importing_the_package_and_the_cli_does_not_import_ray() -> None:
+    """Ray is an optional extra: the core, the batch layer, the CLI and even scale do not import it."""
+    code = (
+        "import sys\n"
+        "import dsh_orchestra, dsh_orchestra.batch, dsh_orchestra.cli, dsh_orchestra.scale\n"
+        "from dsh_orchestra.cli._main import build_parser\n"
+        "build_parser().parse_args(['batch', 'ds.jsonl', '--out', 'r.jsonl', '--ray', '--ray-actors', '3'])\n"
+        "loaded = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
+        "print(loaded)\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_without_ray_the_ray_option_is_a_usage_error(tmp_path: Path) -> None:
+    """``--ray`` where Ray is not installed: exit status 2 and the install command."""
+    dataset = tmp_path / "ds.jsonl"
+    dataset.write_text('{"id": "a", "prompt": "hi"}\n')
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # as if it were not installed\n"
+        "from dsh_orchestra.cli import main\n"
+        f"sys.exit(main(['batch', {str(dataset)!r}, '--out', {str(tmp_path / 'r.jsonl')!r}, '--ray', '--no-progress']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'dsh-orchestra[ray]'" in done.stderr
+    assert not (tmp_path / "r.jsonl").exists() or not (tmp_path / "r.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "address"),
+    [([], None), (["--ray"], ""), (["--ray", "auto"], "auto"), (["--ray", "10.0.0.5:6379"], "10.0.0.5:6379"),
+     (["--ray=ray://head:10001"], "ray://head:10001")],
+)
+def test_ray_option_takes_an_optional_address(argv: list[str], address: str | None) -> None:
+    args = build_parser().parse_args(["batch", "ds.jsonl", "--out", "r.jsonl", *argv, "--ray-actors", "3"])
+    assert args.ray == address
+    assert args.ray_actors == 3
+    assert args.runtimes_per_actor is None
+
+
+def test_split_spec_keeps_secrets_out_of_the_actor_spec_and_settings() -> None:
+    spec = RuntimeSpec.simulator(
+        dsh_home="/tmp/home-{actor}", env={"DSH_TELEMETRY_MODE": "DISABLED", "MY_API_TOKEN": SECRET_TOKEN},
+        api_key=SECRET_KEY,
+    )
+    environ = {"DEEPSEEK_BASE_URL": "http://127.0.0.1:9", "DEEPSEEK_API_KEY": INHERITED, "DSH_HOME": "/driver/home",
+               "PATH": "/usr/bin", "HOME": "/root"}
+    actor_spec, settings, secrets = split_spec(spec, environ=environ)
+    assert settings == {"DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_BASE_URL": "http://127.0.0.1:9"}
+    assert secrets == {"MY_API_TOKEN": SECRET_TOKEN, "DEEPSEEK_API_KEY": INHERITED, API_KEY: SECRET_KEY}
+    assert actor_spec.env_names == ("DEEPSEEK_BASE_URL", "DSH_TELEMETRY_MODE")
+    assert actor_spec.secret_names == tuple(sorted(secrets))
+    blob = pickle.dumps(actor_spec)  # what Ray stores as the actor's creation argument
+    for value in (SECRET_KEY, SECRET_TOKEN, INHERITED):
+        assert value.encode() not in blob
+    assert actor_spec.spec.api_key is None and actor_spec.spec.env == {}
+
+
+def test_split_spec_refuses_an_in_process_runtime() -> None:
+    from dsh_orchestra.testing._script import DEFAULT_SCRIPT
+    from dsh_orchestra.testing._simulator import open_simulator_stream
+
+    spec = RuntimeSpec(connect=lambda: open_simulator_stream(DEFAULT_SCRIPT))
+    with pytest.raises(ValueError, match="cannot run in a Ray actor"):
+        split_spec(spec)
+
+
+def test_rebuild_restores_settings_secrets_and_a_home_per_actor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = RuntimeSpec.simulator(dsh_home=tmp_path / "home-{actor}", env={"DSH_TELEMETRY_MODE": "DISABLED",
+                                                                          "MY_API_TOKEN": SECRET_TOKEN}, api_key=SECRET_KEY)
+    actor_spec, settings, secrets = split_spec(spec, environ={})
+    for name, value in settings.items():  # what the actor's runtime_env env_vars give it
+        monkeypatch.setenv(name, value)
+    rebuilt, home = actor_spec.rebuild(secrets, slot=3)
+    assert home is None
+    assert rebuilt.dsh_home == tmp_path / "home-3" and (tmp_path / "home-3").is_dir()
+    assert rebuilt.api_key == SECRET_KEY
+    assert rebuilt.env == {"DSH_TELEMETRY_MODE": "DISABLED", "MY_API_TOKEN": SECRET_TOKEN}
+    assert SECRET_KEY in rebuilt.secrets() and SECRET_TOKEN in rebuilt.secrets()
+    assert rebuilt.command == spec.command
+
+    private, _, _ = split_spec(spec, temp_home=True, environ={})
+    moved = attrs_evolve_driver(private, "/elsewhere/python")
+    rebuilt, home = moved.rebuild(secrets, slot=0)
+    assert home is not None and rebuilt.dsh_home is not None and Path(home.name) == rebuilt.dsh_home
+    assert rebuilt.command is not None and rebuilt.command[0] == sys.executable  # this node's interpreter
+    home.cleanup()
+
+
+def attrs_evolve_driver(actor_spec, executable: str):  # type: ignore[no-untyped-def]
+    """The same actor spec as if the driver's interpreter lived at ``executable``."""
+    import attrs
+
+    command = (executable, *actor_spec.spec.command[1:])
+    return attrs.evolve(actor_spec, spec=actor_spec.spec.evolve(command=command), driver_executable=executable)
+
+
+def test_rebuild_fails_when_a_named_secret_is_missing() -> None:
+    spec = RuntimeSpec.simulator(dsh_home="/tmp", api_key=SECRET_KEY)
+    actor_spec, _, _ = split_spec(spec, environ={})
+    with pytest.raises(Exception, match="did not reach the actor"):
+        actor_spec.rebuild({}, slot=0)
+
+
+def test_remote_errors_survive_pickling_and_rebuild_runtime_start_errors() -> None:
+    original = RuntimeStartError("sim", "sdk", "handshake rejected", "last words")
+    carried = pickle.loads(pickle.dumps(RemoteError.of(original)))
+    local = carried.local()
+    assert isinstance(local, RuntimeStartError)
+    assert (local.command, local.profile, local.reason, local.stderr_tail) == ("sim", "sdk", "handshake rejected", "last words")
+    assert str(local) == str(original)
+    group = RemoteError.of(ExceptionGroup("x", [ValueError("inner")]))
+    assert pickle.loads(pickle.dumps(group)).type_name == "ValueError"
+    assert group.local() is group
+
+
+# ---- the ledger -----------------------------------------------------------------------------
+
+
+def _ledger(tmp_path: Path, count: int, max_handouts: int = 3) -> tuple[Ledger, ResultsWriter, Counters]:
+    items = [BatchItem(id=f"i{n}", prompt=f"p{n}") for n in range(count)]
+    writer = ResultsWriter(tmp_path / "results.jsonl")
+    counters = Counters(total=count)
+    ledger = Ledger(iter(items), writer, Tally(), counters, Progress(counters, mode="none"), todo=count,
+                    max_handouts=max_handouts)
+    return ledger, writer, counters
+
+
+def _line(item: BatchItem, attempts: int = 1, status: str = "ok") -> dict[str, object]:
+    return {"id": item.id, "status": status, "session_id": "s", "final_response": "r", "finish_reason": "completed",
+            "subagents": [], "approvals": [], "attempts": attempts, "duration_s": 0.01, "error": None, "metadata": {}}
+
+
+async def test_ledger_hands_a_lost_item_out_again_and_writes_it_once(tmp_path: Path) -> None:
+    ledger, writer, counters = _ledger(tmp_path, 3)
+    first = await ledger.next_item()
+    second = await ledger.next_item()
+    assert first is not None and second is not None and (first.id, second.id) == ("i0", "i1")
+    ledger.take_back(first, "ActorDiedError: killed")
+    again = await ledger.next_item()
+    assert again == first  # items that came back go out before new ones
+    ledger.finish(again, _line(again, attempts=2))  # one retry inside the actor as well
+    ledger.finish(second, _line(second))
+    third = await ledger.next_item()
+    assert third is not None
+    ledger.finish(third, _line(third))
+    assert await ledger.next_item() is None
+    writer.close()
+    results = by_id(tmp_path / "results.jsonl")
+    assert set(results) == {"i0", "i1", "i2"}
+    assert results["i0"]["attempts"] == 3  # 1 lost hand-out + 2 attempts on the actor that finished it
+    assert counters.retries == 2 and counters.done == 3
+
+
+async def test_ledger_gives_up_on_an_item_that_keeps_losing_its_actor(tmp_path: Path) -> None:
+    ledger, writer, counters = _ledger(tmp_path, 2, max_handouts=2)
+    for _ in range(2):
+        item = await ledger.next_item()
+        assert item is not None and item.id == "i0"
+        ledger.take_back(item, "ActorDiedError: poison")
+    other = await ledger.next_item()  # i0 is written as lost, and i1 comes out
+    assert other is not None and other.id == "i1"
+    ledger.finish(other, _line(other))
+    assert await ledger.next_item() is None
+    writer.close()
+    results = by_id(tmp_path / "results.jsonl")
+    assert results["i0"]["status"] == "error" and results["i0"]["error"]["type"] == ACTOR_LOST
+    assert results["i0"]["attempts"] == 2 and "poison" in results["i0"]["error"]["message"]
+    assert counters.retries == 1 and counters.failed == 1
+
+
+async def test_ledger_waits_while_items_are_out(tmp_path: Path) -> None:
+    """A feeder with nothing to take waits: an item that is out may come back."""
+    ledger, writer, _ = _ledger(tmp_path, 1)
+    item = await ledger.next_item()
+    assert item is not None
+    got: list[BatchItem | None] = []
+
+    async def waiter() -> None:
+        got.append(await ledger.next_item())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        ledger.take_back(item, "lost")
+    assert got == [item]
+    ledger.finish(item, _line(item))
+    assert await ledger.next_item() is None
+    writer.close()
+
+
+# ---- the pool host, without Ray ---------------------------------------------------------------
+
+
+def test_pool_host_runs_items_from_many_threads_on_one_trio_thread(tmp_path: Path) -> None:
+    actor_spec, settings, secrets = split_spec(sim_spec(tmp_path))
+    config = HostConfig.for_items(actor_spec, BatchOptions(), slot=0, runtimes=2, in_flight=6)
+    host = PoolHost(config, secrets)
+    info = host.start()
+    assert info.runtimes == 2 and info.pid == os.getpid()
+    assert len(our_runtimes(tmp_path)) == 2  # started once, for every item
+    items = [BatchItem(id=f"h{n}", prompt=("E400 " if n == 4 else "TICK ") + str(n)) for n in range(12)]
+    threads: set[str] = set()
+
+    def run(item: BatchItem) -> dict[str, object]:
+        threads.add(threading.current_thread().name)
+        line, retries = host.process(item)
+        assert retries == 0
+        return line
+
+    try:
+        with ThreadPoolExecutor(6) as executor:
+            lines = list(executor.map(run, items))
+        assert host.statistics()["live"] == 2
+    finally:
+        host.close()
+    assert [line["id"] for line in lines] == [item.id for item in items]
+    assert [line["status"] for line in lines] == ["ok"] * 4 + ["error"] + ["ok"] * 7
+    assert lines[0]["final_response"] == "tock" and len(threads) > 1
+    assert our_runtimes(tmp_path) == []  # close() reaped every runtime
+    with pytest.raises(Exception, match="not running"):
+        host.process(items[0])
+
+
+def test_pool_host_start_reports_the_runtime_start_error(tmp_path: Path) -> None:
+    spec = RuntimeSpec(command=[str(tmp_path / "no-such-runtime")], dsh_home=tmp_path, cwd=tmp_path)
+    actor_spec, _, secrets = split_spec(spec)
+    host = PoolHost(HostConfig.for_items(actor_spec, BatchOptions(), slot=0, runtimes=1, in_flight=1), secrets)
+    with pytest.raises(RemoteError) as caught:
+        host.start()
+    host.close()
+    assert isinstance(caught.value.local(), RuntimeStartError)
