@@ -8,10 +8,17 @@ not import it; ``run_batch_ray`` does, when called.
 
 from ._dispatch import ACTOR_LOST as ACTOR_LOST, Ledger as Ledger
 from ._host import HostConfig as HostConfig, HostFailedError as HostFailedError, HostInfo as HostInfo, PoolHost as PoolHost
+from ._local import LocalRay as LocalRay, LocalRayError as LocalRayError
 from ._portable import ActorSpec as ActorSpec, RemoteError as RemoteError, split_spec as split_spec
-from ._ray import RAY_MISSING as RAY_MISSING, ScaleError as ScaleError, connect as connect, run_batch_ray as run_batch_ray
+from ._ray import (
+    RAY_MISSING as RAY_MISSING,
+    RayConnection as RayConnection,
+    ScaleError as ScaleError,
+    connect as connect,
+    run_batch_ray as run_batch_ray,
+)
 
 __all__ = [
-    "ACTOR_LOST", "RAY_MISSING", "ActorSpec", "HostConfig", "HostFailedError", "HostInfo", "Ledger", "PoolHost",
-    "RemoteError", "ScaleError", "connect", "run_batch_ray", "split_spec",
+    "ACTOR_LOST", "RAY_MISSING", "ActorSpec", "HostConfig", "HostFailedError", "HostInfo", "Ledger", "LocalRay",
+    "LocalRayError", "PoolHost", "RayConnection", "RemoteError", "ScaleError", "connect", "run_batch_ray", "split_spec",
 ]

@@ -37,6 +37,22 @@ _WRAPPER = (
 )
 
 
+def auth_mode() -> str:
+    """The token-authentication mode for a local head, which its drivers must share.
+
+    ``RAY_AUTH_MODE`` when set; otherwise ``token`` when a token is at hand (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), as ``ray start`` decides, else
+    ``disabled``. (Unset, ``ray start`` turns token mode on when it finds a token, while
+    ``ray.init(address=...)`` does not: the driver then cannot connect. So the mode is
+    decided once and given to both.)
+    """
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode:
+        return mode
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    return "token" if os.environ.get("RAY_AUTH_TOKEN") or os.path.exists(path) else "disabled"
+
+
 def supported() -> bool:
     """True where a parent-death signal can tie the head to this process (Linux)."""
     return sys.platform.startswith("linux")
@@ -54,10 +70,10 @@ class LocalRay:
     """
 
     def __init__(self, *, num_cpus: int, object_store_memory: int = LOCAL_OBJECT_STORE,
-                 node_ip: str = "127.0.0.1", temp_dir: str | None = None) -> None:
+                 temp_dir: str | None = None) -> None:
         self.num_cpus = num_cpus
         self.object_store_memory = object_store_memory
-        self.node_ip = node_ip
+        self.auth_mode = auth_mode()
         self._own_temp = temp_dir is None
         base = "/tmp" if os.path.isdir("/tmp") else None  # short: Ray's socket paths must fit 107 bytes
         self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="dsh-ray-", dir=base)
@@ -70,7 +86,8 @@ class LocalRay:
         return Path(self.temp_dir) / "ray-start.log"
 
     def start(self, timeout: float = 120.0) -> str:
-        """Start the head; return its GCS address once it accepts drivers.
+        """Start the head; return its GCS address once it accepts drivers (which must run
+        with ``RAY_AUTH_MODE=self.auth_mode``).
 
         Raises:
             LocalRayError: it exited or did not come up within ``timeout`` seconds.
@@ -79,12 +96,13 @@ class LocalRay:
         address_file = Path(self.temp_dir) / "ray_current_cluster"
         command = [
             sys.executable, "-c", _WRAPPER, str(os.getpid()),
-            "start", "--head", "--block", "--port", "0", "--node-ip-address", self.node_ip,
+            "start", "--head", "--block", "--port", "0",
             "--num-cpus", str(self.num_cpus), "--object-store-memory", str(self.object_store_memory),
             "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", self.temp_dir,
         ]
         with open(self.log_path, "wb") as log_file:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "RAY_AUTH_MODE": self.auth_mode})
         deadline = began + timeout
         while True:
             if address_file.exists() and address_file.read_text().strip() and self._started():

@@ -127,6 +127,7 @@ def connect(address: str | None, *, num_cpus: int | None = None, **init_options:
             except LocalRayError as exc:
                 connection.close()
                 raise BatchUsageError(f"--ray: cannot start a local Ray instance: {exc}") from exc
+            _share_auth_mode(connection.local.auth_mode)
         else:
             options.update(address="local", include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE)
             if num_cpus is not None:
@@ -142,6 +143,24 @@ def connect(address: str | None, *, num_cpus: int | None = None, **init_options:
         raise BatchUsageError(f"--ray: cannot {where}: {type(exc).__name__}: {exc}") from exc
     connection.initialized = True
     return connection
+
+
+def _share_auth_mode(mode: str) -> None:
+    """Make this driver use the local head's token-auth mode.
+
+    With ``RAY_AUTH_MODE`` unset, ``ray start`` enables token auth when a token exists but
+    ``ray.init(address=...)`` does not, and cannot connect. Ray's own local ``ray.init()``
+    resolves this in-process (this same helper); older Ray has no token auth at all.
+    """
+    if mode != "token" or os.environ.get("RAY_AUTH_MODE"):
+        return  # the head inherited this process's explicit mode (or has no auth)
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 async def _wait_ref(ref: Any) -> Any:

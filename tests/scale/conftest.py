@@ -20,13 +20,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import psutil
 import pytest
 
 from dsh_orchestra.scale._local import LocalRay
 
-from scale_support import our_runtimes
+from scale_support import RayCluster, our_runtimes
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -91,18 +90,6 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
         except (psutil.Error, ChildProcessError, OSError):
             pass
     pytest.fail("the test left processes behind:\n  " + "\n  ".join(report), pytrace=False)
-
-
-@attrs.frozen
-class RayCluster:
-    """The module's Ray instance: its address and its directory (logs under ``session_latest``)."""
-
-    address: str
-    temp_dir: Path
-
-    @property
-    def logs(self) -> Path:
-        return self.temp_dir / "session_latest" / "logs"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import psutil
 
@@ -54,6 +55,11 @@ reply = "deploy was {outcome}"
 approval = { tool = "bash", reason = "needs network" }
 
 [[rules]]
+name = "hang"
+match = "HANG"
+hang = true
+
+[[rules]]
 name = "ask"
 match = "ASK"
 question = { id = "env", question = "Which environment?", options = ["staging", "production"] }
@@ -68,6 +74,18 @@ name = "allow-bash"
 outcome = "allowed-once"
 tools = ["bash"]
 """
+
+@attrs.frozen
+class RayCluster:
+    """The module's Ray instance: its address and its directory (logs under ``session_latest``)."""
+
+    address: str
+    temp_dir: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.temp_dir / "session_latest" / "logs"
+
 
 CLI = [sys.executable, "-c", "import sys; from dsh_orchestra.cli import main; sys.exit(main())"]
 ENV = {"DSH_TELEMETRY_MODE": "DISABLED"}
@@ -157,5 +175,7 @@ def wait_until(condition: Any, timeout: float, what: str, interval: float = 0.05
         time.sleep(interval)
 
 
-def run_cli(args: list[str], *, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout)
+def run_cli(args: list[str], *, cwd: Path, timeout: float = 120, unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The CLI as a subprocess (``unset``: environment variables it must not inherit)."""
+    env = {k: v for k, v in cli_env().items() if k not in unset}
+    return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -30,9 +30,8 @@ from dsh_orchestra.questions import first_option
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.scale import run_batch_ray
 
-from conftest import RayCluster
 from scale_support import (
-    CLI, POLICY, by_id, cli_args, cli_env, count_lines, mixed_items, our_runtimes, run_cli, sim_spec, tick_items,
+    CLI, RayCluster, POLICY, by_id, cli_args, cli_env, count_lines, mixed_items, our_runtimes, run_cli, sim_spec, tick_items,
     wait_until, write_dataset,
 )
 
@@ -221,7 +220,8 @@ def test_cli_with_its_own_local_ray_instance(tmp_path: Path) -> None:
     heads = _local_heads()
     local = run_cli(cli_args(dataset, tmp_path / "local.jsonl", tmp_path, *common), cwd=tmp_path)
     on_ray = run_cli(cli_args(dataset, tmp_path / "ray.jsonl", tmp_path, *common, "--ray", "--ray-actors", "2",
-                              "--runtimes-per-actor", "1", "--summary", str(tmp_path / "summary.json")), cwd=tmp_path)
+                              "--runtimes-per-actor", "1", "--summary", str(tmp_path / "summary.json")), cwd=tmp_path,
+                     unset=("RAY_AUTH_MODE",))  # Ray's default: the head and the driver must agree on it
     assert local.returncode == on_ray.returncode == 1, on_ray.stderr  # some items end in error (by design)
     want, got = by_id(tmp_path / "local.jsonl"), by_id(tmp_path / "ray.jsonl")
     assert {i: outcome(line) for i, line in got.items()} == {i: outcome(line) for i, line in want.items()}
@@ -237,3 +237,46 @@ async def test_no_actor_can_start(ray_cluster: RayCluster, tmp_path: Path) -> No
         await run_batch_ray(dataset, tmp_path / "r.jsonl", spec, BatchOptions(progress="none"), actors=2)
     assert named_actors() == []
     assert (tmp_path / "r.jsonl").read_text() == ""
+
+
+class _LockedPolicy:
+    """A policy Ray cannot pickle (it holds a thread lock)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, request: Any) -> None:
+        return None
+
+
+async def test_a_policy_that_cannot_be_pickled_is_refused_first(tmp_path: Path) -> None:
+    from dsh_orchestra.batch import BatchUsageError
+
+    dataset = write_dataset(tmp_path / "ds.jsonl", tick_items(2))
+    with pytest.raises(BatchUsageError, match="cannot be sent to Ray actors"):
+        await run_batch_ray(dataset, tmp_path / "r.jsonl", sim_spec(tmp_path),
+                            BatchOptions(policy=_LockedPolicy(), progress="none"), actors=1)
+    assert (tmp_path / "r.jsonl").read_text() == ""
+
+
+async def test_timeout_retries_audit_and_transcripts_work_in_actors(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    """The per-item options run inside the actors as on one machine; the actors write the audit
+    log and the transcripts (here on this node, the only one)."""
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(POLICY)
+    items = [{"id": "hang", "prompt": "HANG forever"}, {"id": "deploy", "prompt": "DEPLOY now"},
+             {"id": "tick", "prompt": "TICK once"}]
+    dataset = write_dataset(tmp_path / "ds.jsonl", items)
+    options = BatchOptions(timeout=0.5, retries=1, retry_backoff=0.05, policy=load_policy(str(policy_file)),
+                           audit=tmp_path / "audit.jsonl", transcripts=tmp_path / "transcripts", progress="none")
+    summary = await run_batch_ray(dataset, tmp_path / "r.jsonl", sim_spec(tmp_path), options, actors=2)
+    results = by_id(tmp_path / "r.jsonl")
+    assert results["hang"]["status"] == "error" and results["hang"]["error"]["type"] == "TimeoutError"
+    assert results["hang"]["attempts"] == 2 and summary.retries == 1
+    assert results["deploy"]["final_response"] == "deploy was allowed-once"
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [record["outcome"] for record in audit] == ["allowed-once"]
+    written = sorted(path.name for path in (tmp_path / "transcripts").iterdir())
+    assert written == ["deploy.jsonl.gz", "tick.jsonl.gz"]  # the items that got a turn

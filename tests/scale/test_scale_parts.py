@@ -264,3 +264,18 @@ def test_pool_host_start_reports_the_runtime_start_error(tmp_path: Path) -> None
         host.start()
     host.close()
     assert isinstance(caught.value.local(), RuntimeStartError)
+
+
+def test_local_head_auth_mode_follows_ray_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mode a local head gets (and its driver shares): explicit, else token iff a token exists."""
+    from dsh_orchestra.scale._local import auth_mode
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert auth_mode() == "disabled"
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("t" * 32)
+    assert auth_mode() == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert auth_mode() == "disabled"
