@@ -26,6 +26,7 @@ from ._runner import (
     BatchOptions as BatchOptions,
     BatchUsageError as BatchUsageError,
     SessionBusyError as SessionBusyError,
+    prepare_resume as prepare_resume,
     process_item as process_item,
     run_batch as run_batch,
 )
@@ -35,5 +36,5 @@ __all__ = [
     "OK_FINISH_REASONS", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "Counters",
     "DatasetCheck", "DatasetError", "Progress", "ResultsWriter", "SessionBusyError", "Tally",
     "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "percentile",
-    "process_item", "read_results", "result_line", "run_batch", "scan_results", "stable_hash", "summarize",
+    "prepare_resume", "process_item", "read_results", "result_line", "run_batch", "scan_results", "stable_hash", "summarize",
 ]

@@ -25,7 +25,7 @@ from ..pool import PoolClosedError, RuntimePool, open_pool
 from ..protocol import JsonRpcResponseError, OrchestraError, SdkProtocolError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import Runtime, TurnResult
-from ._dataset import BatchItem, check_dataset, iter_dataset
+from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ._progress import Counters, Progress
 from ._results import ResultsWriter, result_line, scan_results
 from ._summary import BatchSummary, Tally
@@ -260,6 +260,38 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
+def prepare_resume(
+    dataset: str | os.PathLike[str], out: Path, options: BatchOptions
+) -> tuple[DatasetCheck, Tally, set[str]]:
+    """Validate the dataset (nothing runs on a bad one), check the output paths, and scan the
+    results already in ``out`` (repairing a torn tail): the check, the tally of the results
+    kept, and the ids already done.
+
+    Raises:
+        DatasetError, BatchUsageError: as ``run_batch``.
+    """
+    check = check_dataset(dataset, options.shard)
+    if check.unknown:
+        log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
+    _check_paths(out, options)
+    tally = Tally()
+    done: set[str] = set()
+
+    def resumed_line(line: dict[str, Any]) -> None:
+        item_id = line["id"]
+        if item_id in check.ids and item_id not in done:
+            done.add(item_id)
+            tally.add_line(line)
+
+    try:
+        _, torn = scan_results(out, resumed_line, repair=True)
+    except ValueError as exc:
+        raise BatchUsageError(str(exc)) from exc
+    if torn:
+        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
+    return check, tally, done
+
+
 async def run_batch(
     dataset: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -282,26 +314,8 @@ async def run_batch(
     options = options or BatchOptions(**kwargs)
     # Validate the whole file first (nothing runs on a bad dataset), keeping only the ids; the
     # items are streamed from the file again as places free up: memory stays flat in size.
-    check = check_dataset(dataset, options.shard)
-    if check.unknown:
-        log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
     out = Path(out)
-    _check_paths(out, options)
-    tally = Tally()
-    done: set[str] = set()
-
-    def resumed_line(line: dict[str, Any]) -> None:
-        item_id = line["id"]
-        if item_id in check.ids and item_id not in done:
-            done.add(item_id)
-            tally.add_line(line)
-
-    try:
-        _, torn = scan_results(out, resumed_line, repair=True)
-    except ValueError as exc:
-        raise BatchUsageError(str(exc)) from exc
-    if torn:
-        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
+    check, tally, done = prepare_resume(dataset, out, options)
     total = len(check.ids)
     resumed = len(done)
     todo = total - resumed

@@ -34,11 +34,9 @@ from ..batch import (
     Progress,
     ResultsWriter,
     Tally,
-    check_dataset,
     iter_dataset,
-    scan_results,
+    prepare_resume,
 )
-from ..batch._runner import _check_paths  # the same refusals, with the same messages
 from ..protocol import OrchestraError
 from ..runtime import RuntimeSpec
 from ._dispatch import Ledger
@@ -429,26 +427,8 @@ async def run_batch_ray(
     """
     options = options or BatchOptions(**kwargs)
     plan = _plan(options, actors, runtimes_per_actor, num_cpus, start_timeout, max_start_failures, backoff)
-    check = check_dataset(dataset, options.shard)
-    if check.unknown:
-        log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
     out = Path(out)
-    _check_paths(out, options)
-    tally = Tally()
-    done: set[str] = set()
-
-    def resumed_line(line: dict[str, Any]) -> None:
-        item_id = line["id"]
-        if item_id in check.ids and item_id not in done:
-            done.add(item_id)
-            tally.add_line(line)
-
-    try:
-        _, torn = scan_results(out, resumed_line, repair=True)
-    except ValueError as exc:
-        raise BatchUsageError(str(exc)) from exc
-    if torn:
-        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
+    check, tally, done = prepare_resume(dataset, out, options)
     total = len(check.ids)
     resumed = len(done)
     todo = total - resumed
