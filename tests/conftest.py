@@ -34,6 +34,7 @@ import pytest
 from dsh_orchestra.runtime import RuntimeSpec, bundled_dsh_command
 from dsh_orchestra.testing._fake_model import FakeModelServer, open_fake_model
 from dsh_orchestra.testing._script import DEFAULT_SCRIPT, Script
+from process_table import describe, our_children
 
 TEST_API_KEY = "test-key-not-a-secret"
 """The dummy credential ``dsh_spec`` gives the runtime (the fake model ignores it)."""
@@ -100,34 +101,20 @@ async def dsh_spec(fake_model: FakeModelServer, dsh_home: Path, workspace: Path)
     return make
 
 
-def _children() -> list[psutil.Process]:
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:  # pragma: no cover
-        return []
-
-
-def _describe(process: psutil.Process) -> str:
-    try:
-        return f"pid {process.pid} ({process.status()}): {' '.join(process.cmdline())[:200]}"
-    except psutil.Error:
-        return f"pid {process.pid} (gone)"
-
-
 @pytest.fixture(autouse=True)
 def no_leaked_processes() -> Iterator[None]:
     """Fail the test when it leaves a child process (running or zombie) behind."""
-    before = {p.pid for p in _children()}
+    before = {p.pid for p in our_children()}
     yield
     deadline = time.monotonic() + LEAK_GRACE
     while True:
-        leaked = [p for p in _children() if p.pid not in before]
+        leaked = [p for p in our_children() if p.pid not in before]
         if not leaked or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
     if not leaked:
         return
-    report = [_describe(p) for p in leaked]
+    report = [describe(p) for p in leaked]
     for process in leaked:  # clean up so the next test starts from an empty process table
         try:
             process.send_signal(signal.SIGKILL)

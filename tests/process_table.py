@@ -42,4 +42,15 @@ def assert_gone(pid: int, grace: float = 3.0) -> None:
 
 def our_children() -> list[psutil.Process]:
     """Every descendant of the test process (running or zombie)."""
-    return psutil.Process().children(recursive=True)
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:  # pragma: no cover
+        return []
+
+
+def describe(process: psutil.Process) -> str:
+    """A one-line description of ``process`` for failure messages."""
+    try:
+        return f"pid {process.pid} ({process.status()}): {' '.join(process.cmdline())[:200]}"
+    except psutil.Error:
+        return f"pid {process.pid} (gone)"

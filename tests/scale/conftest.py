@@ -26,6 +26,7 @@ import pytest
 from dsh_orchestra.scale._local import LocalRay
 
 from scale_support import RayCluster, our_runtimes
+from process_table import describe, our_children
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -47,29 +48,15 @@ def _running(process: psutil.Process) -> bool:
         return False
 
 
-def _children() -> list[psutil.Process]:
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:  # pragma: no cover
-        return []
-
-
-def _describe(process: psutil.Process) -> str:
-    try:
-        return f"pid {process.pid} ({process.status()}): {' '.join(process.cmdline())[:200]}"
-    except psutil.Error:
-        return f"pid {process.pid} (gone)"
-
-
 @pytest.fixture(autouse=True)
 def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test when it leaves a process of its own behind (Ray's processes excepted)."""
-    before = {p.pid for p in _children()}
+    before = {p.pid for p in our_children()}
     yield
     tmp_path = request.node.funcargs.get("tmp_path")
     deadline = time.monotonic() + LEAK_GRACE
     while True:
-        leaked = [p for p in _children() if p.pid not in before and not _is_ray(p)]
+        leaked = [p for p in our_children() if p.pid not in before and not _is_ray(p)]
         if isinstance(tmp_path, Path):
             leaked += [p for p in our_runtimes(tmp_path) if p.pid not in {q.pid for q in leaked}]
         if not leaked or time.monotonic() >= deadline:
@@ -77,7 +64,7 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
         time.sleep(0.05)
     if not leaked:
         return
-    report = [_describe(p) for p in leaked]
+    report = [describe(p) for p in leaked]
     for process in leaked:
         try:
             process.send_signal(signal.SIGKILL)
@@ -118,4 +105,4 @@ def ray_cluster() -> Iterator[RayCluster]:
             time.sleep(0.1)
         for process in alive:
             process.kill()
-        assert not alive, f"Ray processes outlived the instance: {[_describe(p) for p in alive]}"
+        assert not alive, f"Ray processes outlived the instance: {[describe(p) for p in alive]}"
