@@ -124,6 +124,13 @@ def redact(text: str) -> str:
     return text
 
 
+def redact_bytes(data: bytes) -> bytes:
+    """UTF-8 ``data`` with every registered secret replaced (unchanged when none is registered)."""
+    if not _SECRETS:
+        return data
+    return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
 class RedactingFilter(logging.Filter):
     """Replaces registered secrets in the message, its arguments and the exception text.
 

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import orjson
 import trio
 
+from .._logging import redact_bytes
 from ..protocol import SESSION_EVENT
 from ..session import TurnResult
 
@@ -63,7 +64,7 @@ def encode_transcript(item_id: str, turn: TurnResult, max_bytes: int = DEFAULT_M
     out = bytearray()
     omitted_lines = omitted_bytes = 0
     for value in transcript_lines(item_id, turn):
-        line = orjson.dumps(value, default=str) + b"\n"
+        line = redact_bytes(orjson.dumps(value, default=str)) + b"\n"  # secrets never reach disk
         if omitted_lines or (out and len(out) + len(line) > max_bytes):
             omitted_lines += 1
             omitted_bytes += len(line)

@@ -99,3 +99,21 @@ def test_a_transcript_that_cannot_be_written_does_not_fail_the_item(tmp_path: Pa
     assert writer.write_nowait("x", turn) is None
     assert writer.failed == 1 and writer.written == 0
     assert any("cannot write the transcript of item 'x'" in r.getMessage() for r in caplog.records)
+
+
+async def test_secrets_never_reach_a_transcript(tmp_path: Path) -> None:
+    """A registered secret (a runtime's api key) in a prompt is redacted in the file on disk."""
+    from dsh_orchestra._logging import forget_secrets
+
+    spec = RuntimeSpec.simulator(dsh_home=tmp_path, cwd=tmp_path, api_key="sk-transcript-secret-1234")
+    try:
+        with trio.fail_after(20):
+            async with open_runtime(spec) as runtime:  # registers the spec's secrets
+                turn = await runtime.session().run("my key is sk-transcript-secret-1234")
+        assert any("sk-transcript-secret-1234" in str(e) for e in turn.events)  # the prompt's user/message
+        path = await TranscriptWriter(tmp_path / "t").write("secret", turn)
+        assert path is not None
+        raw = gzip.decompress(path.read_bytes())
+        assert b"sk-transcript-secret-1234" not in raw and b"***" in raw
+    finally:
+        forget_secrets()
