@@ -21,20 +21,16 @@ Tests marked ``integration`` are skipped when the bundled runtime is not install
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from dsh_orchestra.runtime import RuntimeSpec, bundled_dsh_command
 from dsh_orchestra.testing._fake_model import FakeModelServer, open_fake_model
 from dsh_orchestra.testing._script import DEFAULT_SCRIPT, Script
-from process_table import describe, our_children
+from process_table import fail_on_leaks, our_children
 
 TEST_API_KEY = "test-key-not-a-secret"
 """The dummy credential ``dsh_spec`` gives the runtime (the fake model ignores it)."""
@@ -106,24 +102,4 @@ def no_leaked_processes() -> Iterator[None]:
     """Fail the test when it leaves a child process (running or zombie) behind."""
     before = {p.pid for p in our_children()}
     yield
-    deadline = time.monotonic() + LEAK_GRACE
-    while True:
-        leaked = [p for p in our_children() if p.pid not in before]
-        if not leaked or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    if not leaked:
-        return
-    report = [describe(p) for p in leaked]
-    for process in leaked:  # clean up so the next test starts from an empty process table
-        try:
-            process.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    for process in leaked:
-        try:
-            if process.ppid() == os.getpid():
-                os.waitpid(process.pid, 0)
-        except (psutil.Error, ChildProcessError, OSError):
-            pass
-    pytest.fail("the test left child processes behind:\n  " + "\n  ".join(report), pytrace=False)
+    fail_on_leaks(lambda: [p for p in our_children() if p.pid not in before], LEAK_GRACE, "child processes")

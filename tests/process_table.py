@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -54,3 +56,26 @@ def describe(process: psutil.Process) -> str:
         return f"pid {process.pid} ({process.status()}): {' '.join(process.cmdline())[:200]}"
     except psutil.Error:
         return f"pid {process.pid} (gone)"
+
+
+def fail_on_leaks(find: Callable[[], list[psutil.Process]], grace: float, what: str) -> None:
+    """Wait up to ``grace`` seconds for ``find()`` to come back empty; otherwise kill and reap
+    what it found (so the next test starts clean) and fail the test naming each process."""
+    deadline = time.monotonic() + grace
+    while (leaked := find()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not leaked:
+        return
+    report = [describe(p) for p in leaked]
+    for process in leaked:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    for process in leaked:
+        try:
+            if process.ppid() == os.getpid():
+                os.waitpid(process.pid, 0)
+        except (psutil.Error, ChildProcessError, OSError):
+            pass
+    pytest.fail(f"the test left {what} behind:\n  " + "\n  ".join(report), pytrace=False)

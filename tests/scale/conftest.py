@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from dsh_orchestra.scale._local import LocalRay
 
 from scale_support import RayCluster, our_runtimes
-from process_table import describe, our_children
+from process_table import describe, fail_on_leaks, our_children
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -54,29 +53,14 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     before = {p.pid for p in our_children()}
     yield
     tmp_path = request.node.funcargs.get("tmp_path")
-    deadline = time.monotonic() + LEAK_GRACE
-    while True:
-        leaked = [p for p in our_children() if p.pid not in before and not _is_ray(p)]
+
+    def leaked() -> list[psutil.Process]:
+        found = [p for p in our_children() if p.pid not in before and not _is_ray(p)]
         if isinstance(tmp_path, Path):
-            leaked += [p for p in our_runtimes(tmp_path) if p.pid not in {q.pid for q in leaked}]
-        if not leaked or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    if not leaked:
-        return
-    report = [describe(p) for p in leaked]
-    for process in leaked:
-        try:
-            process.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    for process in leaked:
-        try:
-            if process.ppid() == os.getpid():
-                os.waitpid(process.pid, 0)
-        except (psutil.Error, ChildProcessError, OSError):
-            pass
-    pytest.fail("the test left processes behind:\n  " + "\n  ".join(report), pytrace=False)
+            found += [p for p in our_runtimes(tmp_path) if p.pid not in {q.pid for q in found}]
+        return found
+
+    fail_on_leaks(leaked, LEAK_GRACE, "processes")
 
 
 @pytest.fixture(scope="module")
