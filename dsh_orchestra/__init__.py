@@ -2,7 +2,7 @@
 
 The public API is re-exported here, lazily: ``import dsh_orchestra.protocol`` stays free of trio.
 The subpackages are the layers (protocol, transport, runtime, session, approvals, questions,
-pool, workflow, batch) and ``testing`` (simulator, scripted model server).
+pool, workflow, eval, batch) and ``testing`` (simulator, scripted model server).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     'DatasetError': ('batch', 'DatasetError'),
     'Decision': ('approvals', 'Decision'),
     'DecisionRecord': ('approvals', 'DecisionRecord'),
+    'EvalItem': ('eval', 'EvalItem'),
+    'EvalResult': ('eval', 'EvalResult'),
     'FrameTooLargeError': ('protocol', 'FrameTooLargeError'),
     'JsonRpcResponseError': ('protocol', 'JsonRpcResponseError'),
     'MethodNotSupportedError': ('protocol', 'MethodNotSupportedError'),
@@ -40,6 +42,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     'RuntimePool': ('pool', 'RuntimePool'),
     'RuntimeSpec': ('runtime', 'RuntimeSpec'),
     'RuntimeStartError': ('protocol', 'RuntimeStartError'),
+    'Score': ('eval', 'Score'),
     'SdkProtocolError': ('protocol', 'SdkProtocolError'),
     'Session': ('session', 'Session'),
     'StepContext': ('workflow', 'StepContext'),
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
     from ._logging import configure_logging as configure_logging, log_context as log_context
     from ._tracing import enable_tracing as enable_tracing
     from .approvals import ApprovalRequest as ApprovalRequest, ApprovalService as ApprovalService, AuditLog as AuditLog, Decision as Decision, DecisionRecord as DecisionRecord, load_policy as load_policy, replay as replay
+    from .eval import EvalItem as EvalItem, EvalResult as EvalResult, Score as Score
     from .batch import BatchOptions as BatchOptions, BatchSummary as BatchSummary, BatchUsageError as BatchUsageError, DatasetError as DatasetError, load_dataset as load_dataset, run_batch as run_batch
     from .pool import PoolClosedError as PoolClosedError, RuntimePool as RuntimePool, open_pool as open_pool
     from .protocol import FrameTooLargeError as FrameTooLargeError, JsonRpcResponseError as JsonRpcResponseError, MethodNotSupportedError as MethodNotSupportedError, OrchestraError as OrchestraError, RequestTimeoutError as RequestTimeoutError, RuntimeExitedError as RuntimeExitedError, RuntimeStartError as RuntimeStartError, SdkProtocolError as SdkProtocolError, SubscriberOverflowError as SubscriberOverflowError, TransportClosedError as TransportClosedError
@@ -94,4 +98,4 @@ def __dir__() -> list[str]:
 
 _install_logging()
 
-__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'replay', 'run_batch', 'run_workflow']
+__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'EvalItem', 'EvalResult', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'Score', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'replay', 'run_batch', 'run_workflow']

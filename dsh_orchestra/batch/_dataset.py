@@ -16,7 +16,7 @@ import orjson
 
 from ..session import content_blocks
 
-KNOWN_KEYS = frozenset({"id", "prompt", "session_id", "metadata"})
+KNOWN_KEYS = frozenset({"id", "prompt", "session_id", "metadata", "target", "choices"})
 MAX_REPORTED = 20
 
 
@@ -33,12 +33,15 @@ class DatasetError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class BatchItem:
-    """One dataset line: its id, its prompt (a string or content blocks), options, metadata."""
+    """One dataset line: its id, its prompt (a string or content blocks), options, metadata,
+    and for scoring its ``target`` (a string, or a list of accepted strings) and ``choices``."""
 
     id: str
     prompt: str | list[dict[str, Any]]
     session_id: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    target: str | list[str] | None = None
+    choices: list[str] | None = None
     line: int = 0
 
 
@@ -65,8 +68,16 @@ def _check_item(raw: Any) -> tuple[BatchItem | None, str | None, list[str]]:
         metadata = {}
     if not isinstance(metadata, dict):
         return None, f"item {item_id!r}: 'metadata' must be an object, not {type(metadata).__name__}", []
+    target = raw.get("target")
+    if target is not None and not isinstance(target, str) and not (
+        isinstance(target, list) and target and all(isinstance(t, str) for t in target)
+    ):
+        return None, f"item {item_id!r}: 'target' must be a string or a non-empty list of strings, not {target!r}"[:300], []
+    choices = raw.get("choices")
+    if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+        return None, f"item {item_id!r}: 'choices' must be a list of strings, not {choices!r}"[:300], []
     extra = sorted(set(raw) - KNOWN_KEYS)
-    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata)
+    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata, target=target, choices=choices)
     return item, None, extra
 
 

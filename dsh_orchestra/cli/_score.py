@@ -1,0 +1,100 @@
+"""``dsh-orchestra score``: re-score finished results; parse, call ``eval.rescore``, print the summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from typing import Any
+
+import trio
+
+from ..batch import DatasetError, load_dataset
+from ..eval import PricesError, RescoreError, ScoringError, load_prices, load_scoring, make_plan, parse_reducer, rescore, sha256_file
+from ..protocol import OrchestraError
+from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
+from ._common import UsageError, add_runtime_options, build_spec, fail
+
+
+def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
+    """--score, --scoring, --epoch-reducer, --group-by, --seed, --prices (and --epochs)."""
+    group = parser.add_argument_group("scoring")
+    group.add_argument("--score", action="append", default=[], metavar="SPEC",
+                       help="a scorer: exact, includes, choice, numeric, f1, judge, regex:NAME, module:attr, "
+                       "or a [scorers.NAME] of --scoring (repeatable)")
+    group.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML): named scorers and their settings")
+    if epochs:
+        group.add_argument("--epochs", type=int, default=1, metavar="K", help="run each item K times, each in its own session (default 1)")
+    group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode or pass@k: one value per item from its epochs")
+    group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
+    group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
+    group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
+
+
+def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
+    """The EvalPlan the scoring options describe.
+
+    Raises:
+        UsageError: a bad scorer, scoring file, reducer, seed, epochs or prices file.
+    """
+    try:
+        scoring = load_scoring(args.scoring) if args.scoring else None
+        prices = load_prices(args.prices) if args.prices else None
+        reducer = parse_reducer(args.epoch_reducer)
+        # score: the epochs are those found in RESULTS (rescore checks pass@k against them)
+        epochs = getattr(args, "epochs", None) or reducer.k or 1
+        plan = make_plan(
+            args.score, scoring=scoring, epochs=epochs, reducer=reducer,
+            group_by=args.group_by, seed=args.seed, prices=prices, route=route,
+        )
+        if prices is not None:
+            plan.price()  # the route must have a price before anything runs
+    except (ScoringError, PricesError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    return plan
+
+
+def register(sub: Any) -> None:
+    """Add the ``score`` subcommand."""
+    parser = sub.add_parser(
+        "score",
+        help="re-score finished batch results without running the items again",
+        description="Score the lines of RESULTS (a batch's results) against DATASET and write them, with the new "
+        "scores, to RESCORED; print the summary. RESULTS is never modified. Only judge scorers start a runtime "
+        "(the runtime options, or [judge] runtime). Exit status: 0 done, 2 bad arguments or input.",
+    )
+    parser.add_argument("results", metavar="RESULTS", help="a batch results file (JSON Lines)")
+    parser.add_argument("--dataset", required=True, metavar="DATASET", help="the dataset the results came from")
+    parser.add_argument("--out", required=True, metavar="RESCORED", help="where to write the re-scored result lines")
+    parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    add_scoring_options(parser, epochs=False)
+    add_runtime_options(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the score command; returns the exit status."""
+    import tempfile
+
+    if not args.score and not args.scoring:
+        return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
+    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
+        try:
+            route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
+            plan = scoring_plan(args, route)
+            judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
+            items, _ = load_dataset(args.dataset)
+            dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
+            summary = trio.run(partial(
+                rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
+                judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
+            ))
+        except (UsageError, DatasetError, RescoreError, ScoringError, PricesError) as exc:
+            return fail(str(exc))
+        except OSError as exc:
+            return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
+        except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
+            return fail(f"the judge's runtime failed: {exc}")
+    print(json.dumps(summary, indent=2))
+    return 0

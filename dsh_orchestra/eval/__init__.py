@@ -1,0 +1,91 @@
+"""Evaluation: scorers, epoch reducers, metrics with stderr and bootstrap intervals, usage and cost.
+
+Pure where it can be (a results file in, numbers out); only the ``judge`` scorer runs a session
+(through a pool lease). Knows nothing about datasets' files, batches or the CLI.
+"""
+
+from ._apply import (
+    AttemptScores as AttemptScores,
+    BoundScorer as BoundScorer,
+    bind_scorers as bind_scorers,
+    check_scorers as check_scorers,
+    error_scores as error_scores,
+    load_function as load_function,
+    score_attempt as score_attempt,
+)
+from ._builtin import (
+    F1 as F1,
+    Choice as Choice,
+    Exact as Exact,
+    Includes as Includes,
+    Numeric as Numeric,
+    Regex as Regex,
+    choice_answer as choice_answer,
+    last_number as last_number,
+    normalize as normalize,
+    squad_tokens as squad_tokens,
+    token_f1 as token_f1,
+)
+from ._config import (
+    ScorerSpec as ScorerSpec,
+    ScoringError as ScoringError,
+    ScoringFile as ScoringFile,
+    load_scoring as load_scoring,
+    parse_scoring as parse_scoring,
+    resolve_scorers as resolve_scorers,
+)
+from ._judge import GRADES as GRADES, Judge as Judge, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
+from ._metrics import (
+    BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+    Reducer as Reducer,
+    ScoreTally as ScoreTally,
+    bootstrap_ci as bootstrap_ci,
+    group_key as group_key,
+    mean as mean,
+    metrics as metrics,
+    parse_reducer as parse_reducer,
+    pass_at_k as pass_at_k,
+    reduce_epochs as reduce_epochs,
+    stderr as stderr,
+)
+from ._rescore import RescoreError as RescoreError, read_result_lines as read_result_lines, rescore as rescore
+from ._score import (
+    EvalItem as EvalItem,
+    EvalResult as EvalResult,
+    ItemLike as ItemLike,
+    Score as Score,
+    ScoreValueError as ScoreValueError,
+    score_record as score_record,
+    targets_of as targets_of,
+)
+from ._tally import (
+    EvalPlan as EvalPlan,
+    EvalTally as EvalTally,
+    line_fields as line_fields,
+    make_plan as make_plan,
+    scorer_specs as scorer_specs,
+    sha256_file as sha256_file,
+)
+from ._usage import (
+    Price as Price,
+    Prices as Prices,
+    PricesError as PricesError,
+    Usage as Usage,
+    events_usage as events_usage,
+    load_prices as load_prices,
+    parse_prices as parse_prices,
+    step_usage as step_usage,
+    turn_usage as turn_usage,
+)
+
+__all__ = [
+    "BOOTSTRAP_RESAMPLES", "F1", "GRADES", "AttemptScores", "BoundScorer", "Choice", "EvalItem", "EvalPlan",
+    "EvalResult", "EvalTally", "Exact", "Includes", "ItemLike", "Judge", "JudgeError", "Numeric", "Price", "Prices",
+    "PricesError", "Reducer", "Regex", "RescoreError", "Score", "ScoreTally", "ScoreValueError", "ScorerSpec",
+    "ScoringError", "ScoringFile", "Usage", "Verdict", "bind_scorers", "bootstrap_ci", "check_scorers",
+    "choice_answer", "error_scores", "events_usage", "group_key", "judge_prompt", "last_number", "line_fields",
+    "load_function", "load_prices", "load_scoring", "make_plan", "mean", "metrics", "normalize", "open_judges",
+    "parse_prices", "parse_reducer", "parse_scoring", "pass_at_k", "read_result_lines", "reduce_epochs",
+    "rescore", "resolve_scorers", "score_attempt", "score_record", "scorer_specs", "sha256_file", "squad_tokens",
+    "stderr", "step_usage", "targets_of", "token_f1", "turn_usage",
+]

@@ -1,0 +1,212 @@
+"""Epoch reducers and metrics: mean, stderr (n - 1), a seeded percentile bootstrap ci95, pass@k.
+
+Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Sequence
+
+import attrs
+
+BOOTSTRAP_RESAMPLES = 10_000
+REDUCERS = ("mean", "max", "min", "mode")
+DEFAULT_REDUCER = "mean"
+_CHUNK_CELLS = 1 << 21  # resampled values held at once by the bootstrap (16 MiB of int64 indices)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator ``1 - C(n - c, k) / C(n, k)``: n samples, c correct.
+
+    Raises:
+        ValueError: not 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, not n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@attrs.frozen
+class Reducer:
+    """How epochs of one item become one value: ``mean``, ``max``, ``min``, ``mode`` or ``pass@k``."""
+
+    name: str
+    k: int | None = None
+
+    def __call__(self, values: Sequence[float | None]) -> float | None:
+        """Reduce one item's epoch values; None values (failed epochs) are left out, and an item
+        with no value left (or fewer than k for pass@k) reduces to None."""
+        present = [v for v in values if v is not None]
+        if not present:
+            return None
+        if self.k is not None:
+            if len(present) < self.k:
+                return None
+            return pass_at_k(len(present), sum(1 for v in present if v == 1), self.k)
+        if self.name == "mean":
+            return math.fsum(present) / len(present)
+        if self.name == "max":
+            return max(present)
+        if self.name == "min":
+            return min(present)
+        return Counter(present).most_common(1)[0][0]  # mode: ties go to the earliest epoch
+
+
+def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
+    """``mean``, ``max``, ``min``, ``mode`` or ``pass@k`` (1 <= k <= epochs, when given).
+
+    Raises:
+        ValueError: anything else; the message lists the choices.
+    """
+    if value in REDUCERS:
+        return Reducer(value)
+    name, sep, number = value.partition("@")
+    if name == "pass" and sep and number.isdigit() and int(number) >= 1:
+        k = int(number)
+        if epochs is not None and k > epochs:
+            raise ValueError(f"--epoch-reducer {value!r} needs k <= the epochs ({epochs}); raise --epochs or lower k")
+        return Reducer(value, k)
+    raise ValueError(f"--epoch-reducer must be mean, max, min, mode or pass@k (k >= 1), not {value!r}")
+
+
+def reduce_epochs(values: Sequence[float | None], reducer: str | Reducer = DEFAULT_REDUCER) -> float | None:
+    """One item's epoch values reduced (``Reducer.__call__``); ``reducer`` may be its name."""
+    chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
+    return chosen(values)
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """The arithmetic mean (None for no values)."""
+    return math.fsum(values) / len(values) if values else None
+
+
+def stderr(values: Sequence[float]) -> float | None:
+    """The standard error of the mean: sample standard deviation (n - 1) over sqrt(n).
+
+    None for fewer than two values (undefined).
+    """
+    n = len(values)
+    if n < 2:
+        return None
+    centre = math.fsum(values) / n
+    variance = math.fsum((v - centre) ** 2 for v in values) / (n - 1)
+    return math.sqrt(variance) / math.sqrt(n)
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of the mean: ``resamples`` resamples of ``values`` with
+    replacement drawn by numpy's PCG64 seeded with ``seed``, their means, and the
+    (1 - confidence) / 2 and (1 + confidence) / 2 percentiles (linear interpolation).
+
+    The same values and seed always give the same interval. None for no values.
+    """
+    if not values:
+        return None
+    import numpy as np
+
+    data = np.asarray(values, dtype=np.float64)
+    n = len(data)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = data[picks].mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
+    """``{"mean", "stderr", "ci95": [lo, hi], "n", "n_error"}`` of ``values`` (not null ones)."""
+    interval = bootstrap_ci(values, seed=seed)
+    return {
+        "mean": mean(values),
+        "stderr": stderr(values),
+        "ci95": list(interval) if interval is not None else None,
+        "n": len(values),
+        "n_error": n_error,
+    }
+
+
+def group_key(metadata: Any, field: str) -> str:
+    """The group of an item: its metadata ``field`` (a string as is, other values as JSON text;
+    ``"null"`` when missing)."""
+    value = metadata.get(field) if isinstance(metadata, dict) else None
+    if isinstance(value, str):
+        return value
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class ScoreTally:
+    """Collects the score values of result lines, then reduces epochs and computes metrics.
+
+    Keeps one float (or None) per (item, epoch, scorer), and each item's group.
+    """
+
+    def __init__(
+        self, names: Sequence[str], *, reducer: str | Reducer = DEFAULT_REDUCER, group_by: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.names = list(names)
+        self.reducer = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
+        self.group_by = group_by
+        self.seed = seed
+        self._values: dict[str, dict[int, list[float | None]]] = {}
+        self._groups: dict[str, str] = {}
+
+    def add_line(self, line: dict[str, Any]) -> None:
+        """Count one result line (its ``id``, ``epoch``, ``scores`` and ``metadata``)."""
+        item_id = str(line.get("id"))
+        epoch = line.get("epoch", 1)
+        scores = line.get("scores")
+        scores = scores if isinstance(scores, dict) else {}
+        row: list[float | None] = []
+        for name in self.names:
+            record = scores.get(name)
+            value = record.get("value") if isinstance(record, dict) else None
+            row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+        epochs = self._values.setdefault(item_id, {})
+        epochs.setdefault(epoch if isinstance(epoch, int) else 1, row)  # the first line of an (id, epoch) wins
+        if self.group_by is not None and item_id not in self._groups:
+            self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
+
+    def reduced(self) -> dict[str, list[float | None]]:
+        """Each scorer's reduced value per item, in the order items were first seen."""
+        out: dict[str, list[float | None]] = {name: [] for name in self.names}
+        for epochs in self._values.values():
+            ordered = [epochs[e] for e in sorted(epochs)]
+            for index, name in enumerate(self.names):
+                out[name].append(self.reducer([row[index] for row in ordered]))
+        return out
+
+    def scores(self) -> dict[str, dict[str, Any]]:
+        """The summary's ``scores``: metrics per scorer over every item."""
+        return {name: _metrics_of(values, self.seed) for name, values in self.reduced().items()}
+
+    def groups(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        """The summary's ``groups`` (None without ``group_by``): per group value, per scorer."""
+        if self.group_by is None:
+            return None
+        reduced = self.reduced()
+        members: dict[str, list[int]] = {}
+        for index, item_id in enumerate(self._values):
+            members.setdefault(self._groups.get(item_id, "null"), []).append(index)
+        return {
+            group: {name: _metrics_of([reduced[name][i] for i in indices], self.seed) for name in self.names}
+            for group, indices in sorted(members.items())
+        }
+
+
+def _metrics_of(values: list[float | None], seed: int) -> dict[str, Any]:
+    present = [v for v in values if v is not None]
+    return metrics(present, len(values) - len(present), seed=seed)

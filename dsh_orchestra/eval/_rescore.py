@@ -1,0 +1,205 @@
+"""Re-scoring finished results (``dsh-orchestra score``): RESULTS in, RESCORED and a summary out.
+
+Nothing runs again: each result line is scored from what it holds (final response, status,
+subagents, approvals, usage, a kept workspace); only ``judge`` scorers start a runtime. RESULTS
+is only read; RESCORED is written to a temporary file and renamed into place.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import orjson
+import trio
+
+from .._version import __version__
+from ..runtime import RuntimeSpec
+from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, score_attempt
+from ._judge import open_judges
+from ._score import EvalResult, ItemLike
+from ._tally import EvalPlan, EvalTally, line_fields, sha256_file
+from ._usage import Usage
+
+log = logging.getLogger("dsh_orchestra.eval")
+
+CHUNK = 64  # result lines scored concurrently (their order is kept)
+
+
+class RescoreError(ValueError):
+    """RESULTS, the dataset or RESCORED cannot be used as given; the message says what to fix."""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def read_result_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every complete result line; a torn last line is skipped.
+
+    Raises:
+        RescoreError: a line before the last one is not a result object.
+    """
+    with open(path, "rb") as handle:
+        lines = list(enumerate(handle, start=1))
+    for index, (number, raw) in enumerate(lines):
+        if not raw.strip():
+            continue
+        last = index == len(lines) - 1
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            if last and not raw.endswith(b"\n"):
+                log.warning("%s: skipped a torn last line (%d bytes)", path, len(raw))
+                return
+            raise RescoreError(f"{path}: line {number} is not valid JSON ({exc})") from exc
+        if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+            raise RescoreError(f"{path}: line {number} is not a result object with a string 'id'")
+        epoch = value.get("epoch", 1)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise RescoreError(f"{path}: line {number}: 'epoch' must be an integer >= 1, not {epoch!r}")
+        yield number, value
+
+
+def _result_of(line: dict[str, Any]) -> EvalResult:
+    workspace = line.get("workspace")
+    path = Path(workspace) if isinstance(workspace, str) and Path(workspace).is_dir() else None
+    response = line.get("final_response")
+    return EvalResult(
+        final_response=response if isinstance(response, str) else "",
+        status=str(line.get("status")),
+        finish_reason=line.get("finish_reason") if isinstance(line.get("finish_reason"), str) else None,
+        subagents=tuple(line.get("subagents") or ()),
+        approvals=tuple(line.get("approvals") or ()),
+        usage=Usage.from_json(line.get("usage")),
+        workspace=path,
+        epoch=line.get("epoch", 1),
+        error=line.get("error") if isinstance(line.get("error"), dict) else None,
+    )
+
+
+def _check_out(results: Path, out: Path, summary: Path | None) -> None:
+    for flag, path in (("--out", out), ("--summary", summary)):
+        if path is None:
+            continue
+        if path.is_dir():
+            raise RescoreError(f"{flag} {str(path)!r} is a directory; give a file path")
+        if not path.parent.is_dir():
+            raise RescoreError(f"{flag} {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+        if path.exists() and os.path.samefile(path, results):
+            raise RescoreError(f"{flag} {str(path)!r} is RESULTS itself; score never modifies RESULTS: choose another file")
+
+
+async def rescore(
+    results: str | os.PathLike[str],
+    items: Mapping[str, ItemLike],
+    out: str | os.PathLike[str],
+    plan: EvalPlan,
+    *,
+    summary: str | os.PathLike[str] | None = None,
+    judge_runtime: RuntimeSpec | None = None,
+    dataset: Mapping[str, Any] | None = None,
+    scoring_sha256: str | None = None,
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
+    """Score every line of ``results`` with ``plan`` and write them, new ``scores`` in, to ``out``;
+    return (and write to ``summary``) the summary. ``items`` are the dataset's items by id;
+    judges run on ``judge_runtime`` (default: the simulator) unless they name their own.
+
+    Raises:
+        RescoreError: unreadable or malformed results, an id not in the dataset, a pass@k
+            above the epochs found, or an output path that cannot be used (nothing written).
+        ScoringError: a Python scorer cannot be loaded.
+        PricesError: the route has no price.
+    """
+    started = _now()
+    results, out = Path(results), Path(out)
+    summary_path = Path(summary) if summary is not None else None
+    if not results.is_file():
+        raise RescoreError(f"results file {str(results)!r} does not exist or is not a file")
+    _check_out(results, out, summary_path)
+    check_scorers(plan.scorers)
+    lines: list[dict[str, Any]] = []
+    seen: set[tuple[str, int]] = set()
+    for number, line in read_result_lines(results):
+        if line["id"] not in items:
+            raise RescoreError(f"{results}: line {number}: id {line['id']!r} is not in the dataset; score a results file with the dataset it came from")
+        key = (line["id"], line.get("epoch", 1))
+        if key in seen:
+            log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, *key)
+            continue
+        seen.add(key)
+        lines.append(line)
+    epochs = max((line.get("epoch", 1) for line in lines), default=1)
+    if plan.reducer.k is not None and plan.reducer.k > epochs:
+        raise RescoreError(f"--epoch-reducer {plan.reducer.name!r} needs k <= the epochs in RESULTS ({epochs})")
+    price = plan.price()
+    tally = EvalTally(plan)
+    ok = 0
+    handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
+    try:
+        with handle:
+            async with open_judges(plan.scorers, fallback=judge_runtime) as judges:
+                scorers = bind_scorers(plan.scorers, judges=judges)
+                for start in range(0, len(lines), CHUNK):
+                    chunk = lines[start : start + CHUNK]
+                    scored = await _score_chunk(scorers, items, chunk)
+                    for line, attempt in zip(chunk, scored):
+                        new = {k: v for k, v in line.items() if k not in ("scores", "cost_usd", "judge_usage", "judge_cost_usd")}
+                        fields = line_fields(plan, Usage.from_json(line.get("usage")), attempt.scores, attempt.judge_usage,
+                                             line.get("epoch", 1), price)
+                        fields.pop("epoch", None)  # kept as it was
+                        new.update(fields)
+                        handle.write(orjson.dumps(new) + b"\n")
+                        tally.add_line({**new, "metadata": getattr(items[line["id"]], "metadata", None)})
+                        ok += new.get("status") == "ok"
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, out)
+    except BaseException:
+        os.unlink(handle.name)
+        raise
+    report: dict[str, Any] = {
+        "results": len(lines),
+        "items": len({line["id"] for line in lines}),
+        "ok": ok,
+        "error": len(lines) - ok,
+        **tally.to_json(),
+        "run": {
+            "dsh_orchestra_version": __version__,
+            "results": {"path": str(results), "sha256": sha256_file(results)},
+            "dataset": dict(dataset) if dataset is not None else None,
+            "scoring_sha256": scoring_sha256,
+            "scorers": plan.names,
+            "epochs": epochs,
+            "reducer": plan.reducer.name,
+            "seed": plan.seed,
+            "group_by": plan.group_by,
+            "argv": list(sys.argv if argv is None else argv),
+            "start_time": started,
+            "end_time": _now(),
+        },
+    }
+    if summary_path is not None:
+        summary_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    return report
+
+
+async def _score_chunk(scorers: tuple[BoundScorer, ...], items: Mapping[str, ItemLike], chunk: list[dict[str, Any]]) -> list[AttemptScores]:
+    if all(s.kind not in ("python", "judge") for s in scorers):  # built-ins only: no task overhead
+        return [await score_attempt(scorers, items[line["id"]], _result_of(line)) for line in chunk]
+    out: list[AttemptScores | None] = [None] * len(chunk)
+
+    async def one(index: int, line: dict[str, Any]) -> None:
+        out[index] = await score_attempt(scorers, items[line["id"]], _result_of(line))
+
+    async with trio.open_nursery() as nursery:
+        for index, line in enumerate(chunk):
+            nursery.start_soon(one, index, line)
+    return [o for o in out if o is not None]
+

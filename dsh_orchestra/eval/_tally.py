@@ -1,0 +1,181 @@
+"""A run's evaluation settings (``EvalPlan``) and its running totals (``EvalTally``).
+
+``EvalPlan`` is plain data (it crosses to Ray actors): the scorers, epochs, the epoch reducer,
+the group-by field, the seed and the prices. ``EvalTally`` is fed every result line and gives
+the summary's ``scores``, ``groups``, ``usage``, ``cost_usd`` and ``judge_usage``. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from typing import Any, Callable, Sequence
+
+import attrs
+
+from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
+from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
+from ._usage import Price, Prices, Usage
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
+
+
+def scorer_specs(values: Sequence[str | ScorerSpec | Callable[..., Any]], scoring: ScoringFile | None = None) -> tuple[ScorerSpec, ...]:
+    """``ScorerSpec``s of SPEC strings (see ``resolve_scorers``), specs, or Python callables
+    (named by their ``__name__``; they must pickle to run on Ray).
+
+    Raises:
+        ScoringError: an unknown or repeated scorer.
+    """
+    out: list[ScorerSpec] = []
+    texts = [v for v in values if isinstance(v, str)]
+    resolved = iter(resolve_scorers(texts, scoring) if texts else ())
+    for value in values:
+        if isinstance(value, str):
+            out.append(next(resolved))
+        elif isinstance(value, ScorerSpec):
+            out.append(value)
+        elif callable(value):
+            out.append(ScorerSpec(getattr(value, "__name__", type(value).__name__), "python", {"function": value}))
+        else:
+            raise ScoringError(f"a scorer must be a SPEC string, a ScorerSpec or a callable, not {type(value).__name__}")
+    names = [s.name for s in out]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ScoringError(f"scorer name(s) {repeated} given twice; each scorer once")
+    return tuple(out)
+
+
+@attrs.frozen(kw_only=True)
+class EvalPlan:
+    """How a run is scored: ``scorers``, ``epochs`` (K sessions per item), ``reducer``,
+    ``group_by`` (a metadata key), ``seed`` (the bootstrap's), ``prices`` and ``route``
+    (``(provider, model)`` of the handshake, for cost)."""
+
+    scorers: tuple[ScorerSpec, ...] = ()
+    epochs: int = 1
+    reducer: Reducer = Reducer(DEFAULT_REDUCER)
+    group_by: str | None = None
+    seed: int = 0
+    prices: Prices | None = None
+    route: tuple[str, str] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _positive_int("epochs", self.epochs)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, not {self.seed!r}")
+        if self.reducer.k is not None and self.reducer.k > self.epochs:
+            raise ValueError(f"--epoch-reducer {self.reducer.name!r} needs k <= the epochs ({self.epochs}); raise --epochs or lower k")
+        if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by):
+            raise ValueError(f"group_by must be a metadata key (a non-empty string), not {self.group_by!r}")
+
+    @property
+    def names(self) -> list[str]:
+        """The scorers' names: the keys of ``scores``."""
+        return [s.name for s in self.scorers]
+
+    def price(self) -> Price | None:
+        """The route's price (None without prices).
+
+        Raises:
+            PricesError: the prices file has no table for the route.
+        """
+        if self.prices is None:
+            return None
+        provider, model = self.route or ("", "")
+        return self.prices.price(provider, model)
+
+
+def make_plan(
+    scorers: Sequence[str | ScorerSpec | Callable[..., Any]] = (), *, scoring: ScoringFile | None = None,
+    epochs: int = 1, reducer: str | Reducer = DEFAULT_REDUCER, group_by: str | None = None, seed: int = 0,
+    prices: Prices | None = None, route: tuple[str, str] | None = None,
+) -> EvalPlan:
+    """An ``EvalPlan`` from user-level values (SPEC strings, a reducer name).
+
+    Raises:
+        ScoringError: unknown scorers; ValueError: bad epochs, reducer or seed.
+    """
+    specs = scorer_specs(scorers, scoring) if scorers or scoring is None else resolve_scorers((), scoring)
+    _positive_int("epochs", epochs)
+    chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer, epochs)
+    return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route)
+
+
+def sha256_file(path: str | os.PathLike[str] | None) -> str | None:
+    """The hex SHA-256 of a file's bytes (None for no path)."""
+    if path is None:
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+class EvalTally:
+    """Running totals of result lines: score values, usage, cost and the judges' usage."""
+
+    def __init__(self, plan: EvalPlan) -> None:
+        self.plan = plan
+        self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed) if plan.scorers else None
+        self.usage = Usage()
+        self.judge_usage = Usage()
+        self.cost_usd = 0.0
+        self.judge_cost_usd = 0.0
+
+    def add_line(self, line: dict[str, Any]) -> None:
+        """Count one result line."""
+        self.usage = self.usage + Usage.from_json(line.get("usage"))
+        self.cost_usd += _number(line.get("cost_usd")) or 0.0
+        if "judge_usage" in line:
+            self.judge_usage = self.judge_usage + Usage.from_json(line.get("judge_usage"))
+            self.judge_cost_usd += _number(line.get("judge_cost_usd")) or 0.0
+        if self.scores is not None:
+            self.scores.add_line(line)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary's evaluation fields: ``scores`` and ``groups`` (with scorers),
+        ``usage``, ``cost_usd`` (with prices), ``judge_usage`` (with a judge)."""
+        out: dict[str, Any] = {}
+        if self.scores is not None:
+            out["scores"] = self.scores.scores()
+            groups = self.scores.groups()
+            if groups is not None:
+                out["groups"] = groups
+        out["usage"] = self.usage.to_json()
+        if self.plan.prices is not None:
+            out["cost_usd"] = self.cost_usd
+        if any(s.kind == "judge" for s in self.plan.scorers):
+            out["judge_usage"] = self.judge_usage.to_json()
+            if self.plan.prices is not None:
+                out["judge_cost_usd"] = self.judge_cost_usd
+        return out
+
+
+def line_fields(plan: EvalPlan, usage: Usage, scores: dict[str, Any] | None, judge_usage: Usage | None,
+                epoch: int, price: Price | None) -> dict[str, Any]:
+    """The fields an attempt adds to its result line: ``scores`` (with scorers), ``usage``,
+    ``cost_usd`` (with prices), ``epoch`` (with epochs > 1), ``judge_usage`` (with a judge)."""
+    out: dict[str, Any] = {}
+    if plan.epochs > 1:
+        out["epoch"] = epoch
+    if plan.scorers:
+        out["scores"] = scores if scores is not None else {}
+    out["usage"] = usage.to_json()
+    if price is not None:
+        out["cost_usd"] = price.cost(usage)
+    if judge_usage is not None and any(s.kind == "judge" for s in plan.scorers):
+        out["judge_usage"] = judge_usage.to_json()
+        if price is not None:
+            out["judge_cost_usd"] = price.cost(judge_usage)
+    return out

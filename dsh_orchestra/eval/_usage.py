@@ -1,0 +1,183 @@
+"""Token usage over a session tree, the prices file and cost.
+
+Usage is summed over every ``assistant/message`` (one per successful model step) of a turn's
+root events and of its descendants' (subagents') ``session.event`` notifications. Pure apart
+from ``load_prices`` reading one file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import attrs
+import orjson
+
+from ..protocol import SESSION_EVENT
+
+_ASSISTANT = b'"assistant/message"'
+
+
+@attrs.frozen
+class Usage:
+    """Token totals: ``input_tokens``, ``output_tokens`` and ``total_tokens``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        """The ``usage`` object of result lines and summaries."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "total_tokens": self.total_tokens}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Usage:
+        """A ``usage`` object read back (missing or malformed counts are 0)."""
+        if not isinstance(value, dict):
+            return cls()
+        return cls(*(_count(value.get(key)) for key in ("input_tokens", "output_tokens", "total_tokens")))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def step_usage(event: Mapping[str, Any]) -> Usage:
+    """The usage one ``assistant/message`` event reports (zeros when it reports none).
+
+    ``total_tokens`` is the runtime's ``totalTokens`` when given, else input + output.
+    """
+    data = event.get("data")
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return Usage()
+    inputs, outputs = _count(usage.get("inputTokens")), _count(usage.get("outputTokens"))
+    total = usage.get("totalTokens")
+    return Usage(inputs, outputs, _count(total) if total is not None else inputs + outputs)
+
+
+def events_usage(events: Iterable[Mapping[str, Any]]) -> Usage:
+    """The summed usage of the ``assistant/message`` events among ``events``."""
+    total = Usage()
+    for event in events:
+        if event.get("type") == "assistant/message":
+            total = total + step_usage(event)
+    return total
+
+
+def turn_usage(turn: Any) -> Usage:
+    """The usage of a ``TurnResult``: its root events plus every descendant's model steps.
+
+    Root events are scanned as raw JSON and only the model steps are decoded.
+    """
+    total = Usage()
+    events = turn.events
+    raw = getattr(events, "raw", None)
+    if raw is not None:
+        for line in raw:
+            if _ASSISTANT in line:
+                event = orjson.loads(line)
+                if event.get("type") == "assistant/message":
+                    total = total + step_usage(event)
+    else:
+        total = events_usage(events)
+    for notification in turn.notifications:
+        if notification.method != SESSION_EVENT:
+            continue
+        event = notification.params.get("event")
+        if isinstance(event, dict) and event.get("type") == "assistant/message":
+            total = total + step_usage(event)
+    return total
+
+
+class PricesError(ValueError):
+    """The prices file is unreadable or malformed; the message says what to fix."""
+
+
+@attrs.frozen
+class Price:
+    """USD per million input and output tokens of one route."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, usage: Usage) -> float:
+        """``(input_tokens × input_per_mtok + output_tokens × output_per_mtok) / 1e6``."""
+        return (usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok) / 1e6
+
+
+@attrs.frozen
+class Prices:
+    """The prices file: a ``Price`` per ``"provider/model"`` route."""
+
+    routes: Mapping[str, Price]
+    source: str = "<prices>"
+
+    def price(self, provider: str, model: str) -> Price:
+        """The price of route ``provider/model``.
+
+        Raises:
+            PricesError: the file has no table for that route.
+        """
+        route = f"{provider}/{model}"
+        try:
+            return self.routes[route]
+        except KeyError:
+            known = ", ".join(sorted(self.routes)) or "none"
+            raise PricesError(
+                f"prices file {self.source!r} has no table for route {route!r} (it has: {known}); "
+                f'add ["{route}"] with input_per_mtok and output_per_mtok'
+            ) from None
+
+
+def parse_prices(data: Mapping[str, Any], *, source: str = "<prices>") -> Prices:
+    """Check a parsed prices TOML document: ``["provider/model"]`` tables of two prices.
+
+    Raises:
+        PricesError: a table is malformed (the message names it and the key).
+    """
+    routes: dict[str, Price] = {}
+    for route, table in data.items():
+        where = f"prices file {source!r}: [{route!r}]"
+        provider, sep, model = route.partition("/")
+        if not sep or not provider or not model:
+            raise PricesError(f'{where}: a table name must be "provider/model" (quote it: ["deepseek-official/deepseek-v4-flash"])')
+        if not isinstance(table, dict):
+            raise PricesError(f"{where}: must be a table with input_per_mtok and output_per_mtok")
+        unknown = sorted(set(table) - {"input_per_mtok", "output_per_mtok"})
+        if unknown:
+            raise PricesError(f"{where}: unknown key(s) {unknown}; expected input_per_mtok and output_per_mtok")
+        values = []
+        for key in ("input_per_mtok", "output_per_mtok"):
+            value = table.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise PricesError(f"{where}: {key} must be a number >= 0 (USD per million tokens), not {value!r}")
+            values.append(float(value))
+        routes[route] = Price(*values)
+    return Prices(routes, source)
+
+
+def load_prices(path: str | os.PathLike[str]) -> Prices:
+    """Read a prices TOML file (see ``parse_prices``).
+
+    Raises:
+        PricesError: unreadable, not TOML, or malformed.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PricesError(f"cannot read prices file {str(path)!r}: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PricesError(f"prices file {str(path)!r} is not valid TOML: {exc}") from exc
+    return parse_prices(data, source=str(path))

@@ -1,0 +1,130 @@
+"""Usage summed over a turn's session tree (subagents included), prices and cost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from dsh_orchestra.eval import Price, PricesError, Usage, events_usage, load_prices, step_usage, turn_usage
+from dsh_orchestra.protocol import SESSION_EVENT
+from dsh_orchestra.runtime import RuntimeSpec
+from dsh_orchestra.session import open_runtime
+from dsh_orchestra.testing._fake_model import FakeModelServer
+from dsh_orchestra.testing._script import Script, parse_script
+from dsh_orchestra.testing._simulator import open_simulator_stream
+
+SPAWN_SCRIPT = """
+default_reply = "plain"
+
+[[rules]]
+name = "spawn"
+match = "SPAWN"
+reply = "spawned"
+after_subagents = "children done"
+
+[[rules.spawn]]
+description = "first child"
+prompt = "CHILD: one"
+reply = "child one done"
+
+[[rules.spawn]]
+description = "second child"
+prompt = "CHILD: two"
+reply = "child two done"
+"""
+
+
+def script() -> Script:
+    import tomllib
+
+    return parse_script(tomllib.loads(SPAWN_SCRIPT), source="<test>")
+
+
+def assistant(usage: dict[str, int] | None) -> dict[str, object]:
+    data: dict[str, object] = {"turn": 1, "step": 1, "message": {}}
+    if usage is not None:
+        data["usage"] = usage
+    return {"type": "assistant/message", "seq": 1, "time": 0, "data": data}
+
+
+def test_step_usage_forms() -> None:
+    assert step_usage(assistant({"inputTokens": 10, "outputTokens": 5})) == Usage(10, 5, 15)
+    assert step_usage(assistant({"inputTokens": 10, "outputTokens": 5, "totalTokens": 18})) == Usage(10, 5, 18)
+    assert step_usage(assistant(None)) == Usage()
+    assert step_usage(assistant({"inputTokens": "x", "outputTokens": -3})) == Usage()
+    other = {"type": "tool/call", "data": {"usage": {"inputTokens": 99}}}
+    assert events_usage([assistant({"inputTokens": 1, "outputTokens": 2}), other]) == Usage(1, 2, 3)
+    assert Usage(1, 2, 3) + Usage(10, 20, 30) == Usage(11, 22, 33)
+    assert Usage.from_json({"input_tokens": 4, "output_tokens": 1, "total_tokens": 5}) == Usage(4, 1, 5)
+    assert Usage.from_json(None) == Usage()
+
+
+async def test_usage_includes_subagents_on_the_simulator() -> None:
+    spec = RuntimeSpec(connect=lambda: open_simulator_stream(script()), name="sim")
+    with trio.fail_after(20):
+        async with open_runtime(spec) as runtime:
+            turn = await runtime.session("u1").run("SPAWN two")
+    root = events_usage(turn.events)
+    children = events_usage(
+        n.params["event"] for n in turn.notifications if n.method == SESSION_EVENT and n.params.get("sessionId") != "u1"
+    )
+    assert len(turn.subagents) == 2 and root.total_tokens > 0 and children.total_tokens > 0
+    assert turn_usage(turn) == root + children
+
+
+@pytest.fixture
+def model_script() -> Script:
+    return script()
+
+
+@pytest.mark.integration
+async def test_usage_includes_subagents_on_the_real_runtime(
+    fake_model: FakeModelServer, dsh_spec: Callable[..., RuntimeSpec]
+) -> None:
+    """Every model request the scripted model answered is one step: 10 input and 5 output tokens."""
+    with trio.fail_after(90):
+        async with open_runtime(dsh_spec()) as runtime:
+            turn = await runtime.session().run("SPAWN two")
+    assert turn.final_response == "children done" and len(turn.subagents) == 2
+    usage = turn_usage(turn)
+    steps = len(fake_model.requests)
+    child_steps = sum(
+        1 for n in turn.notifications
+        if n.method == SESSION_EVENT and n.params["event"].get("type") == "assistant/message"
+    )
+    assert child_steps >= 2  # each child made at least one model step
+    assert usage.input_tokens == 10 * steps and usage.output_tokens == 5 * steps
+    assert usage.total_tokens >= usage.input_tokens + usage.output_tokens
+    assert turn_usage(turn).total_tokens > events_usage(turn.events).total_tokens  # the children count
+
+
+def test_prices(tmp_path: Path) -> None:
+    path = tmp_path / "prices.toml"
+    path.write_text('["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 0.27\noutput_per_mtok = 1.1\n')
+    prices = load_prices(path)
+    price = prices.price("deepseek-official", "deepseek-v4-flash")
+    assert price == Price(0.27, 1.1)
+    assert price.cost(Usage(1_000_000, 2_000_000, 3_000_000)) == pytest.approx(0.27 + 2.2)
+    assert price.cost(Usage(120, 45, 165)) == (120 * 0.27 + 45 * 1.1) / 1e6
+    with pytest.raises(PricesError, match="no table for route 'x/y'"):
+        prices.price("x", "y")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[plain]\ninput_per_mtok = 1\noutput_per_mtok = 1\n', '"provider/model"'),
+        ('["a/b"]\ninput_per_mtok = 1\n', "output_per_mtok must be a number"),
+        ('["a/b"]\ninput_per_mtok = -1\noutput_per_mtok = 1\n', "input_per_mtok must be a number >= 0"),
+        ('["a/b"]\ninput_per_mtok = 1\noutput_per_mtok = 1\ncache = 2\n', "unknown key"),
+        ('["a/b"\n', "not valid TOML"),
+    ],
+)
+def test_bad_prices(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "prices.toml"
+    path.write_text(text)
+    with pytest.raises(PricesError, match=message):
+        load_prices(path)
