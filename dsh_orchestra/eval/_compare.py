@@ -1,0 +1,280 @@
+"""Paired comparison of two scored runs: per scorer the mean difference with a paired bootstrap
+interval and a paired test, the regressions and improvements, and usage and latency side by side.
+
+Pure: the records in, one JSON-ready document out (``compare_runs``). Items pair by id after
+each run's epochs are reduced per item (as in the summary). The tests:
+
+* McNemar's exact test when every paired value is 0 or 1: ``b`` pairs went 1 -> 0, ``c`` went
+  0 -> 1, ``p = min(1, 2 * P(X <= min(b, c)))`` for ``X ~ Binomial(b + c, 1/2)``; 1.0 when
+  ``b + c = 0``;
+* otherwise a paired sign-flip permutation test of the mean difference: each difference keeps
+  or flips its sign with probability 1/2; ``p`` is the share of sign assignments whose mean is
+  at least as far from 0 as the observed one. 10,000 random assignments (seeded) with the
+  ``(count + 1) / (10,000 + 1)`` correction; with at most 13 non-zero differences (8,192
+  assignments or fewer) every assignment is enumerated instead, which gives the exact p.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Sequence
+
+from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
+
+PERMUTATIONS = 10_000
+_EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignment
+_TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
+
+
+class CompareInputError(ValueError):
+    """The two runs cannot be compared (no common item, a scorer in neither); the message says why."""
+
+
+# ---- the tests ----------------------------------------------------------------------------
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """McNemar's exact two-sided p: ``min(1, 2 * P(X <= min(b, c)))``, ``X ~ Binomial(b + c, 1/2)``;
+    1.0 when there is no discordant pair.
+
+    Raises:
+        ValueError: a negative count.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, not b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = Fraction(sum(math.comb(n, i) for i in range(min(b, c) + 1)), 2**n)
+    return float(min(Fraction(1), 2 * tail))
+
+
+def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations: int = PERMUTATIONS) -> float | None:
+    """The paired sign-flip permutation p of the mean of ``differences`` (two-sided; see the module).
+
+    Zero differences do not change under a flip and are left out of the assignments (they
+    still count in every mean's denominator). None for no differences.
+    """
+    if not differences:
+        return None
+    import numpy as np
+
+    data = np.asarray(differences, dtype=np.float64)
+    n = len(data)
+    moving = data[data != 0.0]
+    observed = abs(float(data.sum()))
+    if observed == 0.0 or len(moving) == 0:
+        return 1.0
+    threshold = observed * (1 - _TIE)
+    if len(moving) <= _EXACT_LIMIT:
+        m = len(moving)
+        codes = np.arange(2**m, dtype=np.int64)[:, None]
+        signs = 1.0 - 2.0 * ((codes >> np.arange(m, dtype=np.int64)) & 1)
+        sums = np.abs(signs @ moving)
+        return float(np.count_nonzero(sums >= threshold)) / float(2**m)
+    rng = np.random.default_rng(seed)
+    count = 0
+    chunk = max(1, (1 << 21) // max(n, 1))
+    for start in range(0, permutations, chunk):
+        size = min(permutations, start + chunk) - start
+        signs = rng.integers(0, 2, size=(size, len(moving))) * 2.0 - 1.0
+        count += int(np.count_nonzero(np.abs(signs @ moving) >= threshold))
+    return (count + 1) / (permutations + 1)
+
+
+# ---- pairing ------------------------------------------------------------------------------
+
+
+def _value(record: Any) -> float | None:
+    value = record.get("value") if isinstance(record, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def scorer_names(lines: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The scorer names of ``lines``' ``scores``, in first-seen order."""
+    names: dict[str, None] = {}
+    for line in lines:
+        scores = line.get("scores")
+        if isinstance(scores, Mapping):
+            names.update((str(name), None) for name in scores)
+    return list(names)
+
+
+def reduce_items(
+    lines: Iterable[Mapping[str, Any]], names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
+) -> tuple[dict[str, dict[str, float | None]], dict[str, str]]:
+    """Per item id: each scorer's value with the epochs reduced, and the item's status.
+
+    The first line of an (id, epoch) counts. An item's status is ``ok`` when every epoch is
+    ``ok``, else the first other status of its epochs.
+    """
+    chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
+    epochs: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for line in lines:
+        epoch = line.get("epoch", 1)
+        key = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1
+        epochs.setdefault(str(line.get("id")), {}).setdefault(key, line)
+    values: dict[str, dict[str, float | None]] = {}
+    status: dict[str, str] = {}
+    for item_id, by_epoch in epochs.items():
+        ordered = [by_epoch[e] for e in sorted(by_epoch)]
+        values[item_id] = {}
+        for name in names:
+            per_epoch = []
+            for line in ordered:
+                scores = line.get("scores")
+                per_epoch.append(_value(scores.get(name)) if isinstance(scores, Mapping) else None)
+            values[item_id][name] = chosen(per_epoch)
+        statuses = [str(line.get("status")) for line in ordered]
+        status[item_id] = next((s for s in statuses if s != "ok"), "ok")
+    return values, status
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def compare_scorer(
+    pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES
+) -> dict[str, Any]:
+    """The ``scorers`` entry of one scorer from its (id, base, candidate) pairs (both values present)."""
+    n = len(pairs)
+    base = [b for _, b, _ in pairs]
+    candidate = [c for _, _, c in pairs]
+    mean_base, mean_candidate = _mean(base), _mean(candidate)
+    differences = [c - b for _, b, c in pairs]
+    interval = bootstrap_ci(differences, seed=seed, resamples=resamples) if n else None
+    if not n:
+        p_value = None
+    elif all(v in (0.0, 1.0) for v in base + candidate):
+        went_down = sum(1 for _, b, c in pairs if b == 1.0 and c == 0.0)
+        went_up = sum(1 for _, b, c in pairs if b == 0.0 and c == 1.0)
+        p_value = mcnemar_exact(went_down, went_up)
+    else:
+        p_value = sign_flip_test(differences, seed=seed)
+    return {
+        "n": n,
+        "mean_base": mean_base,
+        "mean_candidate": mean_candidate,
+        "diff": mean_candidate - mean_base if mean_base is not None and mean_candidate is not None else None,
+        "ci95": list(interval) if interval is not None else None,
+        "p_value": p_value,
+        "regressions": sorted(i for i, b, c in pairs if c < b),
+        "improvements": sorted(i for i, b, c in pairs if c > b),
+    }
+
+
+# ---- usage and latency --------------------------------------------------------------------
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+def _count(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values``, and ``n``."""
+    if not values:
+        return {"n": 0, "total": 0, "median": None, "p95": None}
+    import numpy as np
+
+    median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    total = math.fsum(values)
+    return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
+
+
+def _ratio(candidate: Any, base: Any) -> float | None:
+    if not isinstance(candidate, (int, float)) or not isinstance(base, (int, float)) or base == 0:
+        return None
+    return float(candidate) / float(base)
+
+
+def _ratios(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, float | None]:
+    return {key: _ratio(candidate.get(key), base.get(key)) for key in base if key != "n"}
+
+
+def usage_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One run's usage: total/median/p95 of each line's ``total_tokens``, the totals of the three
+    token counts, and ``cost_usd`` (total/median/p95) when lines carry it."""
+    per_line = [u for u in (line.get("usage") for line in lines) if isinstance(u, Mapping)]
+    totals = [v for v in (_count(u.get("total_tokens")) for u in per_line) if v is not None]
+    out = _spread(totals)
+    for key in USAGE_KEYS:
+        out[key] = int(math.fsum(v for v in (_count(u.get(key)) for u in per_line) if v is not None))
+    costs = [v for v in (_count(line.get("cost_usd")) for line in lines) if v is not None]
+    if costs:
+        spread = _spread(costs)
+        out["cost_usd"] = float(spread["total"])
+        out["median_cost_usd"] = spread["median"]
+        out["p95_cost_usd"] = spread["p95"]
+    return out
+
+
+def latency_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One run's ``duration_s``: total, median and p95 over its lines (seconds)."""
+    return _spread([v for v in (_count(line.get("duration_s")) for line in lines) if v is not None])
+
+
+def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    return {"base": base, "candidate": candidate, "ratio": _ratios(base, candidate)}
+
+
+# ---- the document -------------------------------------------------------------------------
+
+
+def compare_runs(
+    base: Sequence[Mapping[str, Any]],
+    candidate: Sequence[Mapping[str, Any]],
+    *,
+    scorers: Sequence[str] | None = None,
+    reducer: str | Reducer = DEFAULT_REDUCER,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The comparison document of ``dsh-orchestra compare`` for two runs' result lines.
+
+    ``scorers`` names the scorers to compare (default: every scorer either run has). A scorer
+    one run lacks is compared over no pairs (``n`` 0, nulls).
+
+    Raises:
+        CompareInputError: no item id in both runs, or a named scorer in neither run.
+    """
+    base_names, candidate_names = scorer_names(base), scorer_names(candidate)
+    if scorers is None:
+        names = list(dict.fromkeys(base_names + candidate_names))
+    else:
+        names = list(dict.fromkeys(scorers))
+        missing = [n for n in names if n not in base_names and n not in candidate_names]
+        if missing:
+            known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
+            raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
+    base_values, base_status = reduce_items(base, names, reducer)
+    candidate_values, candidate_status = reduce_items(candidate, names, reducer)
+    common = [i for i in base_values if i in candidate_values]
+    if not common:
+        raise CompareInputError("the two runs have no item id in common: nothing to pair")
+    out_scorers: dict[str, Any] = {}
+    for name in names:
+        pairs = []
+        for item_id in common:
+            b, c = base_values[item_id][name], candidate_values[item_id][name]
+            if b is not None and c is not None:
+                pairs.append((item_id, b, c))
+        out_scorers[name] = compare_scorer(pairs, seed=seed)
+    return {
+        "pairs": len(common),
+        "only_in_base": sorted(i for i in base_values if i not in candidate_values),
+        "only_in_candidate": sorted(i for i in candidate_values if i not in base_values),
+        "status_changes": [
+            {"id": i, "base": base_status[i], "candidate": candidate_status[i]}
+            for i in sorted(common) if base_status[i] != candidate_status[i]
+        ],
+        "scorers": out_scorers,
+        "usage": _side_by_side(usage_side(base), usage_side(candidate)),
+        "latency": _side_by_side(latency_side(base), latency_side(candidate)),
+    }
