@@ -19,10 +19,11 @@ from typing import Any, Iterable
 import orjson
 
 from .._version import __version__
-from ..batch._results import read_results
+from ..batch._results import read_results, scan_results
 from ..batch._summary import percentile
 from ..batch._transcripts import transcript_name
 from ..workflow import WorkflowResult
+from ._conversation import DEFAULT_MAX_CHARS as DEFAULT_MAX_TRANSCRIPT
 
 DEFAULT_MAX_TEXT = 20_000  # characters of one prompt / response / subagent text kept in the report
 MAX_ERROR_ITEMS = 200  # item ids listed per error type (all are counted)
@@ -30,8 +31,6 @@ MAX_ERROR_MESSAGES = 5  # distinct messages shown per error type
 HISTOGRAM_BINS = 24
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
 
-COLUMNS = ("id", "status", "finish_reason", "duration_s", "attempts", "subagents", "approvals", "error")
-"""The item table's columns; each row of ``payload["batch"]["rows"]`` holds them in this order."""
 
 
 class ReportInputError(ValueError):
@@ -85,6 +84,35 @@ def load_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     except (OSError, ValueError) as exc:
         raise ReportInputError(str(exc)) from exc
     return list(done.values())
+
+
+def load_result_lines(path: str | os.PathLike[str], what: str = "results file", *, strict: bool = False) -> list[dict[str, Any]]:
+    """Every complete result line of a results file, in file order (each epoch's line too).
+
+    Raises:
+        ReportInputError: missing, unreadable, or a line that is not a result object (a string
+            ``id``; with ``strict`` also a string ``status``).
+    """
+    if not Path(path).is_file():
+        raise ReportInputError(f"{what} {str(path)!r} does not exist")
+    lines: list[dict[str, Any]] = []
+
+    def keep(line: dict[str, Any]) -> None:
+        if strict and not isinstance(line.get("status"), str):
+            raise ReportInputError(
+                f"{path}: line {len(lines) + 1} of the {what} has no string 'status': not a result line of `dsh-orchestra batch`"
+            )
+        lines.append(line)
+
+    try:
+        scan_results(path, keep, repair=False)
+    except OSError as exc:
+        raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
+    except ReportInputError:
+        raise
+    except ValueError as exc:
+        raise ReportInputError(str(exc)) from exc
+    return lines
 
 
 def load_json(path: str | os.PathLike[str], what: str) -> Any:
@@ -295,9 +323,15 @@ def batch_payload(
     transcripts: Path | None = None,
     out_dir: Path = Path("."),
     max_text: int = DEFAULT_MAX_TEXT,
+    max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+    group_by: str | None = None,
 ) -> dict[str, Any]:
     """The batch part of the payload: summary, counts, latency, errors, approvals, subagents,
-    the table rows (``COLUMNS``) and each row's details."""
+    evaluations, the table's columns and rows (one per result line) and each row's details."""
+    from ._evaluation import evaluation_payload
+    from ._items import item_table
+    from ..eval._compare import scorer_names
+
     durations = [d for d in (_number(line.get("duration_s")) for line in results) if d is not None]
     status = Counter(str(line.get("status")) for line in results)
     finish = Counter(str(line.get("finish_reason")) if line.get("finish_reason") is not None else "none" for line in results)
@@ -309,49 +343,10 @@ def batch_payload(
         "p50_s": latency["p50"],
         "p95_s": latency["p95"],
     }
-    rows: list[list[Any]] = []
-    details: list[dict[str, Any]] = []
-    for line in results:
-        item_id = str(line.get("id"))
-        error = line.get("error") if isinstance(line.get("error"), dict) else None
-        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, dict)]
-        approvals = [a for a in (line.get("approvals") or []) if isinstance(a, dict)]
-        rows.append([
-            item_id,
-            str(line.get("status")),
-            line.get("finish_reason") if isinstance(line.get("finish_reason"), str) else None,
-            _number(line.get("duration_s")),
-            line.get("attempts") if isinstance(line.get("attempts"), int) else None,
-            len(subagents),
-            len(approvals),
-            str(error.get("type")) if error is not None else None,
-        ])
-        response, response_cut = _clip(line.get("final_response"), max_text)
-        prompt, prompt_cut = _clip(prompts.get(item_id), max_text) if prompts is not None else (None, 0)
-        detail: dict[str, Any] = {
-            "session_id": line.get("session_id"),
-            "final_response": response,
-            "final_response_cut": response_cut,
-            "subagents": [
-                {
-                    "child_session_id": s.get("child_session_id"),
-                    "status": s.get("status"),
-                    "stop_reason": s.get("stop_reason"),
-                    "text": _clip(s.get("text"), max_text)[0],
-                }
-                for s in subagents
-            ],
-            "approvals": [
-                {k: a.get(k) for k in ("tool_name", "call_id", "outcome", "rule")} for a in approvals
-            ],
-            "error": {"type": error.get("type"), "message": _clip(error.get("message"), max_text)[0]} if error is not None else None,
-            "metadata": line.get("metadata") if isinstance(line.get("metadata"), dict) else {},
-            "transcript": _transcript_link(transcripts, out_dir, item_id),
-        }
-        if prompts is not None:
-            detail["prompt"] = prompt
-            detail["prompt_cut"] = prompt_cut
-        details.append(detail)
+    names = scorer_names(results)
+    columns, rows, details = item_table(
+        results, names, prompts=prompts, transcripts=transcripts, out_dir=out_dir, max_text=max_text, max_transcript=max_transcript,
+    )
     return {
         "summary": summary if isinstance(summary, dict) else computed,
         "summary_source": "file" if isinstance(summary, dict) else "results",
@@ -361,8 +356,10 @@ def batch_payload(
         "errors": _error_groups(results),
         "approvals": _approvals(results, audit),
         "subagents": _subagents(results),
-        "columns": list(COLUMNS),
+        "columns": columns,
         "rows": rows,
+        "scorers": names,
+        "evaluation": evaluation_payload(results, summary, group_by=group_by),
         "details": details,
         "has_prompts": prompts is not None,
         "has_transcripts": transcripts is not None,
@@ -445,17 +442,24 @@ def build_payload(
     out: str | os.PathLike[str] = "report.html",
     title: str | None = None,
     max_text: int = DEFAULT_MAX_TEXT,
+    max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+    group_by: str | None = None,
 ) -> dict[str, Any]:
     """Everything the report shows, from the files given (results and/or a workflow result).
 
+    Without ``dataset`` the prompts come from the dataset the summary's ``run`` names, when
+    that file is there (relative paths from the summary's directory, then the current one).
+
     Raises:
         ReportInputError: no input, or an input file is missing or malformed.
-        ValueError: ``max_text`` < 1.
+        ValueError: ``max_text`` or ``max_transcript`` < 1.
     """
     if results is None and workflow is None:
         raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or --workflow RESULT.json")
     if isinstance(max_text, bool) or not isinstance(max_text, int) or max_text < 1:
         raise ValueError(f"max_text must be an integer >= 1, not {max_text!r}")
+    if isinstance(max_transcript, bool) or not isinstance(max_transcript, int) or max_transcript < 1:
+        raise ValueError(f"max_transcript must be an integer >= 1, not {max_transcript!r}")
     sources = {k: os.fspath(v) for k, v in (("results", results), ("summary", summary), ("audit", audit),
                                             ("dataset", dataset), ("workflow", workflow), ("transcripts", transcripts)) if v is not None}
     payload: dict[str, Any] = {
@@ -474,18 +478,48 @@ def build_payload(
                 raise ReportInputError(f"the summary {os.fspath(summary)!r} is not a JSON object")
         if transcripts is not None and not Path(transcripts).is_dir():
             raise ReportInputError(f"transcripts directory {os.fspath(transcripts)!r} does not exist")
+        if dataset is None:
+            dataset = summary_dataset(summary_data, summary)
+            if dataset is not None:
+                sources["dataset"] = f"{os.fspath(dataset)} (named by the summary)"
         payload["batch"] = batch_payload(
-            load_results(results),
+            unique_lines(load_result_lines(results)),
             summary=summary_data,
             audit=read_jsonl(audit, "audit log") if audit is not None else None,
             prompts=load_prompts(dataset) if dataset is not None else None,
             transcripts=Path(transcripts) if transcripts is not None else None,
             out_dir=Path(out).parent,
             max_text=max_text,
+            max_transcript=max_transcript,
+            group_by=group_by,
         )
     if workflow is not None:
         payload["workflow"] = workflow_payload(load_workflow(workflow), max_text=max_text)
     return payload
+
+
+def unique_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first line of each (id, epoch), in file order (a resumed run never repeats one)."""
+    seen: set[tuple[str, Any]] = set()
+    out = []
+    for line in lines:
+        key = (line["id"], line.get("epoch"))
+        if key not in seen:
+            seen.add(key)
+            out.append(line)
+    return out
+
+
+def summary_dataset(summary: Any, summary_path: str | os.PathLike[str] | None) -> Path | None:
+    """The dataset the summary's ``run`` names, if that file exists (absolute, relative to the
+    summary's directory, or to the current directory)."""
+    run = summary.get("run") if isinstance(summary, dict) else None
+    dataset = run.get("dataset") if isinstance(run, dict) else None
+    name = dataset.get("path") if isinstance(dataset, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    candidates = [Path(name)] if Path(name).is_absolute() else [Path(summary_path or ".").parent / name, Path(name)]
+    return next((c for c in candidates if c.is_file()), None)
 
 
 def _default_title(results: Any, workflow: Any) -> str:

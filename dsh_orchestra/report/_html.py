@@ -14,11 +14,13 @@ from importlib import resources
 from typing import Any
 
 from ._charts import STATUS_COLOURS, count_bars, histogram_svg, seconds, timeline_svg, workflow_graph_svg
+from ._eval_html import evaluation_section
 from ._markup import Markup, embed_json, escape, join, tag
 
 COLUMN_TITLES = {
     "id": "id", "status": "status", "finish_reason": "finish", "duration_s": "duration", "attempts": "attempts",
-    "subagents": "subagents", "approvals": "approvals", "error": "error",
+    "subagents": "subagents", "approvals": "approvals", "error": "error", "epoch": "epoch", "prompt": "prompt",
+    "response": "response", "tokens": "tokens", "cost_usd": "cost",
 }
 MAX_ERROR_BUTTONS = 60
 
@@ -174,14 +176,25 @@ def _options(values: list[str], everything: str) -> list[Markup]:
 
 def _items_section(batch: dict[str, Any]) -> Markup:
     columns = batch["columns"]
-    colgroup = tag("colgroup", None, [tag("col", {"class": f"c-{c}"}) for c in columns])
-    head = tag("thead", None, tag("tr", None, [tag("th", {"data-col": c, "scope": "col", "title": "sort"}, COLUMN_TITLES.get(c, c)) for c in columns]))
+    def css(column: str) -> str:
+        return "c-score" if column.startswith("score:") else f"c-{column}"
+
+    def title(column: str) -> str:
+        return column[len("score:"):] if column.startswith("score:") else COLUMN_TITLES.get(column, column)
+
+    colgroup = tag("colgroup", None, [tag("col", {"class": css(c)}) for c in columns])
+    head = tag("thead", None, tag("tr", None, [tag("th", {"data-col": c, "scope": "col", "title": "sort", "class": css(c)}, title(c)) for c in columns]))
+    scorers = batch.get("scorers") or []
+    scored = tag("select", {"id": "filter-scored", "aria-label": "scores"},
+                 tag("option", {"value": ""}, "any score"), tag("option", {"value": "*"}, "failed a scorer"),
+                 [tag("option", {"value": name}, f"failed {name}") for name in scorers]) if scorers else None
     controls = tag(
         "div", {"class": "controls"},
         tag("input", {"type": "search", "id": "search", "placeholder": "Search ids, errors, responses…", "aria-label": "search items"}),
         tag("select", {"id": "filter-status", "aria-label": "status"}, _options(list(batch["status"]), "any status")),
         tag("select", {"id": "filter-finish", "aria-label": "finish reason"}, _options(list(batch["finish_reasons"]), "any finish reason")),
         tag("select", {"id": "filter-error", "aria-label": "error type"}, _options([g["type"] for g in batch["errors"]], "any error")),
+        scored,
         tag("button", {"type": "button", "id": "reset"}, "Reset"),
     )
     pager = tag(
@@ -278,16 +291,19 @@ def render_html(payload: dict[str, Any]) -> str:
     workflow = payload.get("workflow")
     csp = f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
     nav = [tag("a", {"href": f"#{id}"}, label) for id, label, present in (
-        ("summary", "Summary", batch), ("latency", "Latency", batch), ("outcomes", "Outcomes", batch), ("errors", "Errors", batch),
+        ("summary", "Summary", batch), ("evaluation", "Evaluation", batch and batch.get("evaluation")), ("latency", "Latency", batch), ("outcomes", "Outcomes", batch), ("errors", "Errors", batch),
         ("approvals", "Approvals", batch), ("subagents", "Subagents", batch), ("items", "Items", batch), ("workflow", "Workflow", workflow),
     ) if present]
     sections: list[Any] = []
     if batch:
-        sections += [_summary_section(batch), _latency_section(batch), _outcomes_section(batch), _errors_section(batch),
+        sections.append(_summary_section(batch))
+        if batch.get("evaluation"):
+            sections.append(evaluation_section(batch["evaluation"]))
+        sections += [_latency_section(batch), _outcomes_section(batch), _errors_section(batch),
                      _approvals_section(batch), _subagents_section(batch), _items_section(batch)]
     if workflow:
         sections.append(_workflow_section(workflow))
-    script_data = {"batch": {k: batch[k] for k in ("columns", "rows", "details", "has_prompts", "has_transcripts")} if batch else None}
+    script_data = {"batch": {k: batch[k] for k in ("columns", "rows", "details", "has_prompts", "has_transcripts", "scorers")} if batch else None}
     sources = " · ".join(f"{k}: {v}" for k, v in payload["sources"].items())
     page = join([
         Markup("<!DOCTYPE html>\n"),

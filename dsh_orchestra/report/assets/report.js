@@ -38,7 +38,19 @@
   var byId = {};
   rows.forEach(function (row, i) { byId[row[COL.id]] = i; });
 
-  var state = { query: "", status: "", finish: "", error: "", sort: null, dir: 1, page: 0, size: 100 };
+  var state = { query: "", status: "", finish: "", error: "", scored: "", sort: null, dir: 1, page: 0, size: 100 };
+  var scorers = batch.scorers || [];
+  var SCORE_COLS = scorers.map(function (name) { return COL["score:" + name]; });
+
+  function failedScore(r, which) {
+    // "failed" = a value below 1, or null (the scorer or the item failed)
+    for (var k = 0; k < scorers.length; k++) {
+      if (which !== "*" && scorers[k] !== which) continue;
+      var v = r[SCORE_COLS[k]];
+      if (v === null || v === undefined || v < 1) return true;
+    }
+    return false;
+  }
   var view = [];
   var haystack = null;
 
@@ -75,6 +87,7 @@
       if (state.status && r[COL.status] !== state.status) continue;
       if (state.finish && (r[COL.finish_reason] || "none") !== state.finish) continue;
       if (state.error && r[COL.error] !== state.error) continue;
+      if (state.scored && !failedScore(r, state.scored)) continue;
       if (q && hay(i).indexOf(q) < 0) continue;
       view.push(i);
     }
@@ -83,8 +96,15 @@
     render();
   }
 
+  function score(value) {
+    if (value === null || value === undefined) return "—";
+    return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  }
+
   function cellText(name, value) {
     if (name === "duration_s") return seconds(value);
+    if (name.lastIndexOf("score:", 0) === 0) return score(value);
+    if (name === "cost_usd") return value === null || value === undefined ? "" : value.toFixed(6);
     if (value === null || value === undefined) return "";
     return String(value);
   }
@@ -98,14 +118,20 @@
       var i = view[k], r = rows[i];
       var tr = el("tr", { "data-index": i, tabindex: 0 });
       batch.columns.forEach(function (name, c) {
-        var td = el("td", { "class": "c-" + name });
+        var isScore = name.lastIndexOf("score:", 0) === 0;
+        var td = el("td", { "class": isScore ? "c-score" : "c-" + name });
+        if (isScore) {
+          td.setAttribute("data-scorer", name.slice(6));
+          if (r[c] === null || r[c] === undefined || r[c] < 1) td.className += " failed";
+        }
         if (name === "status") {
           td.appendChild(el("span", { "class": "badge s-" + String(r[c]).replace(/[^a-z0-9-]/gi, "") }, r[c]));
         } else {
           td.textContent = cellText(name, r[c]);
-          if (name === "id" || name === "error") td.title = cellText(name, r[c]);
+          if (name === "id" || name === "error" || name === "prompt" || name === "response") td.title = cellText(name, r[c]);
         }
-        if (name === "duration_s" || name === "attempts" || name === "subagents" || name === "approvals") td.className += " num";
+        if (isScore || name === "duration_s" || name === "attempts" || name === "subagents" || name === "approvals" ||
+            name === "tokens" || name === "cost_usd" || name === "epoch") td.className += " num";
         tr.appendChild(td);
       });
       fragment.appendChild(tr);
@@ -145,6 +171,70 @@
     return table;
   }
 
+  function safeLink(href) { return /^[A-Za-z0-9._~%\/-]+$/.test(href) && href.indexOf("//") < 0; }
+
+  function scoreTable(scores) {
+    var records = Object.keys(scores).map(function (name) {
+      var s = scores[name];
+      return { name: name, value: score(s.value), answer: s.answer, explanation: s.explanation };
+    });
+    var table = smallTable(["scorer", "value", "answer", "explanation"], records, ["name", "value", "answer", "explanation"]);
+    table.classList.add("scores");
+    return table;
+  }
+
+  function approvalNode(a) {
+    var text = "approval " + (a.tool ? "for " + a.tool + " " : "") + "→ " + (a.outcome || "no decision") + (a.rule ? " (rule " + a.rule + ")" : "");
+    var node = el("div", { "class": "entry approval o-" + String(a.outcome || "none").replace(/[^a-z-]/gi, ""), "data-kind": "approval" }, text);
+    if (a.reason) node.appendChild(el("div", { "class": "muted" }, a.reason));
+    return node;
+  }
+
+  function renderEntries(box, entries) {
+    entries.forEach(function (e) {
+      var node;
+      if (e.k === "user") {
+        node = el("div", { "class": "entry user", "data-kind": "user" });
+        node.appendChild(el("div", { "class": "who" }, "user"));
+        node.appendChild(el("pre", { "class": "text" }, e.text));
+      } else if (e.k === "text") {
+        node = el("div", { "class": "entry assistant", "data-kind": "text" });
+        node.appendChild(el("div", { "class": "who" }, "assistant"));
+        node.appendChild(el("pre", { "class": "text" }, e.text));
+      } else if (e.k === "reasoning") {
+        node = el("details", { "class": "entry reasoning", "data-kind": "reasoning" });
+        node.appendChild(el("summary", null, "reasoning (" + e.text.length + " characters)"));
+        node.appendChild(el("pre", { "class": "text" }, e.text));
+      } else if (e.k === "tool") {
+        node = el("div", { "class": "entry tool" + (e.is_error ? " tool-error" : ""), "data-kind": "tool", "data-call": e.id || "" });
+        node.appendChild(el("div", { "class": "who" }, "tool call " + (e.name || "?")));
+        node.appendChild(el("pre", { "class": "text args" }, e.args));
+        (e.approvals || []).forEach(function (a) { node.appendChild(approvalNode(a)); });
+        if (e.children && e.children.length) {
+          var kids = el("div", { "class": "children" });
+          renderEntries(kids, e.children);
+          node.appendChild(kids);
+        }
+        if (e.result !== null && e.result !== undefined) {
+          node.appendChild(el("div", { "class": "who" }, e.is_error ? "result (error)" : "result"));
+          node.appendChild(el("pre", { "class": "text result" }, e.result));
+        } else node.appendChild(el("div", { "class": "muted" }, "no result"));
+      } else if (e.k === "subagent") {
+        node = el("div", { "class": "entry subagent", "data-kind": "subagent", "data-session": e.session || "" });
+        node.appendChild(el("div", { "class": "who" }, "subagent " + (e.label ? "“" + e.label + "” " : "") + (e.session || "") +
+          (e.status ? " · " + e.status : "") + (e.stop_reason ? " · " + e.stop_reason : "")));
+        var inner = el("div", { "class": "children" });
+        renderEntries(inner, e.entries || []);
+        node.appendChild(inner);
+      } else if (e.k === "approval") {
+        node = approvalNode(e);
+      } else if (e.k === "notice") {
+        node = el("div", { "class": "entry notice", "data-kind": "notice" }, e.text);
+      } else return;
+      box.appendChild(node);
+    });
+  }
+
   function openItem(i, push) {
     var r = rows[i], d = details[i];
     if (!r) return;
@@ -152,12 +242,12 @@
     $("detail-title").textContent = r[COL.id];
     var dl = el("dl");
     [["status", r[COL.status]], ["finish reason", r[COL.finish_reason] || "—"], ["duration", seconds(r[COL.duration_s])],
-     ["attempts", r[COL.attempts]], ["session", d.session_id || "—"]].forEach(function (pair) {
+     ["attempts", r[COL.attempts]], ["session", d.session_id || "—"]].concat(COL.epoch !== undefined ? [["epoch", r[COL.epoch]]] : []).forEach(function (pair) {
       dl.appendChild(el("dt", null, pair[0]));
       dl.appendChild(el("dd", { "data-field": pair[0] }, pair[1]));
     });
     body.appendChild(dl);
-    if (d.transcript && /^[A-Za-z0-9._~%\/-]+$/.test(d.transcript) && d.transcript.indexOf("//") < 0) {
+    if (d.transcript && safeLink(d.transcript)) {
       var p = el("p");
       p.appendChild(el("a", { href: d.transcript, id: "detail-transcript", download: "" }, "Transcript (JSON Lines, gzip)"));
       body.appendChild(p);
@@ -173,11 +263,39 @@
       if (d.prompt === null || d.prompt === undefined) body.appendChild(el("p", { "class": "muted" }, "Not in the dataset."));
       else textBlock(d.prompt, d.prompt_cut, "prompt", "detail-prompt");
     }
+    if (d.scores && Object.keys(d.scores).length) {
+      section("Scores");
+      body.appendChild(scoreTable(d.scores));
+    }
+    if (d.usage || d.cost_usd !== null && d.cost_usd !== undefined) {
+      var u = d.usage || {};
+      body.appendChild(el("p", { "class": "muted", id: "detail-usage" },
+        "tokens: " + (u.input_tokens || 0) + " in, " + (u.output_tokens || 0) + " out, " + (u.total_tokens || 0) + " total" +
+        (d.cost_usd !== null && d.cost_usd !== undefined ? " · cost " + d.cost_usd.toFixed(6) + " USD" : "")));
+    }
     section("Final response");
     if (d.final_response === null || d.final_response === undefined || d.final_response === "") {
       body.appendChild(el("p", { "class": "muted", id: "detail-response", "data-empty": "1" }, d.final_response === "" ? "Empty response." : "No response."));
     }
     else textBlock(d.final_response, d.final_response_cut, "response", "detail-response");
+    var conv = d.conversation;
+    if (conv) {
+      section(conv.source === "transcript" ? "Conversation" : "Conversation (from the result line; run the batch with --transcripts DIR for every step)");
+      var box = el("div", { "class": "conversation", id: "detail-conversation", "data-source": conv.source });
+      renderEntries(box, conv.entries);
+      body.appendChild(box);
+      if (conv.cut || conv.truncated) {
+        var note = el("div", { "class": "note", id: "detail-conversation-cut" },
+          conv.cut ? "The conversation is longer than the report keeps per item; the rest is in the transcript file." :
+                     "The transcript file itself was cut when written (" + conv.truncated.omitted_lines + " lines left out).");
+        if (d.transcript && safeLink(d.transcript)) {
+          note.appendChild(document.createTextNode(" "));
+          note.appendChild(el("a", { href: d.transcript, download: "" }, "Open the transcript"));
+        }
+        body.appendChild(note);
+      }
+      if (conv.problem) body.appendChild(el("div", { "class": "note" }, conv.problem));
+    }
     section("Subagents (" + d.subagents.length + ")");
     if (d.subagents.length) {
       d.subagents.forEach(function (s) {
@@ -215,17 +333,17 @@
     clearTimeout(timer);
     timer = setTimeout(function () { state.query = event.target.value; refilter(); }, 120);
   });
-  ["status", "finish", "error"].forEach(function (name) {
-    $("filter-" + name).addEventListener("change", function (event) { state[name] = event.target.value; refilter(); });
+  ["status", "finish", "error", "scored"].forEach(function (name) {
+    if ($("filter-" + name)) $("filter-" + name).addEventListener("change", function (event) { state[name] = event.target.value; refilter(); });
   });
   $("page-size").addEventListener("change", function (event) { state.size = parseInt(event.target.value, 10) || 100; state.page = 0; render(); });
   $("page-prev").addEventListener("click", function () { state.page--; render(); });
   $("page-next").addEventListener("click", function () { state.page++; render(); });
   pageInput.addEventListener("change", function () { state.page = Math.max(0, (parseInt(pageInput.value, 10) || 1) - 1); render(); });
   $("reset").addEventListener("click", function () {
-    state.query = state.status = state.finish = state.error = "";
+    state.query = state.status = state.finish = state.error = state.scored = "";
     $("search").value = "";
-    ["status", "finish", "error"].forEach(function (name) { $("filter-" + name).value = ""; });
+    ["status", "finish", "error", "scored"].forEach(function (name) { if ($("filter-" + name)) $("filter-" + name).value = ""; });
     refilter();
   });
 

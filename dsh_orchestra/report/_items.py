@@ -1,0 +1,133 @@
+"""The item table of a batch report: one row per result line (each epoch its own), with a
+column per score, previews of the prompt and response, and each row's details (the scores
+with their answers and explanations, usage, and the conversation).
+
+Rows are lists in ``columns`` order; ``score:<name>`` columns hold that scorer's value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..batch._transcripts import read_transcript, transcript_name
+from ._data import _clip as clip, _number as number, _transcript_link as transcript_link
+from ._conversation import DEFAULT_MAX_CHARS, line_entries, transcript_entries
+from ._evaluation import score_value
+
+PREVIEW = 120  # characters of the prompt / response shown in the table
+SCORE_PREFIX = "score:"
+
+
+def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *, prompts: bool) -> list[str]:
+    """The item table's columns for these lines."""
+    columns = ["id", "status"]
+    if any("epoch" in line for line in lines):
+        columns.append("epoch")
+    columns += [SCORE_PREFIX + name for name in scorers]
+    if prompts:
+        columns.append("prompt")
+    columns += ["response", "duration_s"]
+    if any(isinstance(line.get("usage"), Mapping) for line in lines):
+        columns.append("tokens")
+    if any("cost_usd" in line for line in lines):
+        columns.append("cost_usd")
+    return columns + ["finish_reason", "attempts", "subagents", "approvals", "error"]
+
+
+def _scores(line: Mapping[str, Any], scorers: Sequence[str], max_text: int) -> dict[str, Any]:
+    scores = line.get("scores") if isinstance(line.get("scores"), Mapping) else {}
+    out = {}
+    for name in scorers:
+        record = scores.get(name) if isinstance(scores, Mapping) else None
+        if not isinstance(record, Mapping):
+            continue
+        out[name] = {
+            "value": number(record.get("value")),
+            "answer": clip(record.get("answer"), max_text)[0],
+            "explanation": clip(record.get("explanation"), max_text)[0],
+        }
+    return out
+
+
+def _conversation(
+    line: Mapping[str, Any], prompt: str | None, transcripts: Path | None, *, max_text: int, max_transcript: int
+) -> dict[str, Any]:
+    if transcripts is not None:
+        path = transcripts / transcript_name(str(line.get("id")))
+        if path.is_file():
+            try:
+                records = read_transcript(path)
+            except (OSError, ValueError, EOFError) as exc:
+                fallback = line_entries(line, prompt, max_text=max_text)
+                fallback["problem"] = f"the transcript could not be read: {exc}"
+                return fallback
+            return transcript_entries(records, line, max_chars=max_transcript, max_text=max_text)
+    return line_entries(line, prompt, max_text=max_text)
+
+
+def item_table(
+    lines: Sequence[Mapping[str, Any]],
+    scorers: Sequence[str],
+    *,
+    prompts: Mapping[str, str] | None,
+    transcripts: Path | None,
+    out_dir: Path,
+    max_text: int,
+    max_transcript: int = DEFAULT_MAX_CHARS,
+) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
+    """The columns, the rows and each row's details."""
+    columns = table_columns(lines, scorers, prompts=prompts is not None)
+    rows: list[list[Any]] = []
+    details: list[dict[str, Any]] = []
+    for line in lines:
+        item_id = str(line.get("id"))
+        error = line.get("error") if isinstance(line.get("error"), Mapping) else None
+        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, Mapping)]
+        approvals = [a for a in (line.get("approvals") or []) if isinstance(a, Mapping)]
+        usage = line.get("usage") if isinstance(line.get("usage"), Mapping) else None
+        prompt_full = prompts.get(item_id) if prompts is not None else None
+        response_full = line.get("final_response") if isinstance(line.get("final_response"), str) else None
+        cells: dict[str, Any] = {
+            "id": item_id,
+            "status": str(line.get("status")),
+            "epoch": line.get("epoch") if isinstance(line.get("epoch"), int) else None,
+            "prompt": clip(prompt_full, PREVIEW)[0],
+            "response": clip(response_full, PREVIEW)[0],
+            "duration_s": number(line.get("duration_s")),
+            "tokens": number(usage.get("total_tokens")) if usage is not None else None,
+            "cost_usd": number(line.get("cost_usd")),
+            "finish_reason": line.get("finish_reason") if isinstance(line.get("finish_reason"), str) else None,
+            "attempts": line.get("attempts") if isinstance(line.get("attempts"), int) else None,
+            "subagents": len(subagents),
+            "approvals": len(approvals),
+            "error": str(error.get("type")) if error is not None else None,
+        }
+        for name in scorers:
+            cells[SCORE_PREFIX + name] = score_value(line, name)
+        rows.append([cells[c] for c in columns])
+        response, response_cut = clip(response_full, max_text)
+        prompt, prompt_cut = clip(prompt_full, max_text)
+        detail: dict[str, Any] = {
+            "session_id": line.get("session_id"),
+            "final_response": response,
+            "final_response_cut": response_cut,
+            "subagents": [
+                {"child_session_id": s.get("child_session_id"), "status": s.get("status"), "stop_reason": s.get("stop_reason"),
+                 "text": clip(s.get("text"), max_text)[0]}
+                for s in subagents
+            ],
+            "approvals": [{k: a.get(k) for k in ("tool_name", "call_id", "outcome", "rule")} for a in approvals],
+            "error": {"type": error.get("type"), "message": clip(error.get("message"), max_text)[0]} if error is not None else None,
+            "metadata": line.get("metadata") if isinstance(line.get("metadata"), Mapping) else {},
+            "transcript": transcript_link(transcripts, out_dir, item_id),
+            "scores": _scores(line, scorers, max_text),
+            "usage": dict(usage) if usage is not None else None,
+            "cost_usd": number(line.get("cost_usd")),
+            "conversation": _conversation(line, prompt_full, transcripts, max_text=max_text, max_transcript=max_transcript),
+        }
+        if prompts is not None:
+            detail["prompt"] = prompt
+            detail["prompt_cut"] = prompt_cut
+        details.append(detail)
+    return columns, rows, details
