@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..report import ReportInputError, write_report
-from ..report._data import DEFAULT_MAX_TEXT
+from ..report._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT
 from ._common import fail
 
 
@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
         help="write a self-contained HTML report of a batch's results (or of a workflow result)",
         description="Write ONE self-contained HTML file (opens offline): the run summary, a latency histogram "
         "and percentiles, statuses and finish reasons, errors by type, approvals by tool and rule, subagents, "
-        "and a searchable, sortable table of the items with their details. Exit status: 0 written, "
+        "evaluations (scores with intervals, groups, pass@k, usage and cost), a searchable, sortable table of the "
+        "items with each item's conversation, and with --compare BASE the comparison. Exit status: 0 written, "
         "2 bad arguments or input.",
     )
     parser.add_argument("results", nargs="?", default=None, metavar="RESULTS", help="results file of `dsh-orchestra batch` (JSON Lines)")
@@ -31,6 +32,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--title", default=None, help="the report's title")
     parser.add_argument("--max-text", type=int, default=DEFAULT_MAX_TEXT, metavar="N",
                         help=f"keep at most N characters of each prompt and response (default {DEFAULT_MAX_TEXT})")
+    parser.add_argument("--max-transcript", type=int, default=DEFAULT_MAX_TRANSCRIPT, metavar="N",
+                        help=f"embed at most N characters of each item's conversation from --transcripts (default {DEFAULT_MAX_TRANSCRIPT})")
+    parser.add_argument("--group-by", default=None, metavar="FIELD", help="scores per group of this metadata key")
+    parser.add_argument("--compare", default=None, metavar="BASE", help="compare RESULTS (the candidate) with this baseline's results file")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the comparison's bootstrap and permutation test (default 0)")
     parser.set_defaults(func=main)
 
 
@@ -47,6 +53,10 @@ def main(args: argparse.Namespace) -> int:
             transcripts=args.transcripts,
             title=args.title,
             max_text=args.max_text,
+            max_transcript=args.max_transcript,
+            group_by=args.group_by,
+            compare=args.compare,
+            seed=args.seed,
         )
     except (ReportInputError, ValueError) as exc:
         return fail(str(exc))

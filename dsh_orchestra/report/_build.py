@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from ._data import DEFAULT_MAX_TEXT, build_payload
+from ._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT, build_payload
 from ._html import render_html
 
 
@@ -20,23 +21,38 @@ def write_report(
     transcripts: str | os.PathLike[str] | None = None,
     title: str | None = None,
     max_text: int = DEFAULT_MAX_TEXT,
+    max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
+    group_by: str | None = None,
+    compare: str | os.PathLike[str] | None = None,
+    seed: int = 0,
 ) -> Path:
     """Write the self-contained HTML report to ``out`` and return its path.
 
     Give ``results`` (a batch's JSON Lines) and/or ``workflow`` (``WorkflowResult.to_json()``
     as JSON). ``summary``, ``audit`` and ``dataset`` (for the prompts) add to a batch report;
-    ``transcripts`` is the ``--transcripts`` directory of the batch, linked relative to ``out``.
-    Texts longer than ``max_text`` characters are cut (the report says so).
+    ``transcripts`` is the ``--transcripts`` directory of the batch, linked relative to ``out``,
+    each item's conversation embedded (at most ``max_transcript`` characters of it). Texts
+    longer than ``max_text`` characters are cut (the report says so). ``group_by`` (a metadata
+    key) adds per-group metrics; ``compare`` (a baseline's results file) adds the comparison of
+    ``results`` against it, its statistics seeded by ``seed``.
 
     Raises:
         ReportInputError: no input, or an input is missing or malformed.
+        CompareInputError: ``compare`` has no item in common with ``results``.
         OSError: ``out`` cannot be written.
     """
     path = Path(out)
     payload = build_payload(
         results=results, summary=summary, audit=audit, dataset=dataset, workflow=workflow,
-        transcripts=transcripts, out=path, title=title, max_text=max_text,
+        transcripts=transcripts, out=path, title=title, max_text=max_text, max_transcript=max_transcript,
+        group_by=group_by, compare=compare, seed=seed,
     )
+    return write_page(path, payload)
+
+
+def write_page(out: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
+    """Render ``payload`` and write it to ``out`` atomically (a temporary name, then renamed)."""
+    path = Path(out)
     data = render_html(payload).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")

@@ -39,6 +39,14 @@ class _Budget:
         return text
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is an object, else an empty one."""
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
 def _blocks_text(content: Any) -> str:
     if not isinstance(content, list):
         return "" if content is None else str(content)
@@ -140,13 +148,13 @@ def transcript_entries(
         if not isinstance(data, Mapping):
             continue
         if kind == "user/message":
-            source = data.get("source") if isinstance(data.get("source"), Mapping) else {}
+            source = _map(data.get("source"))
             if source.get("kind") == "user":
                 add(target, {"k": "user", "text": _blocks_text(data.get("content"))}, "text")
             elif source.get("kind") == "subagent-settled":
                 add(target, {"k": "notice", "text": _blocks_text(data.get("content"))}, "text")
         elif kind == "assistant/message":
-            message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
+            message = _map(data.get("message"))
             for block in message.get("content") or ():
                 if not isinstance(block, Mapping):
                     continue
@@ -155,41 +163,41 @@ def transcript_entries(
                 elif block.get("type") == "text":
                     add(target, {"k": "text", "text": block.get("text")}, "text")
                 elif block.get("type") == "tool-call":
-                    call = {"k": "tool", "id": block.get("id"), "name": block.get("name"), "args": block.get("arguments"),
+                    call: dict[str, Any] = {"k": "tool", "id": block.get("id"), "name": block.get("name"), "args": block.get("arguments"),
                             "result": None, "is_error": False, "approvals": [], "children": []}
                     if add(target, call, "args"):
                         target.calls[str(call["id"])] = call
                         target.pending.append(call)
         elif kind == "tool/result":
-            message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
-            call_id = str(message.get("toolCallId") or (message.get("source") or {}).get("callId"))
-            call = target.calls.get(call_id)
-            if call is None:
+            message = _map(data.get("message"))
+            call_id = str(message.get("toolCallId") or _map(message.get("source")).get("callId"))
+            called = target.calls.get(call_id)
+            if called is None:
                 continue
             text = budget.text(_blocks_text(message.get("content")))
-            call["result"] = text if text is not None else "[cut: the report's bound for this item was reached]"
-            call["is_error"] = bool(message.get("isError")) or isinstance(data.get("error"), Mapping)
-            if call in target.pending:
-                target.pending.remove(call)
+            called["result"] = text if text is not None else "[cut: the report's bound for this item was reached]"
+            called["is_error"] = bool(message.get("isError")) or isinstance(data.get("error"), Mapping)
+            if called in target.pending:
+                target.pending.remove(called)
         elif kind == "subagent/catalog":
             child(str(params.get("sessionId")), str(data.get("childId")), data.get("label"))
         elif kind == "approval/asked":
-            approval = {"k": "approval", "id": data.get("id"), "tool": data.get("toolName"), "call_id": data.get("callId"),
+            approval: dict[str, Any] = {"k": "approval", "id": data.get("id"), "tool": data.get("toolName"), "call_id": data.get("callId"),
                         "reason": data.get("reason"), "outcome": None, "rule": rules.get(str(data.get("callId")))}
             target.asked[str(data.get("id"))] = approval
-            call = target.calls.get(str(data.get("callId")))
-            if call is not None:
-                call["approvals"].append(approval)
+            spawning = target.calls.get(str(data.get("callId")))
+            if spawning is not None:
+                spawning["approvals"].append(approval)
             else:
                 target.entries.append(approval)
         elif kind == "approval/decided":
-            approval = target.asked.get(str(data.get("id")))
-            if approval is not None:
-                approval["outcome"] = data.get("outcome")
+            asked = target.asked.get(str(data.get("id")))
+            if asked is not None:
+                asked["outcome"] = data.get("outcome")
         elif kind == "turn/end":
-            reason = data.get("reason") if isinstance(data.get("reason"), Mapping) else {}
+            reason = _map(data.get("reason"))
             if reason.get("kind") not in (None, "completed"):
-                error = reason.get("error") if isinstance(reason.get("error"), Mapping) else {}
+                error = _map(reason.get("error"))
                 detail = f": {error.get('code')}: {error.get('message')}" if error else ""
                 add(target, {"k": "notice", "text": f"turn ended: {reason.get('kind')}{detail}"}, "text")
     for child_id, params in finished.items():

@@ -23,8 +23,9 @@ from ..batch._results import read_results, scan_results
 from ..batch._summary import percentile
 from ..batch._transcripts import transcript_name
 from ..workflow import WorkflowResult
-from ._conversation import DEFAULT_MAX_CHARS as DEFAULT_MAX_TRANSCRIPT
+from ._conversation import DEFAULT_MAX_CHARS
 
+DEFAULT_MAX_TRANSCRIPT = DEFAULT_MAX_CHARS  # characters of one item's conversation embedded
 DEFAULT_MAX_TEXT = 20_000  # characters of one prompt / response / subagent text kept in the report
 MAX_ERROR_ITEMS = 200  # item ids listed per error type (all are counted)
 MAX_ERROR_MESSAGES = 5  # distinct messages shown per error type
@@ -444,16 +445,23 @@ def build_payload(
     max_text: int = DEFAULT_MAX_TEXT,
     max_transcript: int = DEFAULT_MAX_TRANSCRIPT,
     group_by: str | None = None,
+    compare: str | os.PathLike[str] | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Everything the report shows, from the files given (results and/or a workflow result).
+
+    ``compare`` (a baseline's results file) adds the comparison of ``results`` against it.
 
     Without ``dataset`` the prompts come from the dataset the summary's ``run`` names, when
     that file is there (relative paths from the summary's directory, then the current one).
 
     Raises:
         ReportInputError: no input, or an input file is missing or malformed.
-        ValueError: ``max_text`` or ``max_transcript`` < 1.
+        ValueError: ``max_text`` or ``max_transcript`` < 1 (CompareInputError, a ValueError:
+            ``compare`` has no item in common with ``results``).
     """
+    if compare is not None and results is None:
+        raise ReportInputError("--compare BASE needs the candidate's results file as RESULTS")
     if results is None and workflow is None:
         raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or --workflow RESULT.json")
     if isinstance(max_text, bool) or not isinstance(max_text, int) or max_text < 1:
@@ -461,15 +469,9 @@ def build_payload(
     if isinstance(max_transcript, bool) or not isinstance(max_transcript, int) or max_transcript < 1:
         raise ValueError(f"max_transcript must be an integer >= 1, not {max_transcript!r}")
     sources = {k: os.fspath(v) for k, v in (("results", results), ("summary", summary), ("audit", audit),
-                                            ("dataset", dataset), ("workflow", workflow), ("transcripts", transcripts)) if v is not None}
-    payload: dict[str, Any] = {
-        "title": title or _default_title(results, workflow),
-        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "version": __version__,
-        "sources": sources,
-        "batch": None,
-        "workflow": None,
-    }
+                                            ("dataset", dataset), ("workflow", workflow), ("transcripts", transcripts),
+                                            ("compare", compare)) if v is not None}
+    payload = page_payload(title or _default_title(results, workflow), sources)
     if results is not None:
         summary_data = None
         if summary is not None:
@@ -482,20 +484,39 @@ def build_payload(
             dataset = summary_dataset(summary_data, summary)
             if dataset is not None:
                 sources["dataset"] = f"{os.fspath(dataset)} (named by the summary)"
+        lines = unique_lines(load_result_lines(results))
+        prompts = load_prompts(dataset) if dataset is not None else None
         payload["batch"] = batch_payload(
-            unique_lines(load_result_lines(results)),
+            lines,
             summary=summary_data,
             audit=read_jsonl(audit, "audit log") if audit is not None else None,
-            prompts=load_prompts(dataset) if dataset is not None else None,
+            prompts=prompts,
             transcripts=Path(transcripts) if transcripts is not None else None,
             out_dir=Path(out).parent,
             max_text=max_text,
             max_transcript=max_transcript,
             group_by=group_by,
         )
+        if compare is not None:
+            from ._comparison import build_comparison
+
+            payload["comparison"] = build_comparison(compare, results, candidate_lines=lines, prompts=prompts, seed=seed, max_text=max_text)
     if workflow is not None:
         payload["workflow"] = workflow_payload(load_workflow(workflow), max_text=max_text)
     return payload
+
+
+def page_payload(title: str, sources: dict[str, str]) -> dict[str, Any]:
+    """The frame of a page's payload: title, time, version, sources; no part yet."""
+    return {
+        "title": title,
+        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "version": __version__,
+        "sources": sources,
+        "batch": None,
+        "workflow": None,
+        "comparison": None,
+    }
 
 
 def unique_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from ._charts import STATUS_COLOURS, count_bars, histogram_svg, seconds, timeline_svg, workflow_graph_svg
+from ._comparison import comparison_section, pair_panel
 from ._eval_html import evaluation_section
 from ._markup import Markup, embed_json, escape, join, tag
 
@@ -289,10 +290,12 @@ def render_html(payload: dict[str, Any]) -> str:
     nonce = secrets.token_urlsafe(18)
     batch = payload.get("batch")
     workflow = payload.get("workflow")
+    comparison = payload.get("comparison")
     csp = f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
     nav = [tag("a", {"href": f"#{id}"}, label) for id, label, present in (
         ("summary", "Summary", batch), ("evaluation", "Evaluation", batch and batch.get("evaluation")), ("latency", "Latency", batch), ("outcomes", "Outcomes", batch), ("errors", "Errors", batch),
         ("approvals", "Approvals", batch), ("subagents", "Subagents", batch), ("items", "Items", batch), ("workflow", "Workflow", workflow),
+        ("comparison", "Comparison", comparison),
     ) if present]
     sections: list[Any] = []
     if batch:
@@ -303,6 +306,9 @@ def render_html(payload: dict[str, Any]) -> str:
                      _approvals_section(batch), _subagents_section(batch), _items_section(batch)]
     if workflow:
         sections.append(_workflow_section(workflow))
+    if comparison:
+        sections.append(comparison_section(comparison))
+    compare_data = {k: comparison[k] for k in ("names", "pairs", "has_prompts", "base_name", "candidate_name")} if comparison else None
     script_data = {"batch": {k: batch[k] for k in ("columns", "rows", "details", "has_prompts", "has_transcripts", "scorers")} if batch else None}
     sources = " · ".join(f"{k}: {v}" for k, v in payload["sources"].items())
     page = join([
@@ -323,6 +329,9 @@ def render_html(payload: dict[str, Any]) -> str:
         _detail_panel() if batch else None,
         Markup('<script type="application/json" id="report-data">'), embed_json(script_data), Markup("</script>\n"),
         tag("script", {"nonce": nonce}, Markup(_asset("report.js"))),
+        pair_panel() if comparison else None,
+        join([Markup('<script type="application/json" id="compare-data">'), embed_json(compare_data), Markup("</script>\n"),
+              tag("script", {"nonce": nonce}, Markup(_asset("compare.js")))]) if comparison else None,
         Markup("</body></html>\n"),
     ])
     return str(page)
