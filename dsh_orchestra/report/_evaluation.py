@@ -148,7 +148,7 @@ def evaluation_payload(
                         "source": "summary" if from_summary else "results"}
     groups = summary.get("groups") if isinstance(summary, Mapping) and isinstance(summary.get("groups"), Mapping) else None
     groups_source = "summary" if groups is not None else None
-    if group_by is not None and names:
+    if group_by is not None and names and groups is None:
         tally = ScoreTally(names, reducer=reducer, group_by=group_by, seed=seed)
         for line in lines:
             tally.add_line(dict(line))

@@ -2,6 +2,8 @@
 
 * ``sim_run`` (session): ONE real batch run on the simulator, as a subprocess of the
   ``dsh-orchestra`` command (results, summary, audit log, transcripts), and its report.
+* ``eval_runs`` (session): two real scored simulator runs (a baseline and a candidate with
+  another scenario), the candidate's report with the comparison, and ``compare``'s outputs.
 * ``browser`` (function): a headless Chromium driven over the debugging pipe, closed after the
   test (a fresh one per test: the suite's leak check allows no child process across tests).
 """
@@ -11,11 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import attrs
 import orjson
 import pytest
 
 from cdp import Browser, find_chromium
+from eval_support import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRun, run_scored
+from eval_support import dataset_items as eval_dataset_items
 from report_support import POLICY, SCRIPT, SimRun, cli, dataset_items
 
 
@@ -61,3 +67,39 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
         yield instance
     finally:
         instance.close()
+
+
+@attrs.frozen
+class EvalRuns:
+    """The two scored runs, the candidate's report (with the comparison) and the comparison page."""
+
+    directory: Path
+    dataset: Path
+    base: EvalRun
+    candidate: EvalRun
+    report: Path
+    compare_page: Path
+    compare_json: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def eval_runs(tmp_path_factory: pytest.TempPathFactory) -> EvalRuns:
+    """Two real scored simulator runs of one dataset, the candidate's report (prompts from the
+    dataset its summary names, conversations from its transcripts) and `compare`'s outputs."""
+    directory = tmp_path_factory.mktemp("eval-runs")
+    dataset = directory / "dataset.jsonl"
+    dataset.write_bytes(b"".join(orjson.dumps(item) + b"\n" for item in eval_dataset_items()))
+    base = run_scored(directory, "base", BASE_SCENARIO, dataset)
+    candidate = run_scored(directory, "candidate", CANDIDATE_SCENARIO, dataset)
+    report = cli(
+        "report", candidate.results.name, "--summary", candidate.summary.name, "--transcripts", candidate.transcripts.name,
+        "--compare", base.results.name, "--group-by", "topic", "--out", "site/report.html", cwd=directory,
+    )
+    assert report.returncode == 0, report.stderr
+    compared = cli("compare", base.results.name, candidate.results.name, "--json", "--out", "site/compare.html", "--dataset", dataset.name,
+                   cwd=directory)
+    assert compared.returncode == 0, compared.stderr
+    return EvalRuns(
+        directory=directory, dataset=dataset, base=base, candidate=candidate, report=directory / "site" / "report.html",
+        compare_page=directory / "site" / "compare.html", compare_json=orjson.loads(compared.stdout),
+    )
