@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from cdp import Browser, find_chromium
-from eval_support import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRun, run_scored
-from eval_support import dataset_items as eval_dataset_items
+from scored_runs import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRun, run_scored
+from scored_runs import dataset_items as eval_dataset_items
 from report_support import POLICY, SCRIPT, SimRun, cli, dataset_items
 
 

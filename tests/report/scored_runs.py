@@ -3,33 +3,22 @@ for the evaluation report and the comparison page.
 
 The runs are real batches on the simulator. Scoring: the result lines get their ``scores``
 (issue 15's contract: ``{"value", "answer", "explanation"}`` per scorer) from ``score_line``
-below, the summary its ``scores``/``run`` from ``dsh_orchestra.eval``'s metrics, as ``batch
---score`` writes them.
+below (the built-in scorers' normalization and token F1), the summary its ``scores``,
+``groups`` and ``run`` from ``dsh_orchestra.eval``'s ScoreTally, as ``batch --score`` writes
+them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import string
-import unicodedata
 from pathlib import Path
 from typing import Any
 
 import attrs
 import orjson
 
-from dsh_orchestra.eval._metrics import ScoreTally
-from report_support import cli
-
-POLICY = '''
-default = "rejected"
-
-[[rules]]
-name = "allow-bash"
-outcome = "allowed-once"
-tools = "bash"
-'''
+from dsh_orchestra.eval import ScoreTally, normalize, token_f1
+from report_support import POLICY, cli
 
 _COMMON = r'''
 [[rules]]
@@ -112,26 +101,7 @@ def dataset_items() -> list[dict[str, Any]]:
     return items
 
 
-# ---- scoring as the contract says (normalized exact, includes, SQuAD token F1) ----------------
-
-
-def normalize(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def squad_tokens(text: str) -> list[str]:
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return text.split()
-
-
-def token_f1(response: str, target: str) -> float:
-    got, want = squad_tokens(response), squad_tokens(target)
-    common = sum(min(got.count(t), want.count(t)) for t in set(got) & set(want))
-    if not got or not want or common == 0:
-        return float(got == want)
-    precision, recall = common / len(got), common / len(want)
-    return 2 * precision * recall / (precision + recall)
+# ---- scoring with the built-in scorers' functions (normalized exact, includes, SQuAD token F1) ----
 
 
 def score_line(line: dict[str, Any], target: str) -> dict[str, Any]:
