@@ -114,6 +114,9 @@ class AttemptScores:
     judge_usage: Usage = Usage()
 
 
+_BUILTIN = frozenset({"exact", "includes", "choice", "numeric", "f1", "regex"})
+
+
 def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
@@ -122,8 +125,6 @@ async def _call(scorer: BoundScorer, item: ItemLike, result: Any) -> tuple[Any, 
     if scorer.judge is not None:
         return await scorer.judge.grade(item, result)
     assert scorer.fn is not None
-    if scorer.kind != "python":
-        return scorer.fn(item, result), Usage()
     if _is_async(scorer.fn):
         value = await scorer.fn(item, result)
     else:
@@ -148,6 +149,9 @@ async def score_attempt(scorers: Sequence[BoundScorer], item: ItemLike, result: 
     judge_usage = Usage()
     for scorer in scorers:
         try:
+            if scorer.kind in _BUILTIN:  # pure and fast: called directly
+                records[scorer.name] = score_record(scorer.fn(item, result), scorer.name)  # type: ignore[misc]
+                continue
             returned, spent = await _call(scorer, item, result)
             judge_usage = judge_usage + spent
             records[scorer.name] = score_record(returned, scorer.name)

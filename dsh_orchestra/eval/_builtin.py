@@ -6,6 +6,7 @@ without a target scores ``None`` (counted in ``n_error``) with the reason as exp
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
@@ -21,6 +22,7 @@ _SPACES = re.compile(r"\s+")
 _NO_TARGET = "the item has no target"
 
 
+@functools.lru_cache(maxsize=1024)  # exact, includes and choice normalize the same texts
 def normalize(text: str) -> str:
     """Unicode NFKC, casefolded, surrounding whitespace stripped, inner runs collapsed to one space."""
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
@@ -77,6 +79,9 @@ def choice_letter(target: str, choices: list[str]) -> str | None:
     stripped = target.strip()
     if len(stripped) == 1 and stripped.isascii() and stripped.isalpha():
         return stripped.upper()
+    for index, text in enumerate(choices[:26]):  # the exact text first: no normalization needed
+        if text.strip() == stripped:
+            return string.ascii_uppercase[index]
     wanted = normalize(stripped)
     for index, text in enumerate(choices[:26]):
         if normalize(text) == wanted:
@@ -102,25 +107,22 @@ class Choice:
         return Score(1 if answer in letters else 0, answer=answer)
 
 
-_NUMBER = re.compile(r"(?:(?<![0-9A-Za-z])-)?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
-# The empty and exponent-only matches this pattern also finds are skipped by ``last_number``.
+_NUMBER = re.compile(
+    r"(?:(?<![0-9A-Za-z])-)?"  # a sign, unless it is a hyphen after a word or a number
+    r"(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+)"  # 1,234,567.8 or 1234.5 or .5
+    r"(?:[eE][-+]?\d+)?"
+)
 
 
 def last_number(text: str) -> tuple[str, float] | None:
     """The last number of ``text`` as (its text, its value); commas are thousands separators."""
-    best: tuple[str, float] | None = None
-    for match in _NUMBER.finditer(text):
-        written = match.group(0)
-        mantissa = written.split("e")[0].split("E")[0].lstrip("-")
-        if not any(c.isdigit() for c in mantissa):
-            continue
-        try:
-            value = float(written.replace(",", ""))
-        except ValueError:
-            continue
-        if math.isfinite(value):
-            best = (written, value)
-    return best
+    written = None
+    for written in _NUMBER.findall(text):
+        pass
+    if written is None:
+        return None
+    value = float(written.replace(",", ""))
+    return (written, value) if math.isfinite(value) else None
 
 
 @attrs.frozen
@@ -149,15 +151,28 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 def squad_tokens(text: str) -> list[str]:
     """SQuAD's normalize_answer, split: lowercase, punctuation deleted, articles removed."""
-    return _ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split()
+    return list(_squad_tokens(text))
+
+
+@functools.lru_cache(maxsize=1024)  # targets recur across epochs and scorers
+def _squad_tokens(text: str) -> tuple[str, ...]:
+    return tuple(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
 
 
 def token_f1(prediction: str, target: str) -> float:
     """SQuAD token F1 (two empty answers agree: 1; one empty: 0)."""
-    predicted, gold = squad_tokens(prediction), squad_tokens(target)
+    return _f1(_squad_tokens(prediction), _squad_tokens(target))
+
+
+def _f1(predicted: tuple[str, ...], gold: tuple[str, ...]) -> float:
     if not predicted or not gold:
         return float(predicted == gold)
-    same = sum((Counter(predicted) & Counter(gold)).values())
+    left = Counter(gold)
+    same = 0
+    for token in predicted:  # the size of the multiset intersection
+        if left[token] > 0:
+            left[token] -= 1
+            same += 1
     if same == 0:
         return 0.0
     precision, recall = same / len(predicted), same / len(gold)
@@ -172,8 +187,8 @@ class F1:
         targets = targets_of(item)
         if not targets:
             return Score(None, explanation=_NO_TARGET)
-        response = _response(result)
-        return Score(max(token_f1(response, t) for t in targets))
+        response = _squad_tokens(_response(result))
+        return Score(max(_f1(response, _squad_tokens(t)) for t in targets))
 
 
 @attrs.frozen

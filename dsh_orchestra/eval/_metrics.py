@@ -14,6 +14,7 @@ import attrs
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
 DEFAULT_REDUCER = "mean"
+_FEW_LEVELS = 64
 _CHUNK_CELLS = 1 << 21  # resampled values held at once by the bootstrap (16 MiB of int64 indices)
 
 
@@ -40,6 +41,8 @@ class Reducer:
     def __call__(self, values: Sequence[float | None]) -> float | None:
         """Reduce one item's epoch values; None values (failed epochs) are left out, and an item
         with no value left (or fewer than k for pass@k) reduces to None."""
+        if len(values) == 1 and self.k is None:  # one epoch: its value
+            return values[0]
         present = [v for v in values if v is not None]
         if not present:
             return None
@@ -100,11 +103,15 @@ def stderr(values: Sequence[float]) -> float | None:
 def bootstrap_ci(
     values: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95
 ) -> tuple[float, float] | None:
-    """A percentile bootstrap interval of the mean: ``resamples`` resamples of ``values`` with
-    replacement drawn by numpy's PCG64 seeded with ``seed``, their means, and the
-    (1 - confidence) / 2 and (1 + confidence) / 2 percentiles (linear interpolation).
+    """A percentile bootstrap interval of the mean: ``resamples`` resamples of n values drawn
+    with replacement from ``values``, the mean of each, and their (1 - confidence) / 2 and
+    (1 + confidence) / 2 percentiles (linear interpolation). None for no values.
 
-    The same values and seed always give the same interval. None for no values.
+    Draws come from numpy's ``default_rng(seed)``: the same values and seed always give the
+    same interval. Values with at most 64 distinct levels (scores 0/1, 0/0.5/1, ...) are
+    resampled as counts, ``multinomial(n, level frequencies)`` per resample, which has exactly
+    the distribution of n draws with replacement and costs O(levels) instead of O(n); other
+    values are resampled by n uniform indices per resample.
     """
     if not values:
         return None
@@ -113,12 +120,17 @@ def bootstrap_ci(
     data = np.asarray(values, dtype=np.float64)
     n = len(data)
     rng = np.random.default_rng(seed)
-    means = np.empty(resamples, dtype=np.float64)
-    chunk = max(1, _CHUNK_CELLS // n)
-    for start in range(0, resamples, chunk):
-        stop = min(resamples, start + chunk)
-        picks = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = data[picks].mean(axis=1)
+    levels, counts = np.unique(data, return_counts=True)
+    if len(levels) <= _FEW_LEVELS:
+        draws = rng.multinomial(n, counts / n, size=resamples)
+        means = draws @ levels / n
+    else:
+        means = np.empty(resamples, dtype=np.float64)
+        chunk = max(1, _CHUNK_CELLS // n)
+        for start in range(0, resamples, chunk):
+            stop = min(resamples, start + chunk)
+            picks = rng.integers(0, n, size=(stop - start, n))
+            means[start:stop] = data[picks].mean(axis=1)
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)
@@ -182,22 +194,29 @@ class ScoreTally:
 
     def reduced(self) -> dict[str, list[float | None]]:
         """Each scorer's reduced value per item, in the order items were first seen."""
-        out: dict[str, list[float | None]] = {name: [] for name in self.names}
+        columns: list[list[float | None]] = [[] for _ in self.names]
+        reducer = self.reducer
         for epochs in self._values.values():
-            ordered = [epochs[e] for e in sorted(epochs)]
-            for index, name in enumerate(self.names):
-                out[name].append(self.reducer([row[index] for row in ordered]))
-        return out
+            if len(epochs) == 1:
+                (row,) = epochs.values()
+                rows = [row]
+            else:
+                rows = [epochs[e] for e in sorted(epochs)]
+            for index, column in enumerate(columns):
+                column.append(reducer([r[index] for r in rows]))
+        return dict(zip(self.names, columns))
 
-    def scores(self) -> dict[str, dict[str, Any]]:
-        """The summary's ``scores``: metrics per scorer over every item."""
-        return {name: _metrics_of(values, self.seed) for name, values in self.reduced().items()}
+    def scores(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
+        """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when
+        already computed)."""
+        reduced = self.reduced() if reduced is None else reduced
+        return {name: _metrics_of(values, self.seed) for name, values in reduced.items()}
 
-    def groups(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+    def groups(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group value, per scorer."""
         if self.group_by is None:
             return None
-        reduced = self.reduced()
+        reduced = self.reduced() if reduced is None else reduced
         members: dict[str, list[int]] = {}
         for index, item_id in enumerate(self._values):
             members.setdefault(self._groups.get(item_id, "null"), []).append(index)

@@ -104,6 +104,8 @@ class ScoreValueError(TypeError):
 def _value(value: Any, who: str) -> float | None:
     if value is None:
         return None
+    if type(value) is float and math.isfinite(value):
+        return value
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if not isinstance(value, (int, float)):
@@ -120,11 +122,12 @@ def score_record(returned: Any, who: str) -> ScoreRecord:
     Raises:
         ScoreValueError: ``returned`` is not a Score, a number or a bool (or not finite).
     """
-    if isinstance(returned, Score):
+    if type(returned) is Score:
+        answer, explanation = returned.answer, returned.explanation
         record: ScoreRecord = {
             "value": _value(returned.value, who),
-            "answer": None if returned.answer is None else str(returned.answer),
-            "explanation": None if returned.explanation is None else str(returned.explanation),
+            "answer": answer if answer is None or type(answer) is str else str(answer),
+            "explanation": explanation if explanation is None or type(explanation) is str else str(explanation),
         }
         if returned.metadata is not None:
             record["metadata"] = returned.metadata

@@ -148,8 +148,9 @@ class EvalTally:
         ``usage``, ``cost_usd`` (with prices), ``judge_usage`` (with a judge)."""
         out: dict[str, Any] = {}
         if self.scores is not None:
-            out["scores"] = self.scores.scores()
-            groups = self.scores.groups()
+            reduced = self.scores.reduced()
+            out["scores"] = self.scores.scores(reduced)
+            groups = self.scores.groups(reduced)
             if groups is not None:
                 out["groups"] = groups
         out["usage"] = self.usage.to_json()

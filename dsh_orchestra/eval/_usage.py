@@ -68,11 +68,14 @@ def step_usage(event: Mapping[str, Any]) -> Usage:
 
 def events_usage(events: Iterable[Mapping[str, Any]]) -> Usage:
     """The summed usage of the ``assistant/message`` events among ``events``."""
-    total = Usage()
+    inputs = outputs = totals = 0
     for event in events:
         if event.get("type") == "assistant/message":
-            total = total + step_usage(event)
-    return total
+            step = step_usage(event)
+            inputs += step.input_tokens
+            outputs += step.output_tokens
+            totals += step.total_tokens
+    return Usage(inputs, outputs, totals)
 
 
 def turn_usage(turn: Any) -> Usage:
@@ -80,24 +83,19 @@ def turn_usage(turn: Any) -> Usage:
 
     Root events are scanned as raw JSON and only the model steps are decoded.
     """
-    total = Usage()
+    steps: list[Mapping[str, Any]] = []
     events = turn.events
     raw = getattr(events, "raw", None)
     if raw is not None:
-        for line in raw:
-            if _ASSISTANT in line:
-                event = orjson.loads(line)
-                if event.get("type") == "assistant/message":
-                    total = total + step_usage(event)
+        steps.extend(orjson.loads(line) for line in raw if _ASSISTANT in line)
     else:
-        total = events_usage(events)
+        steps.extend(events)
     for notification in turn.notifications:
-        if notification.method != SESSION_EVENT:
-            continue
-        event = notification.params.get("event")
-        if isinstance(event, dict) and event.get("type") == "assistant/message":
-            total = total + step_usage(event)
-    return total
+        if notification.method == SESSION_EVENT:
+            event = notification.params.get("event")
+            if isinstance(event, dict):
+                steps.append(event)
+    return events_usage(steps)
 
 
 class PricesError(ValueError):

@@ -47,19 +47,40 @@ def test_bootstrap_is_a_percentile_interval_of_resampled_means() -> None:
     """Computed independently: 10,000 resamples drawn the documented way, then percentiles."""
     import numpy as np
 
-    values = [float(i % 7) for i in range(23)]
+    values = [float(i) * 0.37 for i in range(100)]  # 100 levels: n uniform indices per resample
     rng = np.random.default_rng(5)
     picks = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
     means = np.asarray(values)[picks].mean(axis=1)
     expected = tuple(float(x) for x in np.percentile(means, [2.5, 97.5]))
     assert bootstrap_ci(values, seed=5) == pytest.approx(expected)
 
+    few = [0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 1.0]  # 3 levels: multinomial counts per resample
+    levels, counts = np.unique(few, return_counts=True)
+    draws = np.random.default_rng(2).multinomial(len(few), counts / len(few), size=BOOTSTRAP_RESAMPLES)
+    expected = tuple(float(x) for x in np.percentile(draws @ levels / len(few), [2.5, 97.5]))
+    assert bootstrap_ci(few, seed=2) == pytest.approx(expected)
+
+
+def test_both_resampling_forms_agree_in_distribution() -> None:
+    """Counts and indices are the same bootstrap: their intervals agree closely on large samples."""
+    import numpy as np
+
+    values = [1.0] * 300 + [0.0] * 200
+    rng = np.random.default_rng(0)
+    means = np.asarray(values)[rng.integers(0, 500, size=(BOOTSTRAP_RESAMPLES, 500))].mean(axis=1)
+    by_index = np.percentile(means, [2.5, 97.5])
+    low, high = bootstrap_ci(values, seed=0) or (0.0, 0.0)
+    assert low == pytest.approx(by_index[0], abs=0.01) and high == pytest.approx(by_index[1], abs=0.01)
+
 
 def test_bootstrap_large_input_is_chunked_and_deterministic() -> None:
-    values = [float(i % 2) for i in range(5000)]
+    values = [float(i % 1000) / 999 for i in range(5000)]  # many levels: chunked index draws
     low, high = bootstrap_ci(values, seed=0) or (0, 0)
     assert low < 0.5 < high and high - low < 0.05
     assert bootstrap_ci(values, seed=0) == (low, high)
+    binary = [float(i % 2) for i in range(100_000)]
+    low, high = bootstrap_ci(binary, seed=0) or (0, 0)
+    assert low < 0.5 < high and high - low < 0.01
 
 
 def test_bootstrap_interval_covers_the_normal_approximation() -> None:
