@@ -9,7 +9,9 @@ Every record logged on those loggers carries ``record.runtime``, ``record.sessio
 with :func:`log_context`; trio tasks inherit the context of the task that started them. Values
 registered with :func:`register_secrets` (a RuntimeSpec's api key and secret-looking environment
 values, registered when a runtime starts) are replaced with ``***`` in the message, its
-arguments and the exception text before any handler sees the record.
+arguments and the exception text before any handler sees the record. A turn's fields are
+also bound, for work done on its behalf in other tasks, in the :class:`SessionContexts` of the
+runtime that owns the session (nothing here is keyed by bare session ids process-wide).
 
 Imports nothing from dsh_orchestra (every layer may use it).
 """
@@ -34,7 +36,6 @@ REDACTED = "***"
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 
 _CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("dsh_orchestra_log_context", default={})
-_BY_SESSION: dict[str, list[Mapping[str, str]]] = {}  # session id -> contexts entered for it, innermost last
 _SECRETS: set[str] = set()
 _OURS = "_dsh_orchestra_handler"  # marks the handlers configure_logging installed
 
@@ -47,44 +48,67 @@ def current_context() -> dict[str, str]:
     return dict(_CONTEXT.get())
 
 
-def session_context(session_id: str) -> dict[str, str]:
-    """The fields of the innermost context currently entered for ``session_id`` (or {}).
+class SessionContexts:
+    """The log fields (and trace context) of the turns running on ONE runtime, by session id.
 
-    For work done on behalf of a session in another task (approval handlers run in the
-    connection's nursery, not in the turn's task): it recovers the turn's item id.
+    Owned by the runtime connection's ``session.Runtime`` (``runtime.contexts``), never
+    process-wide: two runtimes in one process may run sessions of the same id. Work done
+    for a session in another task (approval handlers run in the connection's nursery, not
+    in the turn's task, so contextvars do not flow) looks the turn up here to inherit its
+    item id and parent span.
     """
-    entries = _BY_SESSION.get(session_id)
-    return dict(entries[-1]) if entries else {}
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[tuple[Mapping[str, str], Any]]] = {}  # innermost last
+
+    @contextmanager
+    def bind(self, session_id: str, fields: Mapping[str, str], trace_context: Any = None) -> Iterator[None]:
+        """While the block runs, ``session_id``'s turn has these log fields and trace context."""
+        entry = (fields, trace_context)
+        self._entries.setdefault(session_id, []).append(entry)
+        try:
+            yield
+        finally:
+            entries = self._entries.get(session_id, [])
+            for index in range(len(entries) - 1, -1, -1):
+                if entries[index] is entry:
+                    del entries[index]
+                    break
+            if not entries:
+                self._entries.pop(session_id, None)
+
+    def fields(self, session_id: str) -> dict[str, str]:
+        """The log fields of ``session_id``'s innermost running turn (or {})."""
+        entries = self._entries.get(session_id)
+        return dict(entries[-1][0]) if entries else {}
+
+    def trace_context(self, session_id: str) -> Any:
+        """The trace context of ``session_id``'s innermost running turn (or None)."""
+        entries = self._entries.get(session_id)
+        return entries[-1][1] if entries else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @contextmanager
 def log_context(**fields: str | None) -> Iterator[dict[str, str]]:
     """Add ``runtime``/``session``/``item`` fields to every record logged inside the block.
 
-    Fields of enclosing contexts are kept unless given again; None values are ignored. While
-    the block runs, the merged fields are also registered under their session id (see
-    :func:`session_context`). Must be entered and exited in the same task.
+    Fields of enclosing contexts are kept unless given again; None values are ignored.
+    Yields the merged fields. Must be entered and exited in the same task.
     """
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise ValueError(f"log_context takes {', '.join(FIELDS)}, not {sorted(unknown)}")
     merged = {**_CONTEXT.get(), **{k: str(v) for k, v in fields.items() if v is not None}}
     token = _CONTEXT.set(merged)
-    session = merged.get("session") if fields.get("session") is not None else None
-    if session is not None:
-        _BY_SESSION.setdefault(session, []).append(merged)
     try:
         yield dict(merged)
     finally:
         _CONTEXT.reset(token)
-        if session is not None:
-            entries = _BY_SESSION.get(session, [])
-            for index in range(len(entries) - 1, -1, -1):
-                if entries[index] is merged:
-                    del entries[index]
-                    break
-            if not entries:
-                _BY_SESSION.pop(session, None)
 
 
 class ContextFilter(logging.Filter):

@@ -7,8 +7,9 @@ never imports it otherwise. Spans go to whatever tracer provider the application
 
 Nesting: an item's span contains its turns' spans through the task's contextvars. Approval
 decisions run in handler tasks of the connection's nursery, where the turn's context does not
-flow, so a turn registers its span under its session id while it runs and the approval span
-takes the span registered for its root session as its parent explicitly.
+flow, so a turn binds its span (and log fields) in its runtime's ``SessionContexts`` while it
+runs, and the approval span takes the one bound for its root session on the same runtime as
+its parent explicitly. Nothing is keyed by bare session ids process-wide.
 
 Imports nothing from dsh_orchestra but ``_logging``.
 """
@@ -20,7 +21,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, ParamSpec, TypeVar
 
-from ._logging import FIELDS, log_context, session_context
+from ._logging import FIELDS, SessionContexts, log_context
 
 ENV = "DSH_ORCHESTRA_OTEL"
 PREFIX = "dsh_orchestra."
@@ -37,7 +38,6 @@ R = TypeVar("R")
 _enabled: bool | None = None  # None: follow the environment variable
 _provider: Any = None  # a TracerProvider given to enable_tracing; None: the global one
 _api: Any = None  # the opentelemetry.trace module once imported; False when it is missing
-_SESSION_SPANS: dict[str, list[Any]] = {}  # session id -> OTel contexts of its open turns
 
 
 class NoSpan:
@@ -89,69 +89,57 @@ def _attribute(value: Any) -> Any:
 
 
 @contextmanager
-def span(
-    name: str,
-    *,
-    parent_session: str | None = None,
-    bind_session: str | None = None,
-    **attributes: Any,
-) -> Iterator[Any]:
+def span(name: str, *, parent: Any = None, **attributes: Any) -> Iterator[Any]:
     """A span around the block (the current span inside it); a no-op unless tracing is on.
 
     ``attributes`` become ``dsh_orchestra.<key>`` span attributes (None values dropped).
-    ``parent_session``: the parent is the span of that session's running turn (registered by
-    ``bind_session``), when there is one, instead of the current span. ``bind_session``:
-    register this span for that session while the block runs. Exceptions leaving the block
-    are recorded on the span and set its status to error.
+    ``parent``: an OpenTelemetry context to parent the span on (see ``trace_context``)
+    instead of the current span. Exceptions leaving the block are recorded on the span and
+    set its status to error.
     """
     trace = _trace_api() if tracing_enabled() else None
     if trace is None:
         yield NO_SPAN
         return
-    parent = None
-    if parent_session is not None:
-        entries = _SESSION_SPANS.get(parent_session)
-        parent = entries[-1] if entries else None
     tracer = _provider.get_tracer(TRACER_NAME) if _provider is not None else trace.get_tracer(TRACER_NAME)
     values = {PREFIX + key: _attribute(value) for key, value in attributes.items() if value is not None}
     with tracer.start_as_current_span(name, context=parent, attributes=values) as current:
-        if bind_session is None:
-            yield current
-            return
-        context = trace.set_span_in_context(current)
-        _SESSION_SPANS.setdefault(bind_session, []).append(context)
-        try:
-            yield current
-        finally:
-            entries = _SESSION_SPANS.get(bind_session, [])
-            for index in range(len(entries) - 1, -1, -1):
-                if entries[index] is context:
-                    del entries[index]
-                    break
-            if not entries:
-                _SESSION_SPANS.pop(bind_session, None)
+        yield current
+
+
+def trace_context(current: Any) -> Any:
+    """The OpenTelemetry context holding span ``current`` (None for NO_SPAN)."""
+    if current is NO_SPAN:
+        return None
+    trace = _trace_api()
+    return trace.set_span_in_context(current) if trace is not None else None
 
 
 def observed(
     name: str,
     fields: Callable[..., Mapping[str, Any]],
     *,
-    bind_session: bool = False,
+    contexts: Callable[..., SessionContexts | None] | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
     """Decorate an async function: run it in a log context and a span.
 
     ``fields(*args, **kwargs)`` gives the attributes; its ``runtime``/``session``/``item``
-    also go to the log context. ``bind_session``: the span is registered for its ``session``
-    (a turn, so that approval spans nest under it).
+    also go to the log context. ``contexts(*args, **kwargs)``: the SessionContexts of the
+    runtime that owns ``session``, where the log fields and the span are bound while the
+    function runs (a turn, so that approval records and spans find it).
     """
 
     def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         @functools.wraps(function)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             values = dict(fields(*args, **kwargs))
-            bound = values.get("session") if bind_session else None
-            with log_context(**{k: values[k] for k in FIELDS if k in values}), span(name, bind_session=bound, **values):
-                return await function(*args, **kwargs)
+            registry = contexts(*args, **kwargs) if contexts is not None else None
+            session = values.get("session") if registry is not None else None
+            with log_context(**{k: values[k] for k in FIELDS if k in values}) as merged, span(name, **values) as current:
+                if registry is None or session is None:
+                    return await function(*args, **kwargs)
+                with registry.bind(str(session), merged, trace_context(current)):
+                    return await function(*args, **kwargs)
 
         return wrapper
 
@@ -163,22 +151,25 @@ def observed_approvals(
     *,
     runtime: str,
     root_of: Callable[[str], str] = lambda session: session,
+    contexts: SessionContexts | None = None,
 ) -> Callable[[Any], Coroutine[Any, Any, R]]:
     """Wrap an ``approval/request`` handler: log context and a span per decision.
 
     The request's ``session_id`` may be a subagent's: ``root_of`` maps it to the root
-    session whose turn is running, whose log fields (the batch item) and span it inherits.
-    The span gets the ``outcome`` of the result when there is one.
+    session whose turn is running on this runtime; the turn bound in ``contexts`` (that
+    runtime's) gives the log fields (the batch item) and the parent span. The span gets the
+    ``outcome`` of the result when there is one.
     """
 
     @functools.wraps(handle)
     async def traced(params: Any) -> R:
         session = str(params.session_id)
         root = root_of(session)
-        fields = {**session_context(root), "runtime": runtime, "session": session}
+        bound = contexts.fields(root) if contexts is not None else {}
+        fields = {**bound, "runtime": runtime, "session": session}
         with log_context(**fields), span(
             APPROVAL_SPAN,
-            parent_session=root,
+            parent=contexts.trace_context(root) if contexts is not None else None,
             runtime=runtime,
             session=session,
             root_session=root if root != session else None,
@@ -199,5 +190,10 @@ def _turn_fields(session: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"runtime": session.runtime.name, "session": session.id}
 
 
-observed_turn = observed(TURN_SPAN, _turn_fields, bind_session=True)
+def _turn_contexts(session: Any, *args: Any, **kwargs: Any) -> SessionContexts | None:
+    contexts: SessionContexts | None = getattr(session.runtime, "contexts", None)
+    return contexts
+
+
+observed_turn = observed(TURN_SPAN, _turn_fields, contexts=_turn_contexts)
 """Decorates ``Session.run`` and ``Session.run_query``: the turn's log context and span."""

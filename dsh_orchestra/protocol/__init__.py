@@ -22,16 +22,26 @@ from ._converter import (
     unstructure as unstructure,
 )
 from ._errors import (
+    KNOWN_ERRORS as KNOWN_ERRORS,
     FrameTooLargeError as FrameTooLargeError,
     JsonRpcResponseError as JsonRpcResponseError,
     MethodNotSupportedError as MethodNotSupportedError,
+    NotInitializedError as NotInitializedError,
     OrchestraError as OrchestraError,
     RequestTimeoutError as RequestTimeoutError,
     RuntimeExitedError as RuntimeExitedError,
     RuntimeStartError as RuntimeStartError,
     SdkProtocolError as SdkProtocolError,
+    SessionAlreadyOpenError as SessionAlreadyOpenError,
+    SessionExistsError as SessionExistsError,
+    SessionNotFoundError as SessionNotFoundError,
+    SessionOwnedError as SessionOwnedError,
+    ShuttingDownError as ShuttingDownError,
     SubscriberOverflowError as SubscriberOverflowError,
     TransportClosedError as TransportClosedError,
+    UnknownSessionError as UnknownSessionError,
+    known_message as known_message,
+    response_error as response_error,
 )
 from ._events import *  # noqa: F403  (the event vocabulary; see _events.__all__)
 from ._events import __all__ as _event_names
@@ -51,6 +61,10 @@ from ._jsonrpc import (
     PARSE_ERROR as PARSE_ERROR,
     ErrorObject as ErrorObject,
     FrameKind as FrameKind,
+    INVALID as INVALID,
+    NOTIFICATION as NOTIFICATION,
+    REQUEST as REQUEST,
+    RESPONSE as RESPONSE,
     JsonObject as JsonObject,
     RequestId as RequestId,
     classify as classify,
@@ -60,6 +74,16 @@ from ._jsonrpc import (
     params_of as params_of,
     request_frame as request_frame,
     result_frame as result_frame,
+)
+from ._routing import (
+    CHILD_SESSION_ID as CHILD_SESSION_ID,
+    EDGE_METHODS as EDGE_METHODS,
+    PARENT_SESSION_ID as PARENT_SESSION_ID,
+    SESSION_ID as SESSION_ID,
+    child_of as child_of,
+    parent_of as parent_of,
+    routing_key as routing_key,
+    session_of as session_of,
 )
 from ._wire import *  # noqa: F403  (method constants and params/result classes)
 from ._wire import __all__ as _wire_names
@@ -71,9 +95,14 @@ __all__ = [
     "FrameTooLargeError", "JsonRpcResponseError", "MethodNotSupportedError", "OrchestraError",
     "RequestTimeoutError", "RuntimeExitedError", "RuntimeStartError", "SdkProtocolError",
     "SubscriberOverflowError", "TransportClosedError",
+    "KNOWN_ERRORS", "NotInitializedError", "SessionAlreadyOpenError", "SessionExistsError",
+    "SessionNotFoundError", "SessionOwnedError", "ShuttingDownError", "UnknownSessionError",
+    "known_message", "response_error",
     "CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "LineFramer", "Need", "encode_frame",
     "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR",
-    "ErrorObject", "FrameKind", "JsonObject", "RequestId", "classify", "error_frame", "error_of",
+    "ErrorObject", "FrameKind", "INVALID", "NOTIFICATION", "REQUEST", "RESPONSE", "JsonObject", "RequestId", "classify", "error_frame", "error_of",
     "notification_frame", "params_of", "request_frame", "result_frame",
+    "CHILD_SESSION_ID", "EDGE_METHODS", "PARENT_SESSION_ID", "SESSION_ID", "child_of", "parent_of",
+    "routing_key", "session_of",
     *_event_names, *_wire_names,
 ]

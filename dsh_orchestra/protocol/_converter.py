@@ -79,6 +79,13 @@ def _block_hooks(conv: cattrs.Converter) -> None:
     conv.register_structure_hook(UnknownBlock, structure_unknown)
     conv.register_unstructure_hook(UnknownBlock, lambda block: dict(block.raw))
 
+    def unstructure_block(block: Any) -> Any:
+        # A block already in wire form (the session layer's validated dicts) is sent as it
+        # is; cattrs' default union hook would walk it key by key (10 us a prompt).
+        return block if type(block) is dict else conv.unstructure(block)
+
+    conv.register_unstructure_hook_func(lambda t: t == ContentBlock, unstructure_block)
+
 
 def _event_hooks(conv: cattrs.Converter) -> None:
     def structure_event(raw: Any, _: Any) -> SessionEvent:
@@ -180,9 +187,21 @@ def _describe(exc: BaseException, target: Any) -> str:
     return f"invalid value, expected {name}"
 
 
+_UNSTRUCTURE_HOOKS: dict[type, Callable[[Any], Any]] = {}
+
+
 def unstructure(value: Any) -> Any:
-    """Wire JSON of a wire class instance (or of plain JSON, unchanged)."""
-    return CONVERTER.unstructure(value)
+    """Wire JSON of a wire class instance (or of plain JSON, unchanged).
+
+    The same as ``CONVERTER.unstructure(value)``, with each class's hook looked up once:
+    cattrs' dispatch costs more than the generated hook itself (3.8 against 0.3 us for
+    ``SessionIdParams``), on every request the session layer sends.
+    """
+    cls = type(value)
+    hook = _UNSTRUCTURE_HOOKS.get(cls)
+    if hook is None:
+        hook = _UNSTRUCTURE_HOOKS[cls] = CONVERTER.get_unstructure_hook(cls)
+    return hook(value)
 
 
 def structure(raw: Any, cls: type[T], *, method: str, what: str = "params") -> T:

@@ -5,6 +5,7 @@ Pure: no trio, no I/O. Each error keeps its data as attributes and builds its me
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -50,6 +51,7 @@ class JsonRpcResponseError(OrchestraError):
         self.code = code
         self.message = message
         self.data = data
+        self.session_id: str | None = None  # the session a known message names (KNOWN_ERRORS)
 
 
 class MethodNotSupportedError(JsonRpcResponseError):
@@ -96,7 +98,8 @@ class RuntimeExitedError(TransportClosedError):
 
 
 class RequestTimeoutError(OrchestraError):
-    """A lifecycle bound (handshake, shutdown) elapsed."""
+    """A lifecycle bound of RuntimeSpec elapsed: ``initialize`` not answered within
+    ``handshake_timeout`` (the ``__cause__`` of the RuntimeStartError a caller gets)."""
 
     def __init__(self, what: str, seconds: float) -> None:
         super().__init__(f"{what} did not complete within {seconds:g} s")
@@ -129,3 +132,85 @@ class SubscriberOverflowError(OrchestraError):
         )
         self.name = name
         self.capacity = capacity
+
+
+# ---- the runtime's known error messages -----------------------------------------------
+# The runtime answers every failure with -32603 and a message (PROTOCOL.md section 3), so the
+# message is the only thing that tells failures apart. Each class below is a
+# JsonRpcResponseError (``except JsonRpcResponseError`` still catches them all) and
+# ``KNOWN_ERRORS`` is the one table that maps the messages to them.
+
+
+class SessionExistsError(JsonRpcResponseError):
+    """The session is persisted but not open in this process: ``session/resume`` it first."""
+
+
+class SessionNotFoundError(JsonRpcResponseError):
+    """``session/resume`` of an id the runtime's store does not hold."""
+
+
+class SessionOwnedError(JsonRpcResponseError):
+    """The session is held by another live runtime process (its write handle)."""
+
+
+class SessionAlreadyOpenError(JsonRpcResponseError):
+    """``session/resume`` of a session already open (or opening) in this runtime."""
+
+
+class UnknownSessionError(JsonRpcResponseError):
+    """A method that needs an open session (``session/wait``) named one this runtime lacks."""
+
+
+class ShuttingDownError(JsonRpcResponseError):
+    """The runtime is shutting down and takes no new work."""
+
+
+class NotInitializedError(JsonRpcResponseError):
+    """A session method arrived before a successful ``initialize``."""
+
+
+KNOWN_ERRORS: tuple[tuple[type[JsonRpcResponseError], str], ...] = (
+    (MethodNotSupportedError, "unknown DeepSeek Harness SDK runtime method: {method}"),
+    (MethodNotSupportedError, "method not found: {method}"),
+    (SessionExistsError, 'session "{session_id}" already exists'),
+    (SessionNotFoundError, 'session "{session_id}" not found'),
+    (SessionOwnedError, 'session "{session_id}" is already owned by an active write handle'),
+    (SessionAlreadyOpenError, "SDK session is already open or opening: {session_id}"),
+    (UnknownSessionError, "unknown SDK session: {session_id}"),
+    (ShuttingDownError, "SDK server is shutting down"),
+    (NotInitializedError, "SDK server is not initialized"),
+)
+"""(error class, message template) for every runtime message a client branches on
+(PROTOCOL.md section 3, observed on 0.2.1-rc.2). The simulator answers with the same texts
+(``known_message``); ``response_error`` turns an error response into the matching class."""
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    parts = re.split(r"\{(\w+)\}", template)
+    regex = "".join(re.escape(part) if index % 2 == 0 else f"(?P<{part}>.*)" for index, part in enumerate(parts))
+    return re.compile(regex + r"\Z", re.DOTALL)
+
+
+_MATCHERS = tuple((cls, _pattern(template)) for cls, template in KNOWN_ERRORS)
+
+
+def known_message(cls: type[JsonRpcResponseError], **fields: str) -> str:
+    """The runtime's message for ``cls`` (the first template of the table), ``fields`` filled in."""
+    for known, template in KNOWN_ERRORS:
+        if known is cls:
+            return template.format(**fields)
+    raise ValueError(f"{cls.__name__} is not in KNOWN_ERRORS")
+
+
+def response_error(method: str, code: int | None, message: str, data: Any = None) -> JsonRpcResponseError:
+    """The error for an error response to ``method``: the class the table (or code -32601)
+    names, else JsonRpcResponseError. A matched session id is kept as ``session_id``."""
+    for cls, pattern in _MATCHERS:
+        match = pattern.match(message)
+        if match is not None:
+            error = cls(method, code, message, data)
+            error.session_id = match.groupdict().get("session_id")
+            return error
+    if code == -32601:  # METHOD_NOT_FOUND, from a peer with a message of its own
+        return MethodNotSupportedError(method, code, message, data)
+    return JsonRpcResponseError(method, code, message, data)

@@ -14,7 +14,7 @@ huge frame arriving in many small chunks costs linear, not quadratic, time.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -113,19 +113,45 @@ class LineFramer:
 
     def frames(self) -> list[dict[str, Any]]:
         """Decode every complete line buffered so far into JSON objects. Does no I/O."""
+        return self._decode(self._take_lines())
+
+    def _take_lines(self) -> list[bytes]:
         lines = self._split()
         if self._next < len(self._lines):  # lines split off by next_line() come first
             lines = self._lines[self._next :] + lines
         self._lines = []
         self._next = 0
-        return self._decode(lines)
+        return lines
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        """``receive_data(data)`` then ``frames()``, faster when ``data`` ends a frame.
+        """``receive_data(data)`` then ``frames()``, faster when ``data`` ends a frame."""
+        return self._decode(self._feed_lines(data))
 
-        The reader's hot path: a chunk that starts and ends on a frame boundary (a small
-        response, usually) is split and decoded without touching the buffer.
+    def feed_iter(self, data: bytes) -> Iterator[dict[str, Any]]:
+        """``feed(data)`` one frame at a time: each line is decoded only when asked for.
+
+        The reader's hot path: it dispatches each frame before the next is decoded, so the
+        decoded objects a consumer drops die young, before the garbage collector runs (a
+        chunk decoded whole keeps a hundred frames of dicts alive, which the collector then
+        traverses and promotes). Raises FrameTooLargeError on the first ``next()``.
         """
+        lines = self._feed_lines(data)
+        loads = orjson.loads
+        for line in lines:
+            try:
+                value = loads(line)
+            except orjson.JSONDecodeError:  # invalid UTF-8 or JSON; blank lines are not counted
+                if line.strip():
+                    self.ignored += 1
+                continue
+            if type(value) is dict:
+                yield value
+            else:
+                self.ignored += 1
+
+    def _feed_lines(self, data: bytes) -> list[bytes]:
+        # A chunk that starts and ends on a frame boundary (a small response, usually) is
+        # split without touching the buffer.
         if (
             self._parts
             or self._lines
@@ -136,10 +162,10 @@ class LineFramer:
             or len(data) > self.max_frame_size
         ):
             self.receive_data(data)
-            return self.frames()
+            return self._take_lines()
         lines = data.split(b"\n")
         lines.pop()  # the empty piece after the final newline
-        return self._decode(lines)
+        return lines
 
     def _decode(self, lines: list[bytes]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -30,25 +30,38 @@ class FrameKind(enum.Enum):
     INVALID = "invalid"
 
 
+REQUEST = FrameKind.REQUEST
+RESPONSE = FrameKind.RESPONSE
+NOTIFICATION = FrameKind.NOTIFICATION
+INVALID = FrameKind.INVALID
+
+
 def _usable_id(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    kind = type(value)
+    if kind is str or kind is int:  # the exact types orjson makes: the reader's fast path
+        return True
+    return kind is not bool and isinstance(value, (str, int))
 
 
 def classify(frame: JsonObject) -> FrameKind:
-    """id+method is a request, id alone a response, method alone a notification."""
+    """id+method is a request, id alone a response, method alone a notification.
+
+    An id is a string or an integer (not a bool); ``method`` a string. Cheap enough for the
+    connection's reader, which calls it for every frame.
+    """
     method = frame.get("method")
     has_id = _usable_id(frame.get("id"))
-    if isinstance(method, str):
-        return FrameKind.REQUEST if has_id else FrameKind.NOTIFICATION
+    if type(method) is str or isinstance(method, str):
+        return REQUEST if has_id else NOTIFICATION
     if has_id:
-        return FrameKind.RESPONSE
-    return FrameKind.INVALID
+        return RESPONSE
+    return INVALID
 
 
 def params_of(frame: JsonObject) -> JsonObject:
     """The frame's params; missing, array or scalar params read as ``{}`` (as the runtime does)."""
     params = frame.get("params")
-    return params if isinstance(params, dict) else {}
+    return params if type(params) is dict or isinstance(params, dict) else {}
 
 
 @attrs.frozen

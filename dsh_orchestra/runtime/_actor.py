@@ -23,6 +23,7 @@ from ..protocol import (
     InitializeResult,
     JsonRpcResponseError,
     OrchestraError,
+    RequestTimeoutError,
     RuntimeExitedError,
     RuntimeStartError,
     SdkProtocolError,
@@ -99,6 +100,7 @@ class RuntimeActor:
         self._stopped = trio.Event()
         self._started = False
         self._stderr_done = trio.Event()
+        self._start_cause: BaseException | None = None  # why the handshake failed, when typed
 
     @property
     def name(self) -> str:
@@ -183,7 +185,8 @@ class RuntimeActor:
         if failure is not None:
             # Raised here, outside the nurseries (so callers get it bare, not in an
             # ExceptionGroup) and after the reap (so the tail holds the process's last words).
-            raise RuntimeStartError(self.name, self.spec.profile, failure, self._tail())
+            cause, self._start_cause = self._start_cause, None
+            raise RuntimeStartError(self.name, self.spec.profile, failure, self._tail()) from cause
 
     async def _spawn(self, stack: AsyncExitStack) -> trio.abc.Stream:
         spec = self.spec
@@ -232,6 +235,7 @@ class RuntimeActor:
             with trio.fail_after(timeout):
                 self.server_info = await connection.request(INITIALIZE, params, InitializeResult)
         except trio.TooSlowError:
+            self._start_cause = RequestTimeoutError("initialize", timeout)
             reason = f"initialize did not answer within {timeout:g} s"
         except JsonRpcResponseError as exc:
             reason = f"initialize was rejected: {exc.message}"

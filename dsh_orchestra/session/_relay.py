@@ -28,11 +28,12 @@ import struct
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 import trio
 
+from .._logging import SessionContexts
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService
 from ..protocol import ApprovalRequestParams
@@ -88,6 +89,9 @@ class ApprovalRelay:
         self.socket_path: str | None = None
         self.relayed = 0
         self._scope = trio.CancelScope()
+        # Set by open_runtime: the owning runtime's turn contexts and session-tree roots.
+        self.contexts: SessionContexts | None = None
+        self.root_of: Callable[[str], str] = lambda session: session
 
     def prepare(self, spec: RuntimeSpec) -> RuntimeSpec:
         """Make the private directory with the relay files; the spec that mounts them.
@@ -158,7 +162,10 @@ class ApprovalRelay:
                     # The plugin closes the connection when the runtime aborts the request: then
                     # the decision is cancelled (recorded as rejected) and no late answer goes out.
                     nursery.start_soon(_cancel_on_hangup, stream, asker)
-                    result = await observed_approvals(lambda p: service.handle(p, via=VIA_RELAY), runtime=service.runtime)(params)
+                    result = await observed_approvals(
+                        lambda p: service.handle(p, via=VIA_RELAY), runtime=service.runtime,
+                        root_of=self.root_of, contexts=self.contexts,
+                    )(params)
                     nursery.cancel_scope.cancel()
             if result is not None and not asker.cancel_called:
                 await _reply(stream, result.outcome)

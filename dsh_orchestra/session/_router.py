@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from ..protocol import SUBAGENT_FINISHED, SUBAGENT_STARTED, TransportClosedError
+from ..protocol import SUBAGENT_STARTED, TransportClosedError, routing_key
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
 
 MAX_DEPTH = 64
@@ -76,35 +76,32 @@ class SessionRouter:
 
     def push(self, notification: Notification) -> None:
         """The connection sink: record edges, then deliver to every subscribed ancestor."""
-        params = notification.params
         method = notification.method
-        if method == SUBAGENT_STARTED or method == SUBAGENT_FINISHED:
-            parent = params.get("parentSessionId")
-            child = params.get("childSessionId")
-            if method == SUBAGENT_STARTED and isinstance(parent, str) and isinstance(child, str) and parent and child and parent != child:
-                if child not in self.parents:
-                    self.parents[child] = parent
-                    self._children.setdefault(parent, []).append(child)
-            start = parent
-            extra = child
-        else:
-            start = params.get("sessionId")
-            extra = None
+        start, extra = routing_key(method, notification.params)
+        if method == SUBAGENT_STARTED and start and extra and start != extra and extra not in self.parents:
+            self.parents[extra] = start
+            self._children.setdefault(start, []).append(extra)
         subscriptions = self._subscriptions
-        if not subscriptions or not isinstance(start, str):
+        if not subscriptions or start is None:
             return
+        parents = self.parents
         session: str | None = start
         depth = 0
         while session is not None and depth < MAX_DEPTH:
             targets = subscriptions.get(session)
             if targets:
+                if len(targets) == 1:  # the usual case: no copy of the list
+                    targets[0].push(notification)
+                else:
+                    for subscription in tuple(targets):
+                        subscription.push(notification)
+            session = parents.get(session)
+            depth += 1
+        if extra is not None and extra != start:
+            targets = subscriptions.get(extra)
+            if targets:
                 for subscription in tuple(targets):
                     subscription.push(notification)
-            session = self.parents.get(session)
-            depth += 1
-        if extra is not None and extra in subscriptions and extra != start:
-            for subscription in tuple(subscriptions[extra]):
-                subscription.push(notification)
 
     def forget(self, root: str) -> set[str]:
         """Drop the recorded edges of ``root``'s tree and return the descendants dropped.

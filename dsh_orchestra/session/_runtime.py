@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
-from .._logging import log_context, register_secrets
+from .._logging import SessionContexts, log_context, register_secrets
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService, AuditLog
 from ..protocol import (
@@ -26,6 +26,7 @@ from ..protocol import (
     USER_QUESTION_CANCELLED,
     ApprovalRequestParams,
     EmptyResult,
+    SessionIdParams,
     TransportClosedError,
     UserQuestionAskParams,
 )
@@ -50,6 +51,7 @@ class Runtime:
         self.approvals: ApprovalService | None = None
         self.questions: QuestionService | None = None
         self.relay: ApprovalRelay | None = None
+        self.contexts = SessionContexts()  # log fields and spans of the turns running here
 
     @property
     def name(self) -> str:
@@ -86,7 +88,7 @@ class Runtime:
         """
         if not isinstance(id, str) or not id:
             raise ValueError(f"a session id must be a non-empty string, not {id!r}")
-        await self.connection.request(SESSION_RESUME, {"sessionId": id}, EmptyResult)
+        await self.connection.request(SESSION_RESUME, SessionIdParams(session_id=id), EmptyResult)
         return Session(self, id)
 
     def abandon(self, session_id: str) -> None:
@@ -168,6 +170,8 @@ async def open_runtime(
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
         runtime.relay = relay
+        if relay is not None:
+            relay.contexts, relay.root_of = runtime.contexts, router.root_of
         started = False
         try:
             async with trio.open_nursery() as nursery:
@@ -238,7 +242,9 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
         async def approve(params: ApprovalRequestParams) -> Any:
             return await service.handle(params)
 
-        actor.register(APPROVAL_REQUEST, observed_approvals(approve, runtime=runtime.name, root_of=runtime.router.root_of), ApprovalRequestParams)
+        actor.register(APPROVAL_REQUEST, observed_approvals(
+            approve, runtime=runtime.name, root_of=runtime.router.root_of, contexts=runtime.contexts
+        ), ApprovalRequestParams)
     if answerer is not None:
         if not isinstance(answerer, QuestionService) and not callable(answerer):
             raise TypeError(f"answerer must be a callable or a QuestionService, not {type(answerer).__name__}")

@@ -7,7 +7,7 @@ sessions. Must not know about pools or graphs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import attrs
 import trio
@@ -22,12 +22,19 @@ from ..protocol import (
     WORKING_DIRECTORY_SET,
     ContentBlock,
     EmptyResult,
+    PromptParams,
     PromptResult,
+    QueryParams,
     QueryResult,
     SdkProtocolError,
+    SessionIdParams,
+    SessionQueryCompletedParams,
     SubscriberOverflowError,
     TransportClosedError,
     WorkingDirectoryResult,
+    WorkingDirectorySetParams,
+    session_of,
+    structure,
     unstructure,
 )
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -68,6 +75,12 @@ def content_blocks(value: PromptInput) -> list[dict[str, Any]]:
                 raise ValueError(f"image block {index} needs base64 'data' and a 'mimeType' string")
         blocks.append(raw)
     return blocks
+
+
+def _wire_blocks(value: PromptInput) -> list[ContentBlock]:
+    """``content_blocks(value)`` as the params classes' field: blocks already in wire form,
+    which the converter sends as they are (a user's extra keys included)."""
+    return cast("list[ContentBlock]", content_blocks(value))
 
 
 @attrs.frozen(kw_only=True)
@@ -112,7 +125,7 @@ class Session:
     async def prompt(self, input: PromptInput) -> str:
         """Queue ``input`` (session/prompt) and return the queued message id."""
         self._check()
-        params = {"sessionId": self.id, "contentBlocks": content_blocks(input)}
+        params = PromptParams(session_id=self.id, content_blocks=_wire_blocks(input))
         result: PromptResult = await self.runtime.connection.request(SESSION_PROMPT, params, PromptResult)
         return result.message_id
 
@@ -123,20 +136,20 @@ class Session:
             MethodNotSupportedError: the connected runtime lacks session/query (0.2.1-rc.2).
         """
         self._check()
-        params = {"sessionId": self.id, "contentBlocks": content_blocks(input)}
+        params = QueryParams(session_id=self.id, content_blocks=_wire_blocks(input))
         result: QueryResult = await self.runtime.connection.request(SESSION_QUERY, params, QueryResult)
         return result
 
     async def wait(self) -> None:
         """session/wait: until the root is idle and its managed descendants settled."""
         self._check()
-        await self.runtime.connection.request(SESSION_WAIT, {"sessionId": self.id}, EmptyResult)
+        await self.runtime.connection.request(SESSION_WAIT, SessionIdParams(session_id=self.id), EmptyResult)
 
     async def get_working_directory(self) -> str:
         """The session's effective working directory (absolute)."""
         self._check()
         result: WorkingDirectoryResult = await self.runtime.connection.request(
-            WORKING_DIRECTORY_GET, {"sessionId": self.id}, WorkingDirectoryResult
+            WORKING_DIRECTORY_GET, SessionIdParams(session_id=self.id), WorkingDirectoryResult
         )
         return result.cwd
 
@@ -144,7 +157,9 @@ class Session:
         """Change the effective directory (absolute, or relative to the current one)."""
         self._check()
         result: WorkingDirectoryResult = await self.runtime.connection.request(
-            WORKING_DIRECTORY_SET, {"sessionId": self.id, "path": str(path)}, WorkingDirectoryResult
+            WORKING_DIRECTORY_SET,
+            WorkingDirectorySetParams(session_id=self.id, path=str(path)),
+            WorkingDirectoryResult,
         )
         return result.cwd
 
@@ -213,16 +228,15 @@ class Session:
             command_id = (result.execution or {}).get("commandId") if isinstance(result.execution, dict) else None
             while True:
                 notification = await events.receive()
-                params = notification.params
-                if notification.method == SESSION_QUERY_COMPLETED and params.get("sessionId") == self.id and (
-                    command_id is None or params.get("commandId") == command_id
-                ):
-                    finish = params.get("finishReason")
+                if notification.method != SESSION_QUERY_COMPLETED or session_of(notification.params) != self.id:
+                    continue
+                completed = structure(notification.params, SessionQueryCompletedParams, method=SESSION_QUERY_COMPLETED)
+                if command_id is None or completed.command_id == command_id:
                     return CommandResult(
                         session_id=self.id,
-                        command_id=params.get("commandId"),
-                        final_response=str(params.get("finalResponse", "")),
-                        finish_reason=finish if isinstance(finish, str) else None,
+                        command_id=completed.command_id,
+                        final_response=completed.final_response,
+                        finish_reason=completed.finish_reason,
                         execution=result.execution,
                     )
 

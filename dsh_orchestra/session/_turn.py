@@ -23,6 +23,9 @@ from ..protocol import (
     SdkProtocolError,
     SubagentFinishedParams,
     TurnEndData,
+    child_of,
+    parent_of,
+    session_of,
     structure,
     text_of,
 )
@@ -242,7 +245,7 @@ class TurnCollector:
         """Feed one notification of the session tree."""
         params = notification.params
         method = notification.method
-        if method == SESSION_EVENT and params.get("sessionId") == self.session_id:
+        if method == SESSION_EVENT and session_of(params) == self.session_id:
             event = check_event(params)
             if not self._receipt_seen:
                 if not is_receipt(event, self.message_id):
@@ -259,8 +262,8 @@ class TurnCollector:
         if not self._receipt_seen:
             return
         if method == SUBAGENT_STARTED:
-            parent, child = params.get("parentSessionId"), params.get("childSessionId")
-            if isinstance(child, str):
+            parent, child = parent_of(params), child_of(params)
+            if child is not None:
                 if parent in self._ours:
                     self._ours.add(child)
                 elif parent == self.session_id:
@@ -272,7 +275,7 @@ class TurnCollector:
             if child in self._ours or child in self._pending_children:
                 self._notifications.append(notification)
             return
-        sid = params.get("childSessionId") if method == SUBAGENT_FINISHED else params.get("sessionId")
+        sid = child_of(params) if method == SUBAGENT_FINISHED else session_of(params)
         if sid in self._ours:
             self._notifications.append(notification)
             if method == SUBAGENT_FINISHED:

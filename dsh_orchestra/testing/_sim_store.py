@@ -15,6 +15,8 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from ..protocol import SessionOwnedError, known_message
+
 FORMAT_VERSION: Final = 1
 NAME_MAX: Final = 255  # bytes of one file name on the usual file systems
 _SAFE: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -167,7 +169,7 @@ class SessionStore:
             return
         mark = str(self._path(session_id)) + _OWNER_SUFFIX
         if _HELD.get(mark, self._token) is not self._token or self._held_elsewhere(mark):
-            raise StoreError(f'session "{session_id}" is already owned by an active write handle')
+            raise StoreError(known_message(SessionOwnedError, session_id=session_id))
         with open(mark, "w", encoding="ascii") as file:
             file.write(str(os.getpid()))
         _HELD[mark] = self._token

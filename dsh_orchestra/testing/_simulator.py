@@ -31,6 +31,14 @@ import trio.testing
 
 from ..protocol import (
     APPROVAL_REQUEST,
+    JsonRpcResponseError,
+    NotInitializedError,
+    SessionAlreadyOpenError,
+    SessionExistsError,
+    SessionNotFoundError,
+    ShuttingDownError,
+    UnknownSessionError,
+    known_message,
     CONVERTER,
     INITIALIZE,
     INTERNAL_ERROR,
@@ -79,6 +87,11 @@ COMMANDS = ("status", "help", "turn")
 
 def _fail(message: str) -> NoReturn:
     raise RpcError(INTERNAL_ERROR, message)
+
+
+def _known(error: type[JsonRpcResponseError], **fields: str) -> NoReturn:
+    """Fail with the runtime's own message for ``error`` (protocol.KNOWN_ERRORS)."""
+    _fail(known_message(error, **fields))
 
 
 class SimulatedRuntime:
@@ -289,20 +302,20 @@ class SimulatedRuntime:
 
     def _ready(self) -> None:
         if self.stopping:
-            _fail("SDK server is shutting down")
+            _known(ShuttingDownError)
         if not self.initialized:
-            _fail("SDK server is not initialized")
+            _known(NotInitializedError)
 
     def _open_or_create(self, session_id: str) -> Agent:
         """The open SDK session ``session_id``, or a new one (its first three events)."""
         agent = self.sessions.get(session_id)
         if agent is not None:
             if not agent.sdk_owned:  # a live subagent child
-                _fail(f'session "{session_id}" already exists')
+                _known(SessionExistsError, session_id=session_id)
             return agent
         try:
             if self.store.exists(session_id):
-                _fail(f'session "{session_id}" already exists')
+                _known(SessionExistsError, session_id=session_id)
             self.store.acquire(session_id)
         except StoreError as exc:
             _fail(str(exc))
@@ -359,7 +372,7 @@ class SimulatedRuntime:
 
     async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.stopping:
-            _fail("SDK server is shutting down")
+            _known(ShuttingDownError)
         try:
             handshake = check_initialize(params, self.options.providers)
         except HandshakeError as exc:
@@ -443,13 +456,13 @@ class SimulatedRuntime:
 
     async def _wait(self, params: dict[str, Any]) -> dict[str, Any]:
         if not self.initialized and not self.stopping:
-            _fail("SDK server is not initialized")
+            _known(NotInitializedError)
         session_id = params.get("sessionId")
         if not isinstance(session_id, str):
             _fail("session/wait requires a sessionId string")
         agent = self.sessions.get(session_id)
         if self.stopping or agent is None or not agent.sdk_owned:
-            _fail(f"unknown SDK session: {session_id}")
+            _known(UnknownSessionError, session_id=session_id)
         while not self.stopping and not agent.settled():
             await agent.tree_event.wait()
         await self.outbox.flush()
@@ -461,11 +474,11 @@ class SimulatedRuntime:
         if not isinstance(session_id, str) or not session_id:
             _fail("session/resume requires a non-empty sessionId string")
         if session_id in self.sessions:
-            _fail(f"SDK session is already open or opening: {session_id}")
+            _known(SessionAlreadyOpenError, session_id=session_id)
         try:
             record = self.store.load(session_id)
             if record is None:
-                _fail(f'session "{session_id}" not found')
+                _known(SessionNotFoundError, session_id=session_id)
             self.store.acquire(session_id)
         except StoreError as exc:
             _fail(str(exc))

@@ -20,17 +20,22 @@ from ..protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    JsonRpcResponseError,
+    NOTIFICATION,
+    REQUEST,
+    RESPONSE,
+    FrameTooLargeError,
     LineFramer,
-    MethodNotSupportedError,
     OrchestraError,
     SdkProtocolError,
     TransportClosedError,
+    classify,
     encode_frame,
     error_frame,
     error_of,
     notification_frame,
+    params_of,
     request_frame,
+    response_error,
     result_frame,
     structure,
     unstructure,
@@ -101,10 +106,6 @@ class _Pending:
     def abort(self, _: Any) -> trio.lowlevel.Abort:
         self.task = None
         return trio.lowlevel.Abort.SUCCEEDED
-
-
-def _is_unknown_method(error_message: str) -> bool:
-    return error_message.startswith(("unknown DeepSeek Harness SDK runtime method", "method not found"))
 
 
 class Connection:
@@ -224,7 +225,7 @@ class Connection:
         error = self._closed_error
         assert error is not None
         copy = TransportClosedError(error.reason, returncode=error.returncode, stderr_tail=error.stderr_tail)
-        copy.__cause__ = error
+        copy.__cause__ = error.__cause__ or error  # e.g. the FrameTooLargeError that closed it
         return copy
 
     # ---- reading ---------------------------------------------------------------------
@@ -241,40 +242,42 @@ class Connection:
             if not data:
                 framer.receive_data(b"")
                 return "closed its stream"
+            frames = notifications = 0
             try:
-                frames = framer.feed(data)
-            except SdkProtocolError as exc:
+                # In wire order, one frame at a time (each dispatched before the next is
+                # decoded, see LineFramer.feed_iter); nothing here waits.
+                for frame in framer.feed_iter(data):
+                    frames += 1
+                    kind = classify(frame)
+                    if kind is NOTIFICATION:
+                        notification = Notification(frame["method"], params_of(frame))
+                        notifications += 1
+                        # self._sinks is replaced, never mutated: a sink that removes itself
+                        # (an overflowing subscription) does not make this loop skip the next
+                        for sink in self._sinks:
+                            sink(notification)
+                    elif kind is RESPONSE:
+                        waiter = pending.get(frame["id"])
+                        if waiter is not None:
+                            waiter.wake(frame)
+                    elif kind is REQUEST:
+                        self._dispatch_request(frame["id"], frame["method"], params_of(frame))
+                    else:
+                        framer.ignored += 1
+            except FrameTooLargeError as exc:
                 log.error("protocol violation from %s: %s", self.name, exc)
-                return f"sent an oversized frame: {exc}"
-            self._frames_received += len(frames)
-            notifications = 0
-            for frame in frames:  # in wire order; nothing here waits
-                method = frame.get("method")
-                request_id = frame.get("id")
-                id_kind = type(request_id)  # exact types: orjson makes no subclasses
-                if type(method) is str:
-                    if id_kind is str or id_kind is int:  # bool is not an id
-                        self._dispatch_request(request_id, method, frame.get("params"))
-                        continue
-                    params = frame.get("params")
-                    notification = Notification(method, params if type(params) is dict else {})
-                    notifications += 1
-                    # self._sinks is replaced, never mutated: a sink that removes itself
-                    # (an overflowing subscription) does not make this loop skip the next one
-                    for sink in self._sinks:
-                        sink(notification)
-                elif id_kind is str or id_kind is int:
-                    waiter = pending.get(request_id)
-                    if waiter is not None:
-                        waiter.wake(frame)
-                else:
-                    framer.ignored += 1
-            self._notifications += notifications
+                error = TransportClosedError(f"{self.name} sent a frame over the limit: {exc}")
+                error.__cause__ = exc
+                self.fail(error)  # callers learn it now, not when the process is gone
+                return error.reason
+            finally:
+                self._frames_received += frames
+                self._notifications += notifications
 
     def _dispatch_request(self, request_id: Any, method: str, params: Any) -> None:
         assert self._nursery is not None
         self._handlers_running += 1
-        self._nursery.start_soon(self._answer, request_id, method, params if isinstance(params, dict) else {})
+        self._nursery.start_soon(self._answer, request_id, method, params)
 
     async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
         try:
@@ -373,9 +376,11 @@ class Connection:
         the result is structured into it, otherwise the raw JSON result is returned.
 
         Raises:
-            JsonRpcResponseError: the peer answered with an error (code, message, data kept).
-            MethodNotSupportedError: the peer said it does not know the method.
-            TransportClosedError: the connection closed before the response arrived.
+            JsonRpcResponseError: the peer answered with an error (code, message, data kept),
+                as the subclass ``protocol.KNOWN_ERRORS`` names for a known message
+                (MethodNotSupportedError, SessionExistsError, ShuttingDownError, ...).
+            TransportClosedError: the connection closed before the response arrived; its
+                cause is the FrameTooLargeError when an oversized frame closed it.
             SdkProtocolError: the result does not fit ``result_type``.
 
         Cancellation: the pending entry is dropped; a late response is ignored. Only if the
@@ -406,11 +411,10 @@ class Connection:
                 f"{method!r} got no reply: {error.reason}",
                 returncode=error.returncode,
                 stderr_tail=error.stderr_tail,
-            ) from error
+            ) from error.__cause__
         failure = error_of(reply) if "error" in reply else None
         if failure is not None:
-            cls = MethodNotSupportedError if _is_unknown_method(failure.message) or failure.code == METHOD_NOT_FOUND else JsonRpcResponseError
-            raise cls(method, failure.code, failure.message, failure.data)
+            raise response_error(method, failure.code, failure.message, failure.data)
         result = reply.get("result")
         if result_type is None:
             return result

@@ -157,10 +157,10 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
     def _error_copy(self) -> BaseException:
         error = self._error
         assert error is not None
-        if isinstance(error, TransportClosedError):  # each waiter gets its own exception
-            return TransportClosedError(
-                error.reason, returncode=error.returncode, stderr_tail=error.stderr_tail
-            ) if type(error) is TransportClosedError else error
+        if type(error) is TransportClosedError:  # each waiter gets its own exception
+            copy = TransportClosedError(error.reason, returncode=error.returncode, stderr_tail=error.stderr_tail)
+            copy.__cause__ = error.__cause__ or error
+            return copy
         return error
 
     def pending(self) -> int:

@@ -18,11 +18,11 @@ from obs_support import SCENARIO
 from dsh_orchestra import Decision, log_context
 from dsh_orchestra._logging import (
     JsonFormatter,
+    SessionContexts,
     TextFormatter,
     configure_logging,
     current_context,
     register_secrets,
-    session_context,
 )
 from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.runtime import RuntimeSpec
@@ -93,11 +93,15 @@ async def test_trio_tasks_inherit_the_context(caplog: pytest.LogCaptureFixture) 
     assert current_context() == {}
 
 
-def test_session_context_finds_the_turn_of_a_session() -> None:
+def test_session_contexts_find_the_turn_of_a_session() -> None:
+    contexts = SessionContexts()
     with log_context(item="item-7"):
-        with log_context(runtime="rt", session="s-7"):
-            assert session_context("s-7") == {"item": "item-7", "runtime": "rt", "session": "s-7"}
-    assert session_context("s-7") == {}
+        with log_context(runtime="rt", session="s-7") as fields, contexts.bind("s-7", fields, "span-ctx"):
+            assert contexts.fields("s-7") == {"item": "item-7", "runtime": "rt", "session": "s-7"}
+            assert contexts.trace_context("s-7") == "span-ctx"
+            assert SessionContexts().fields("s-7") == {}  # another runtime's registry knows nothing
+    assert contexts.fields("s-7") == {} and contexts.trace_context("s-7") is None
+    assert len(contexts) == 0
 
 
 def test_secrets_are_redacted_from_message_args_and_exceptions(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,153 @@
+"""W1 through the session API: one turn's events streamed to user code, rate and latency.
+
+One trial per invocation, printed as one JSON line::
+
+    python bench/w1_stream.py --client ours --mode rate --count 100000
+    python bench/w1_stream.py --client official --mode latency --count 2000 --interval-us 1000
+
+The peer is ``bench/fake_runtime.py``: ``session/prompt`` is answered with a receipt, then the
+session's events follow (``blast N``: as fast as the pipe takes them; ``pace N U``: one write
+every U µs, each stamped with the sender's ``time.monotonic_ns()``, a clock shared by every
+process of the machine).
+
+Clients, each the way its users stream one session:
+
+* ``bare``: blocking ``readline`` + ``orjson.loads`` on the process's stdout (the floor);
+* ``official``: ``DeepSeekHarness`` 0.2.1rc2, ``client.subscribe_session_notifications(id)``,
+  ``client.session_prompt(...)``, ``subscription.next()`` per notification (its reader thread
+  hands each one over through a ``queue.Queue``);
+* ``ours``: ``open_runtime``, ``with session.events() as events:``, ``await
+  session.prompt(...)``, ``await events.receive()`` per notification.
+
+``rate``: the clock starts just before the prompt is sent and stops when user code holds the
+last event; CPU is ``time.process_time()`` of this process (all threads). ``latency``: per
+event, the receiver's ``time.monotonic_ns()`` when user code holds it minus the sender's
+stamp; p50/p90/p99 over the events after the first 100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+from _common import fake_runtime_command, percentile  # noqa: E402
+
+CLIENTS = ("bare", "official", "ours")
+SESSION = "w1-session"
+WARMUP = 100
+
+
+def prompt_text(mode: str, count: int, interval_us: int) -> str:
+    return f"blast {count}" if mode == "rate" else f"pace {count} {interval_us}"
+
+
+def figures(mode: str, count: int, wall: float, cpu: float, lags: list[int]) -> dict[str, Any]:
+    if mode == "rate":
+        return {"seconds": wall, "cpu_seconds": cpu, "rate": count / wall, "cpu_us_per_event": cpu * 1e6 / count}
+    kept = [lag / 1000 for lag in lags[WARMUP:]]
+    return {"p50_us": percentile(kept, 0.5), "p90_us": percentile(kept, 0.9), "p99_us": percentile(kept, 0.99),
+            "cpu_seconds": cpu}
+
+
+def run_bare(mode: str, count: int, interval_us: int) -> dict[str, Any]:
+    import orjson
+
+    with subprocess.Popen(fake_runtime_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        request = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {
+            "sessionId": SESSION, "contentBlocks": [{"type": "text", "text": prompt_text(mode, count, interval_us)}]}}
+        lags: list[int] = []
+        wall, cpu = time.perf_counter(), time.process_time()
+        proc.stdin.write(orjson.dumps(request) + b"\n")
+        proc.stdin.flush()
+        received = 0
+        readline, loads, clock = proc.stdout.readline, orjson.loads, time.monotonic_ns
+        while received < count:
+            frame = loads(readline())
+            if "method" in frame:
+                received += 1
+                if mode == "latency":
+                    lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        proc.stdin.close()
+        proc.wait(timeout=10)
+    return figures(mode, count, wall, cpu, lags)
+
+
+def run_official(mode: str, count: int, interval_us: int) -> dict[str, Any]:
+    from deepseek_harness import DeepSeekHarness
+
+    with tempfile.TemporaryDirectory() as home:
+        harness = DeepSeekHarness(dsh_home=home, cwd=home, _launch_args=fake_runtime_command())
+        harness.start()
+        try:
+            client = harness.client
+            lags: list[int] = []
+            clock = time.monotonic_ns
+            with client.subscribe_session_notifications(SESSION) as subscription:
+                wall, cpu = time.perf_counter(), time.process_time()
+                client.session_prompt(SESSION, [{"type": "text", "text": prompt_text(mode, count, interval_us)}],
+                                      notification_subscription=subscription)
+                for _ in range(count):
+                    notification = subscription.next()
+                    if mode == "latency":
+                        lags.append(clock() - notification.payload["event"]["data"]["sentNs"])
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            harness.close()
+    return figures(mode, count, wall, cpu, lags)
+
+
+def run_ours(mode: str, count: int, interval_us: int) -> dict[str, Any]:
+    import trio
+
+    from dsh_orchestra import RuntimeSpec, open_runtime
+
+    async def main(home: str) -> dict[str, Any]:
+        spec = RuntimeSpec(command=fake_runtime_command(), dsh_home=home, cwd=home, name="w1-fake")
+        async with open_runtime(spec) as runtime:
+            session = runtime.session(SESSION)
+            lags: list[int] = []
+            clock = time.monotonic_ns
+            with session.events(capacity=count + 1) as events:
+                wall, cpu = time.perf_counter(), time.process_time()
+                await session.prompt(prompt_text(mode, count, interval_us))
+                receive = events.receive
+                if mode == "latency":
+                    for _ in range(count):
+                        notification = await receive()
+                        lags.append(clock() - notification.params["event"]["data"]["sentNs"])
+                else:
+                    for _ in range(count):
+                        await receive()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return figures(mode, count, wall, cpu, lags)
+
+    with tempfile.TemporaryDirectory() as home:
+        return trio.run(main, home)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client", choices=CLIENTS, required=True)
+    parser.add_argument("--mode", choices=("rate", "latency"), default="rate")
+    parser.add_argument("--count", type=int, help="events (rate: 100,000; latency: 2,000)")
+    parser.add_argument("--interval-us", type=int, default=1000, help="latency: µs between paced events")
+    args = parser.parse_args()
+    count = args.count or (100_000 if args.mode == "rate" else 2_000)
+    runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
+    out = runner(args.mode, count, args.interval_us)
+    print(json.dumps({"workload": f"W1-{args.mode}", "client": args.client, "count": count, **out}))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(BENCH_DIR.parent))
+    main()
