@@ -1,105 +1,49 @@
 """``dsh-orchestra run RECIPE``: load a workflow from a Python file, run it, print its result.
 
-A recipe is one Python file (or a directory holding ``recipe.py``) that defines at module level:
-
-* ``workflow``: a :class:`~dsh_orchestra.workflow.Workflow` (required);
-* ``SCRIPT``: the scenario script (TOML) the simulator plays, a path relative to the recipe
-  file; used with ``--runtime sim`` (the default) unless ``--script`` is given;
-* ``INPUTS``: a dict of workflow inputs; ``--input KEY=VALUE`` adds or overrides entries;
-* ``APPROVALS``: an approval policy, ``ANSWERER``: a question answerer (``--policy`` and
-  ``--answerer`` override them).
+The recipe convention is ``dsh_orchestra.workflow.load_recipe``'s (docs/workflows.md):
+``workflow`` (required), ``SCRIPT``, ``INPUTS`` (``--input KEY=VALUE`` adds or overrides),
+``APPROVALS`` and ``ANSWERER`` (``--policy`` and ``--answerer`` override them).
+``--checkpoint PATH [--resume]`` journals the run and continues it; ``--answer ID=VALUE``
+answers interrupts (the terminal asks too, when stdin is a TTY).
 
 Exit status: 0 the workflow succeeded, 1 it failed (or its runtime did not start), 2 bad
-arguments or a recipe that cannot be loaded. Holds no logic of its own: ``load_recipe`` and
-``run_workflow`` are what a Python user would call.
+arguments or a recipe that cannot be loaded, 3 it ended with interrupts waiting for answers.
+Holds no logic of its own: ``load_recipe``, ``checkpoint_changes`` and ``open_workflow`` are
+what a Python user would call.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import json
-import os
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 
 from ..protocol import OrchestraError
-from ..workflow import Workflow, WorkflowDefinitionError, WorkflowResult, run_workflow
+from ..workflow import (
+    RECIPE_FILE,
+    CheckpointError,
+    Interrupt,
+    Recipe as Recipe,
+    RecipeError,
+    Workflow,
+    WorkflowResult,
+    answer_on_terminal,
+    checkpoint_changes,
+    compact_checkpoint,
+    load_recipe as load_recipe,
+    open_workflow,
+)
 from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
+from ._run_status import StepBoard
 
-RECIPE_FILE = "recipe.py"
-
-
-class RecipeError(UsageError):
-    """The recipe file cannot be loaded or does not follow the convention (exit status 2)."""
-
-
-@attrs.frozen(kw_only=True)
-class Recipe:
-    """What a recipe file defines."""
-
-    path: Path
-    workflow: Workflow
-    script: Path | None = None
-    inputs: dict[str, Any] = attrs.field(factory=dict)
-    approvals: Any = None
-    answerer: Any = None
-
-
-def load_recipe(path: str | os.PathLike[str]) -> Recipe:
-    """Execute a recipe file (or ``DIR/recipe.py``) and collect what it defines.
-
-    Raises:
-        RecipeError: no such file, it raised while loading, or it breaks the convention.
-    """
-    file = Path(path)
-    if file.is_dir():
-        file = file / RECIPE_FILE
-    if not file.is_file():
-        raise RecipeError(f"recipe {str(path)!r} is not a Python file (or a directory holding {RECIPE_FILE})")
-    file = file.resolve()
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:10]
-    spec = importlib.util.spec_from_file_location(f"dsh_orchestra_recipe_{digest}", file)
-    if spec is None or spec.loader is None:
-        raise RecipeError(f"recipe {str(file)!r} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # attrs classes and dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 (the recipe's own error, reported with its traceback)
-        sys.modules.pop(spec.name, None)
-        detail = "".join(traceback.format_exception_only(exc)).strip()
-        raise RecipeError(f"recipe {str(file)!r} failed to load: {detail}") from exc
-    workflow = getattr(module, "workflow", None)
-    if not isinstance(workflow, Workflow):
-        found = type(workflow).__name__ if workflow is not None else "nothing"
-        raise RecipeError(f"recipe {str(file)!r} must define a module-level `workflow = Workflow(...)`, found {found}")
-    try:
-        workflow.validate()
-    except WorkflowDefinitionError as exc:
-        raise RecipeError(f"recipe {str(file)!r}: {exc}") from exc
-    script = getattr(module, "SCRIPT", None)
-    if script is not None:
-        if not isinstance(script, (str, os.PathLike)):
-            raise RecipeError(f"recipe {str(file)!r}: SCRIPT must be a path, not {type(script).__name__}")
-        script = (file.parent / script).resolve()
-        if not script.is_file():
-            raise RecipeError(f"recipe {str(file)!r}: SCRIPT {str(script)!r} does not exist")
-    inputs = getattr(module, "INPUTS", {})
-    if not isinstance(inputs, dict) or not all(isinstance(k, str) for k in inputs):
-        raise RecipeError(f"recipe {str(file)!r}: INPUTS must be a dict with string keys")
-    return Recipe(
-        path=file, workflow=workflow, script=script, inputs=dict(inputs),
-        approvals=getattr(module, "APPROVALS", None), answerer=getattr(module, "ANSWERER", None),
-    )
-
+EXIT_PENDING = 3
+FLAGS = {"checkpoint": "--checkpoint", "resume": "--resume", "inputs": "--input", "answers": "--answer"}
+"""Library parameter -> the flag that sets it (for CheckpointError.parameter)."""
 
 def parse_inputs(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; a VALUE that parses as JSON is used as JSON, else as text.
@@ -119,6 +63,32 @@ def parse_inputs(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def parse_answers(pairs: list[str]) -> dict[str, str]:
+    """``ID=VALUE`` pairs (an interrupt id holds no ``=``).
+
+    Raises:
+        UsageError: a pair without ``=`` or with an empty id.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--answer takes ID=VALUE, not {pair!r}")
+        out[key] = value
+    return out
+
+
+def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...]) -> None:
+    by_id = {i.id: i for i in pending}
+    for key, value in answers.items():
+        interrupt = by_id.get(key)
+        if interrupt is None:
+            waiting = ", ".join(by_id) or "none"
+            raise UsageError(f"--answer {key}=...: the checkpoint has no pending interrupt {key!r} (pending: {waiting})")
+        if interrupt.choices and value not in interrupt.choices:
+            raise UsageError(f"--answer {key}={value}: choose one of {', '.join(interrupt.choices)}")
+
+
 def register(sub: Any) -> None:
     """Add the ``run`` subcommand."""
     parser = sub.add_parser(
@@ -126,8 +96,9 @@ def register(sub: Any) -> None:
         help="run a workflow defined in a Python recipe file and print its result",
         description="Run the `workflow` a recipe file defines (see docs/workflows.md for the convention). "
         "With --runtime sim (the default) the simulator plays the recipe's SCRIPT. Prints a readable "
-        "summary, or the whole result as JSON with --json. Exit status: 0 ok, 1 the workflow failed, "
-        "2 bad arguments or recipe.",
+        "summary, or the whole result as JSON with --json. With --checkpoint the run is journaled as it "
+        "goes; --resume continues it after a crash or an interrupt, running only what did not complete. "
+        "Exit status: 0 ok, 1 the workflow failed, 2 bad arguments or recipe, 3 interrupts wait for answers.",
     )
     parser.add_argument("recipe", help=f"the recipe: a Python file, or a directory holding {RECIPE_FILE}")
     add_runtime_options(parser)
@@ -141,6 +112,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--policy", default=None, metavar="FILE|module:attr", help="approval policy (overrides the recipe's APPROVALS)")
     parser.add_argument("--audit", default=None, metavar="FILE", help="append every approval decision to this JSONL file")
     parser.add_argument("--answerer", default=None, metavar="first-option|FILE|module:attr", help="answers user questions (overrides the recipe's ANSWERER)")
+    parser.add_argument("--checkpoint", default=None, metavar="PATH", help="journal the run in this file (SQLite) as its work completes")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --checkpoint: reuse what completed, run the rest")
+    parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE", help="answer a pending interrupt (with --resume); repeatable")
+    parser.add_argument("--compact", action="store_true", help="when the run finished, compact --checkpoint to its final result")
+    parser.add_argument("--no-progress", action="store_true", help="no live step status on the terminal")
     parser.set_defaults(func=main)
 
 
@@ -157,14 +133,20 @@ def main(args: argparse.Namespace) -> int:
             loaded = policy_option(args.policy)
             approvals = loaded if loaded is not None else recipe.approvals
             answerer = answerer_option(args.answerer) or recipe.answerer
+            answers = _answers(args, recipe, inputs)
             options: dict[str, Any] = dict(
                 spec=spec, runtimes=args.runtimes, approvals=approvals, answerer=answerer, audit=args.audit,
                 inputs=inputs, concurrency=args.concurrency, runtime_limit=args.runtime_limit, failure=args.failure,
+                checkpoint=args.checkpoint, resume=args.resume, answers=answers,
             )
-        except UsageError as exc:
+        except (UsageError, RecipeError) as exc:
             return fail(str(exc))
+        except CheckpointError as exc:
+            return fail(f"{FLAGS.get(exc.parameter, exc.parameter)}: {exc}")
         try:
-            result: WorkflowResult = trio.run(_run, recipe.workflow, options)
+            result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
+        except CheckpointError as exc:
+            return fail(f"{FLAGS.get(exc.parameter, exc.parameter)}: {exc}")
         except ValueError as exc:  # contradictory numbers (run_workflow checks them first)
             return fail(str(exc))
         except (OrchestraError, ExceptionGroup) as exc:
@@ -179,11 +161,70 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2, default=str))
     else:
         print(result.summary(), end="")
+    if result.pending:
+        how = f"--checkpoint {args.checkpoint} --resume" if args.checkpoint else "a --checkpoint PATH run, then --resume"
+        print(f"dsh-orchestra: {len(result.pending)} interrupt(s) wait for answers; answer with {how} --answer ID=VALUE:", file=sys.stderr)
+        for interrupt in result.pending:
+            choices = f" (choices: {', '.join(interrupt.choices)})" if interrupt.choices else ""
+            print(f"  {interrupt.id}: {interrupt.question}{choices}", file=sys.stderr)
+        return EXIT_PENDING
+    if args.compact and args.checkpoint:
+        try:
+            before, after = compact_checkpoint(args.checkpoint)
+        except CheckpointError as exc:
+            print(f"dsh-orchestra: --compact: {exc}", file=sys.stderr)
+        else:
+            print(f"dsh-orchestra: checkpoint compacted from {before} to {after} bytes", file=sys.stderr)
     return 0 if result.ok else 1
 
 
-async def _run(workflow: Workflow, options: dict[str, Any]) -> WorkflowResult:
-    return await run_workflow(workflow, **options)
+def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -> Any:
+    """The interrupt answers: --answer pairs (checked against the checkpoint), the terminal on a TTY.
+
+    Prints, on --resume, which steps changed since the checkpoint.
+    """
+    given = parse_answers(args.answer)
+    if args.resume and args.checkpoint is None:
+        raise UsageError("--resume needs --checkpoint PATH")
+    if args.compact and args.checkpoint is None:
+        raise UsageError("--compact needs --checkpoint PATH")
+    if given and not args.resume:
+        raise UsageError("--answer answers the interrupts of a checkpoint: give it with --checkpoint PATH --resume")
+    if args.resume:
+        changes = checkpoint_changes(recipe.workflow, args.checkpoint, inputs=inputs)
+        _check_answers(given, changes.pending)
+        if changes.changed:
+            print(f"dsh-orchestra: changed since the checkpoint (they and their dependents run again): "
+                  f"{', '.join(changes.changed)}", file=sys.stderr)
+        if changes.added:
+            print(f"dsh-orchestra: new since the checkpoint: {', '.join(changes.added)}", file=sys.stderr)
+        if changes.removed:
+            print(f"dsh-orchestra: no longer in the workflow (ignored): {', '.join(changes.removed)}", file=sys.stderr)
+        print(f"dsh-orchestra: {len(changes.reusable)} completed step(s) to reuse unless their inputs change", file=sys.stderr)
+    terminal = answer_on_terminal() if sys.stdin.isatty() else None
+    if terminal is None:
+        return given or None
+
+    def answer(interrupt: Interrupt) -> Any:
+        if interrupt.id in given:
+            return given[interrupt.id]
+        return terminal(interrupt)
+
+    return answer
+
+
+async def _run(workflow: Workflow, options: dict[str, Any], progress: bool) -> WorkflowResult:
+    async with open_workflow(workflow, **options) as run:
+        if progress:
+            board = StepBoard(workflow, run.events())
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(board.run)
+                result = await run.result()
+                await board.finished.wait()
+                nursery.cancel_scope.cancel()
+        else:
+            result = await run.result()
+    return result
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -1,4 +1,5 @@
-"""Workflow graphs: steps that fan prompts across sessions, await settling, and join typed results.
+"""Workflow graphs: steps that fan prompts across sessions, await settling, and join typed results;
+checkpoints and resume, interrupts, subworkflows, live events, recipes.
 
 Knows nothing about datasets or the CLI.
 """
@@ -10,9 +11,25 @@ from ._engine import (
     StepContext as StepContext,
     TurnFailedError as TurnFailedError,
     retryable as retryable,
+)
+from ._events import EventChannel as EventChannel, WorkflowEvent as WorkflowEvent
+from ._graph import Route as Route, Step as Step, Workflow as Workflow, WorkflowDefinitionError as WorkflowDefinitionError
+from ._interrupts import (
+    Answerer as Answerer,
+    Answers as Answers,
+    Escalation as Escalation,
+    InterruptPending as InterruptPending,
+    answer_on_terminal as answer_on_terminal,
+    escalate as escalate,
+)
+from ._journal import CheckpointError as CheckpointError, compact_checkpoint as compact_checkpoint
+from ._open import (
+    CheckpointChanges as CheckpointChanges,
+    WorkflowRun as WorkflowRun,
+    checkpoint_changes as checkpoint_changes,
+    open_workflow as open_workflow,
     run_workflow as run_workflow,
 )
-from ._graph import Route as Route, Step as Step, Workflow as Workflow, WorkflowDefinitionError as WorkflowDefinitionError
 from ._output import (
     REPAIR_PREFIX as REPAIR_PREFIX,
     OutputParseError as OutputParseError,
@@ -20,8 +37,10 @@ from ._output import (
     parse_output as parse_output,
     repair_prompt as repair_prompt,
 )
+from ._recipe import RECIPE_FILE as RECIPE_FILE, Recipe as Recipe, RecipeError as RecipeError, load_recipe as load_recipe
 from ._result import (
     ApprovalNote as ApprovalNote,
+    Interrupt as Interrupt,
     ItemResult as ItemResult,
     StepError as StepError,
     StepFailedError as StepFailedError,
@@ -32,8 +51,11 @@ from ._result import (
 )
 
 __all__ = [
-    "REPAIR_PREFIX", "ApprovalNote", "FailurePolicy", "ItemResult", "OutputParseError", "Route",
-    "SessionLostError", "Statistics", "Step", "StepContext", "StepError", "StepFailedError", "StepResult",
-    "TurnFailedError", "Workflow", "WorkflowDefinitionError", "WorkflowResult", "extract_json",
-    "format_summary", "parse_output", "repair_prompt", "retryable", "run_workflow", "to_mermaid",
+    "RECIPE_FILE", "REPAIR_PREFIX", "Answerer", "Answers", "ApprovalNote", "CheckpointChanges", "CheckpointError",
+    "Escalation", "EventChannel", "FailurePolicy", "Interrupt", "InterruptPending", "ItemResult", "OutputParseError",
+    "Recipe", "RecipeError", "Route", "SessionLostError", "Statistics", "Step", "StepContext", "StepError",
+    "StepFailedError", "StepResult", "TurnFailedError", "Workflow", "WorkflowDefinitionError", "WorkflowEvent",
+    "WorkflowResult", "WorkflowRun", "answer_on_terminal", "checkpoint_changes", "compact_checkpoint", "escalate",
+    "extract_json", "format_summary", "load_recipe", "open_workflow", "parse_output", "repair_prompt", "retryable",
+    "run_workflow", "to_mermaid",
 ]

@@ -14,6 +14,10 @@ Inputs = dict[str, Any]
 Template = str | Callable[[Inputs], str]
 
 
+RESERVED = "/[]:="
+"""Characters a step name cannot hold: paths are ``sub[2]/step``, interrupt ids ``step:0``."""
+
+
 class WorkflowDefinitionError(ValueError):
     """The workflow graph is malformed; the message names the step and what to fix."""
 
@@ -52,6 +56,7 @@ class Step:
     backoff: float = 0.5
     concurrency: int | None = None
     parse_attempts: int = 2
+    subworkflow: Workflow | None = None
 
     @property
     def prompts(self) -> bool:
@@ -99,6 +104,12 @@ class Workflow:
     def _add(self, step: Step) -> Step:
         if not step.name or not isinstance(step.name, str):
             raise WorkflowDefinitionError(f"a step needs a non-empty name, not {step.name!r}")
+        reserved = sorted(set(step.name) & set(RESERVED))
+        if reserved:
+            raise WorkflowDefinitionError(
+                f"step name {step.name!r} holds {' '.join(reserved)}; the characters {' '.join(RESERVED)} "
+                "are reserved for step paths and interrupt ids"
+            )
         if step.name in self.steps:
             raise WorkflowDefinitionError(f"workflow {self.name!r} already has a step named {step.name!r}")
         if step.retries < 0 or step.parse_attempts < 0:
@@ -206,6 +217,46 @@ class Workflow:
             )
         )
 
+    def subworkflow(
+        self,
+        name: str,
+        workflow: Workflow,
+        *,
+        depends_on: str | Iterable[str] | None = None,
+        fan_out: str | None = None,
+        concurrency: int | None = None,
+    ) -> Step:
+        """Add a step that runs ``workflow`` (once, or once per item with ``fan_out``).
+
+        The child sees the parent's workflow inputs, each dependency's output by step name,
+        and ``item``/``index``, as its own inputs. Its steps run under the parent's limits and
+        journal (as ``name/step``, or ``name[i]/step`` per item); its output is a dict of its
+        steps' outputs (a list of them with ``fan_out``). A child step that fails fails the
+        step; one that waits for an answer makes it wait.
+
+        Raises:
+            WorkflowDefinitionError: ``workflow`` is not a Workflow, or contains this one.
+        """
+        if not isinstance(workflow, Workflow):
+            raise WorkflowDefinitionError(f"subworkflow {name!r} needs a Workflow, not {type(workflow).__name__}")
+        if workflow is self or self in workflow.descendants():
+            raise WorkflowDefinitionError(f"subworkflow {name!r}: workflow {workflow.name!r} contains {self.name!r}")
+        return self._add(
+            Step(
+                name=name, subworkflow=workflow, depends_on=_names(depends_on), fan_out=fan_out,
+                concurrency=concurrency,
+            )
+        )
+
+    def descendants(self) -> list[Workflow]:
+        """Every workflow this one runs as a subworkflow, nested ones included."""
+        out: list[Workflow] = []
+        for step in self.steps.values():
+            if step.subworkflow is not None and step.subworkflow not in out:
+                out.append(step.subworkflow)
+                out += [w for w in step.subworkflow.descendants() if w not in out]
+        return out
+
     def route(self, source: str, choose: Callable[[Any], str | Sequence[str] | None], targets: Iterable[str]) -> None:
         """After ``source`` succeeds, run only the targets ``choose(output)`` names; skip the rest."""
         targets = tuple(targets)
@@ -254,4 +305,6 @@ class Workflow:
 
         for name in self.steps:
             visit(name, ())
+        for child in self.descendants():
+            child.validate()
         return order

@@ -16,8 +16,8 @@ import cattrs
 from ..protocol import CONVERTER as WIRE_CONVERTER, ContentBlock, OrchestraError, unstructure as wire_unstructure
 from ..session import SubagentResult
 
-StepStatus = Literal["ok", "failed", "skipped", "cancelled"]
-WorkflowStatus = Literal["ok", "failed", "cancelled"]
+StepStatus = Literal["ok", "failed", "skipped", "cancelled", "interrupted"]
+WorkflowStatus = Literal["ok", "failed", "cancelled", "interrupted"]
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +43,21 @@ class StepFailedError(OrchestraError):
         super().__init__(f"step {step!r} failed: {first}")
         self.step = step
         self.errors = tuple(errors)
+
+
+@attrs.frozen(kw_only=True)
+class Interrupt:
+    """A question a step asked: ``id`` is stable across runs (``step:0``, ``review[2]:1``,
+    ``sub[1]/ask:0``: the step path, the fan-out item, the interrupt's index in that item)."""
+
+    id: str
+    question: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def step(self) -> str:
+        """The path of the item that asked (``review[2]``)."""
+        return self.id.rpartition(":")[0]
 
 
 @attrs.frozen(kw_only=True)
@@ -115,9 +130,11 @@ class WorkflowResult:
     """The whole run: each step's result, in definition order, and the edges for export.
 
     ``status`` is ``failed`` when a step failed, ``cancelled`` when a step was cancelled
-    without one failing, else ``ok`` (steps skipped by a route do not fail a workflow).
+    without one failing, ``interrupted`` when steps wait for answers (``pending`` lists the
+    interrupts), else ``ok`` (steps skipped by a route do not fail a workflow).
     ``first_failure`` names the step that failed first (under fail-fast, the one that
-    cancelled the rest).
+    cancelled the rest). A subworkflow's steps follow the workflow's own, by path
+    (``sub/step``, ``sub[1]/step``).
     """
 
     name: str
@@ -127,6 +144,7 @@ class WorkflowResult:
     duration_s: float = 0.0
     failure_policy: str = "fail-fast"
     first_failure: str | None = None
+    pending: tuple[Interrupt, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -245,6 +263,7 @@ _STYLE = {
     "failed": "fill:#fbd5d5,stroke:#c62828",
     "skipped": "fill:#eeeeee,stroke:#9e9e9e,stroke-dasharray:4",
     "cancelled": "fill:#fff3cd,stroke:#b26a00",
+    "interrupted": "fill:#dbe9ff,stroke:#1f5fbf",
 }
 
 
@@ -264,7 +283,8 @@ def to_mermaid(result: WorkflowResult) -> str:
     """Mermaid ``flowchart TD`` text for ``result``: fan-out edges thick, route edges dotted,
     each node coloured and labelled with its status, time, items and attempts."""
     lines = ["flowchart TD"]
-    for name, step in result.steps.items():
+    top = {name: step for name, step in result.steps.items() if "/" not in name}  # subworkflow steps: by path
+    for name, step in top.items():
         detail = f"{step.status}, {step.duration_s:.2f} s"
         if _fanned(step):
             done = sum(1 for i in step.items if i.status == "ok")
@@ -277,7 +297,7 @@ def to_mermaid(result: WorkflowResult) -> str:
         label = "|fan-out|" if kind == "fan-out" else "|route|" if kind == "route" else ""
         lines.append(f"    {_node_id(source)} {arrows[kind]}{label} {_node_id(target)}")
     for status, style in _STYLE.items():
-        names = [_node_id(n) for n, s in result.steps.items() if s.status == status]
+        names = [_node_id(n) for n, s in top.items() if s.status == status]
         if names:
             lines.append(f"    classDef {status} {style}")
             lines.append(f"    class {','.join(names)} {status}")
@@ -297,7 +317,7 @@ def format_summary(result: WorkflowResult) -> str:
     lines = [f"workflow {result.name!r}: {result.status} in {result.duration_s:.2f} s ({result.failure_policy}{first})"]
     width = max(len(name) for name in result.steps) if result.steps else 0
     for name, step in result.steps.items():
-        parts = [f"{step.status:<9}", f"{step.duration_s:7.2f} s"]
+        parts = [f"{step.status:<11}", f"{step.duration_s:7.2f} s"]
         if _fanned(step):
             done = sum(1 for i in step.items if i.status == "ok")
             parts.append(f"{done}/{len(step.items)} items")
@@ -318,4 +338,7 @@ def format_summary(result: WorkflowResult) -> str:
             lines.append(f"  {'':<{width}}  !! {error.type}: {_preview(error.message, 200)}")
         if step.reason and step.status != "ok" and not step.errors:
             lines.append(f"  {'':<{width}}  .. {step.reason}")
+    for interrupt in result.pending:
+        choices = f" [{'/'.join(interrupt.choices)}]" if interrupt.choices else ""
+        lines.append(f"  pending {interrupt.id}: {interrupt.question}{choices}")
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 import trio
 
-from dsh_orchestra.cli._run import load_recipe
+from dsh_orchestra.workflow import load_recipe
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script, load_script

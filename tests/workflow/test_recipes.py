@@ -12,7 +12,8 @@ import pytest
 from trio.testing import MockClock
 
 from dsh_orchestra.cli._main import build_parser
-from dsh_orchestra.cli._run import RecipeError, load_recipe, parse_inputs
+from dsh_orchestra.cli._run import parse_inputs
+from dsh_orchestra.workflow import RecipeError, load_recipe
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._script import load_script
 from dsh_orchestra.workflow import run_workflow

@@ -1,0 +1,335 @@
+"""run_workflow and open_workflow: open what a run needs (runtimes, the checkpoint), run the
+engine, assemble the WorkflowResult; a run's live events; checkpoint inspection.
+
+Must not know about datasets or the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack, asynccontextmanager
+from typing import Any, AsyncIterator
+
+import attrs
+import trio
+
+from ..approvals import AuditLog
+from ..pool import RuntimePool, open_pool
+from ..runtime import RuntimeSpec
+from ..session import Runtime, open_runtime
+from ._engine import FailurePolicy, RunState, Statistics, _Engine
+from ._events import EventChannel, EventHub
+from ._fingerprint import digest, fingerprint
+from ._graph import Workflow
+from ._interrupts import Answers, Escalation, Interrupts
+from ._journal import CheckpointError, Journal
+from ._result import Interrupt, WorkflowResult
+
+DEFAULT_EVENTS = 10_000
+"""Events a reader may fall behind before its channel fails (``events(capacity=...)``)."""
+
+
+def _check_options(workflow: Workflow, failure: Any, concurrency: Any, runtime_limit: Any, runtimes: Any) -> None:
+    workflow.validate()
+    if failure not in ("fail-fast", "collect"):
+        raise ValueError(f"failure must be 'fail-fast' or 'collect', not {failure!r}")
+    for name, value in (("concurrency", concurrency), ("runtime_limit", runtime_limit)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1 or None, not {value!r}")
+    if isinstance(runtimes, bool) or not isinstance(runtimes, int) or runtimes < 1:
+        raise ValueError(f"runtimes must be an integer >= 1, not {runtimes!r}")
+
+
+def _escalations(target: Runtime | RuntimePool) -> list[Escalation]:
+    """The escalate() policies of the runtimes the workflow runs on."""
+    policy = getattr(target, "approvals", None)
+    policy = getattr(policy, "policy", policy)  # a Runtime holds an ApprovalService, a pool the policy
+    return [policy] if isinstance(policy, Escalation) else []
+
+
+async def _execute(
+    workflow: Workflow,
+    target: Runtime | RuntimePool | None,
+    *,
+    spec: RuntimeSpec | None,
+    runtimes: int,
+    approvals: Any,
+    answerer: Any,
+    audit: AuditLog | str | os.PathLike[str] | None,
+    inputs: dict[str, Any] | None,
+    concurrency: int | None,
+    runtime_limit: int | None,
+    failure: FailurePolicy,
+    statistics: Statistics | None,
+    checkpoint: str | os.PathLike[str] | None,
+    resume: bool,
+    answers: Answers | None,
+    events: EventHub,
+) -> WorkflowResult:
+    _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
+    if resume and checkpoint is None:
+        raise CheckpointError("resuming needs the checkpoint to resume from", parameter="checkpoint")
+    given = [n for n, v in (("spec", spec), ("approvals", approvals), ("answerer", answerer), ("audit", audit)) if v is not None]
+    if target is not None and (given or runtimes != 1):
+        raise ValueError(
+            f"{', '.join(given) or 'runtimes'} only apply when run_workflow opens the runtimes itself; "
+            "pass them to open_runtime/open_pool instead, or drop the target"
+        )
+    if target is None and runtimes > 1 and spec is None:
+        raise ValueError(f"runtimes={runtimes} needs a spec to start them from")
+    inputs = dict(inputs or {})
+    with ExitStack() as stack:
+        journal: Journal | None = None
+        if checkpoint is not None:
+            journal = Journal.open(checkpoint, workflow=workflow.name, inputs_digest=digest(inputs), resume=resume)
+            stack.callback(journal.close)
+        interrupts = Interrupts(journal, answers, events)
+        options: dict[str, Any] = dict(
+            concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
+            stats=statistics if statistics is not None else Statistics(), journal=journal,
+            interrupts=interrupts, events=events,
+        )
+        if target is not None:
+            return await _run_engine(workflow, RunState(target, **options), inputs)
+        if runtimes == 1:
+            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit) as runtime:
+                return await _run_engine(workflow, RunState(runtime, **options), inputs)
+        assert spec is not None
+        log_: AuditLog | None = None
+        if audit is not None:
+            log_ = audit if isinstance(audit, AuditLog) else stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
+        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=log_) as pool:
+            return await _run_engine(workflow, RunState(pool, **options), inputs)
+
+
+async def _run_engine(workflow: Workflow, run: RunState, inputs: dict[str, Any]) -> WorkflowResult:
+    engine = _Engine(workflow, run, inputs=inputs)
+    escalations = _escalations(run.target)
+    for escalation in escalations:
+        escalation.owners.append(run.owner)
+    run.start = run.events.start = trio.current_time()
+    try:
+        top = await engine.run_all()
+    finally:
+        for escalation in escalations:
+            escalation.owners.remove(run.owner)
+    steps = {**top, **run.children}
+    statuses = {s.status for s in steps.values()}
+    pending = tuple(sorted(run.interrupts.pending.values(), key=lambda i: i.id))
+    status: Any = (
+        "failed" if "failed" in statuses
+        else "cancelled" if "cancelled" in statuses
+        else "interrupted" if pending or "interrupted" in statuses
+        else "ok"
+    )
+    result = WorkflowResult(
+        name=workflow.name,
+        status=status,
+        steps=steps,
+        edges=engine.edges(),
+        duration_s=trio.current_time() - run.start,
+        failure_policy=run.failure,
+        first_failure=run.first_failure,
+        pending=pending,
+    )
+    if run.journal is not None:
+        final = result.to_json()
+        final.pop("steps")
+        final["paths"] = list(steps)
+        run.journal.put_final(final)
+    return result
+
+
+async def run_workflow(
+    workflow: Workflow,
+    target: Runtime | RuntimePool | None = None,
+    *,
+    spec: RuntimeSpec | None = None,
+    runtimes: int = 1,
+    approvals: Any = None,
+    answerer: Any = None,
+    audit: AuditLog | str | os.PathLike[str] | None = None,
+    inputs: dict[str, Any] | None = None,
+    concurrency: int | None = None,
+    runtime_limit: int | None = None,
+    failure: FailurePolicy = "fail-fast",
+    statistics: Statistics | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    answers: Answers | None = None,
+) -> WorkflowResult:
+    """Run ``workflow`` on a runtime or pool, or on runtimes it opens from ``spec``.
+
+    With no ``target`` it opens one runtime from ``spec`` (the simulator process when None),
+    or a pool of ``runtimes`` (``spec`` required), with ``approvals`` (a policy), ``answerer``
+    and ``audit`` applied to every session; close them on return. With a ``target`` those
+    belong to the runtime or pool already (``open_runtime``/``open_pool`` take them).
+
+    ``concurrency`` bounds sessions in flight in the workflow; ``runtime_limit`` per runtime;
+    ``Step.concurrency`` per step. ``failure``: "fail-fast" cancels the rest at the first
+    failure; "collect" finishes what can finish. A failed step's dependents are skipped.
+
+    ``checkpoint``: a file that journals the run as its work completes (created; it must not
+    exist unless ``resume=True``, which continues it: completed, unchanged steps and items
+    are reused, the rest runs). ``answers``: the answers to interrupts, a mapping of interrupt
+    id to answer or a callable asked for each (returning None leaves it pending).
+
+    Raises:
+        WorkflowDefinitionError: the graph is malformed (before anything runs).
+        CheckpointError: the checkpoint cannot be created or resumed (``.parameter`` names
+            the argument to fix).
+        ValueError: contradictory arguments.
+        RuntimeStartError: the runtime it opened did not start.
+
+    Cancellation: every step is cancelled (their sessions are abandoned); a runtime or pool
+    it opened is closed (no process is left). Nothing is returned; what completed before is
+    in the checkpoint.
+    """
+    return await _execute(
+        workflow, target, spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit,
+        inputs=inputs, concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
+        statistics=statistics, checkpoint=checkpoint, resume=resume, answers=answers, events=EventHub(),
+    )
+
+
+class WorkflowRun:
+    """A running workflow (from ``open_workflow``): ``events()`` and ``await result()``."""
+
+    def __init__(self, hub: EventHub) -> None:
+        self._hub = hub
+        self._done = trio.Event()
+        self._result: WorkflowResult | None = None
+        self._error: BaseException | None = None
+        self._taken = False
+
+    def events(self, *, capacity: int = DEFAULT_EVENTS) -> EventChannel:
+        """A bounded channel of this run's events from now on (``async for event in ...``); it
+        ends when the run ends. Call it before the first ``await`` in the block to see them
+        all. A reader that falls ``capacity`` behind gets SubscriberOverflowError."""
+        return self._hub.subscribe(capacity)
+
+    @property
+    def done(self) -> bool:
+        """True once the run ended."""
+        return self._done.is_set()
+
+    async def result(self) -> WorkflowResult:
+        """Wait for the run to end and return its result (or raise what it raised)."""
+        await self._done.wait()
+        self._taken = True
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    async def _drive(self, workflow: Workflow, target: Any, options: dict[str, Any]) -> None:
+        try:
+            self._result = await _execute(workflow, target, events=self._hub, **options)
+        except Exception as exc:  # noqa: BLE001 (handed to result())
+            self._error = exc
+        finally:
+            self._hub.end()
+            self._done.set()
+
+
+@asynccontextmanager
+async def open_workflow(
+    workflow: Workflow,
+    target: Runtime | RuntimePool | None = None,
+    *,
+    turn_events: bool = False,
+    spec: RuntimeSpec | None = None,
+    runtimes: int = 1,
+    approvals: Any = None,
+    answerer: Any = None,
+    audit: AuditLog | str | os.PathLike[str] | None = None,
+    inputs: dict[str, Any] | None = None,
+    concurrency: int | None = None,
+    runtime_limit: int | None = None,
+    failure: FailurePolicy = "fail-fast",
+    statistics: Statistics | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    answers: Answers | None = None,
+) -> AsyncIterator[WorkflowRun]:
+    """Start ``workflow`` (the arguments of ``run_workflow``) and yield its WorkflowRun.
+
+    ``turn_events=True`` adds the sessions' notifications as ``turn`` events. Leaving the
+    block waits for the run to end; an exception in the block cancels it. An error of the
+    run is raised by ``result()`` (or on leaving the block, if nobody asked).
+
+    Raises:
+        WorkflowDefinitionError, ValueError: as run_workflow, before anything starts.
+    """
+    _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
+    options: dict[str, Any] = dict(
+        spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit, inputs=inputs,
+        concurrency=concurrency, runtime_limit=runtime_limit, failure=failure, statistics=statistics,
+        checkpoint=checkpoint, resume=resume, answers=answers,
+    )
+    run = WorkflowRun(EventHub(turn_events=turn_events))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run._drive, workflow, target, options)
+        yield run
+        await run._done.wait()
+    if run._error is not None and not run._taken:
+        raise run._error
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointChanges:
+    """How a workflow differs from the run in a checkpoint, step by step path.
+
+    ``changed``: steps whose definition changed (they run again, and so do their dependents);
+    ``added``: steps the checkpoint has no record of; ``removed``: records of steps the
+    workflow no longer has (ignored); ``reusable``: completed steps that will be reused
+    unless something they depend on runs again.
+    """
+
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    reusable: tuple[str, ...] = ()
+    pending: tuple[Interrupt, ...] = ()
+
+
+def checkpoint_changes(workflow: Workflow, checkpoint: str | os.PathLike[str], *, inputs: dict[str, Any] | None = None) -> CheckpointChanges:
+    """Compare ``workflow`` with the run recorded in ``checkpoint`` (nothing runs, nothing is written).
+
+    Raises:
+        CheckpointError: no such checkpoint, another workflow's, or other inputs.
+    """
+    workflow.validate()
+    journal = Journal.open(checkpoint, workflow=workflow.name, inputs_digest=digest(dict(inputs or {})), resume=True)
+    try:
+        recorded: dict[str, str] = {path: row.fingerprint for path, row in journal.steps.items()}
+        for path, rows in journal.items.items():
+            recorded.setdefault(path, next(iter(rows.values()))[0])
+        ok = {path for path, row in journal.steps.items() if row.status == "ok"}
+        pending = tuple(Interrupt(id=i, question=q, choices=c) for i, q, c in journal.pending())
+    finally:
+        journal.close()
+    current: dict[str, str] = {}
+
+    def walk(wf: Workflow, prefix: str) -> None:
+        for name, step in wf.steps.items():
+            current[prefix + name] = fingerprint(wf, name)
+            if step.subworkflow is not None:
+                for path in recorded:  # the runs of the subworkflow the checkpoint knows
+                    head = prefix + name
+                    if path.startswith((f"{head}/", f"{head}[")):
+                        item_prefix = path[: path.index("/", len(head)) + 1]
+                        if item_prefix not in seen:
+                            seen.add(item_prefix)
+                            walk(step.subworkflow, item_prefix)
+
+    seen: set[str] = set()
+    walk(workflow, "")
+    changed = tuple(p for p in current if p in recorded and recorded[p] != current[p])
+    return CheckpointChanges(
+        changed=changed,
+        added=tuple(p for p in current if p not in recorded),
+        removed=tuple(p for p in recorded if p not in current),
+        reusable=tuple(p for p in current if p in ok and recorded.get(p) == current[p]),
+        pending=pending,
+    )
