@@ -219,7 +219,9 @@ class Journal:
             CheckpointError: the run has not finished, or ended with interrupts pending.
         """
         if self.compacted is not None:
-            return {**self.compacted["result"]}
+            final = {k: v for k, v in self.compacted["result"].items() if k != "steps"}
+            final["steps"] = {path: self.step_json(path) for path in self.compacted["result"]["steps"]}
+            return final
         row = self._db.execute("SELECT value FROM meta WHERE key = 'final'").fetchone()
         if row is None:
             raise CheckpointError(f"the run in checkpoint {str(self.path)!r} has not finished; resume it first")
@@ -260,6 +262,10 @@ class Journal:
         """
         before = size_of(self.path)
         result = self.final_result()
+        derived = ("output", "approvals", "subagents", "subagent_outputs")  # rebuilt from the items
+        result["steps"] = {
+            path: {k: v for k, v in step.items() if k not in derived} for path, step in result["steps"].items()
+        }
         fingerprints = {path: row.fingerprint for path, row in self.steps.items()}
         with self._db:
             for table in ("steps", "items", "interrupts", "sessions", "result"):
@@ -270,7 +276,6 @@ class Journal:
             )
         self._db.execute("VACUUM")
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self.compacted = {"result": result, "fingerprints": fingerprints}
         return before, size_of(self.path)
 
     def close(self) -> None:
