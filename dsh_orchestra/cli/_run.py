@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -64,14 +65,15 @@ def parse_inputs(pairs: list[str]) -> dict[str, Any]:
 
 
 def parse_answers(pairs: list[str]) -> dict[str, str]:
-    """``ID=VALUE`` pairs (an interrupt id holds no ``=``).
+    """``ID=VALUE`` pairs: an id ends with ``:N``, so the first ``=`` after one ends it.
 
     Raises:
         UsageError: a pair without ``=`` or with an empty id.
     """
     out: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
+        match = re.match(r"(.+?:\d+)=(.*)\Z", pair, re.DOTALL)
+        key, sep, value = (match[1], "=", match[2]) if match else pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--answer takes ID=VALUE, not {pair!r}")
         out[key] = value

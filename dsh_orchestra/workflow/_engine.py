@@ -632,7 +632,7 @@ class _Engine:
         journal = self.run.journal
         if journal is not None and result.status in ("ok", "failed", "interrupted") and self.run.reran.get(path, True):
             record: dict[str, Any] = {
-                "attempts": result.attempts, "started_s": result.started_s, "duration_s": result.duration_s,
+                "name": result.name, "attempts": result.attempts, "started_s": result.started_s, "duration_s": result.duration_s,
                 "reason": result.reason, "errors": RESULT_CONVERTER.unstructure(result.errors),
             }
             if result.status != "ok":

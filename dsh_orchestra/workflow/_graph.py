@@ -14,10 +14,6 @@ Inputs = dict[str, Any]
 Template = str | Callable[[Inputs], str]
 
 
-RESERVED = "/[]:="
-"""Characters a step name cannot hold: paths are ``sub[2]/step``, interrupt ids ``step:0``."""
-
-
 class WorkflowDefinitionError(ValueError):
     """The workflow graph is malformed; the message names the step and what to fix."""
 
@@ -104,12 +100,6 @@ class Workflow:
     def _add(self, step: Step) -> Step:
         if not step.name or not isinstance(step.name, str):
             raise WorkflowDefinitionError(f"a step needs a non-empty name, not {step.name!r}")
-        reserved = sorted(set(step.name) & set(RESERVED))
-        if reserved:
-            raise WorkflowDefinitionError(
-                f"step name {step.name!r} holds {' '.join(reserved)}; the characters {' '.join(RESERVED)} "
-                "are reserved for step paths and interrupt ids"
-            )
         if step.name in self.steps:
             raise WorkflowDefinitionError(f"workflow {self.name!r} already has a step named {step.name!r}")
         if step.retries < 0 or step.parse_attempts < 0:

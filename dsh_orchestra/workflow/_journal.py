@@ -145,7 +145,7 @@ class Journal:
             self.compacted = orjson.loads(row[0])
             for path, step in self.compacted["result"]["steps"].items():
                 fingerprint = self.compacted["fingerprints"].get(path, "")
-                record = {k: step[k] for k in ("attempts", "started_s", "duration_s", "reason", "errors") if k in step}
+                record = {k: step[k] for k in ("name", "attempts", "started_s", "duration_s", "reason", "errors") if k in step}
                 if step["status"] != "ok":
                     record["items"] = step["items"]
                 self.steps[path] = StepRecord(path=path, fingerprint=fingerprint, status=step["status"], record=record)

@@ -283,7 +283,7 @@ def to_mermaid(result: WorkflowResult) -> str:
     """Mermaid ``flowchart TD`` text for ``result``: fan-out edges thick, route edges dotted,
     each node coloured and labelled with its status, time, items and attempts."""
     lines = ["flowchart TD"]
-    top = {name: step for name, step in result.steps.items() if "/" not in name}  # subworkflow steps: by path
+    top = {key: step for key, step in result.steps.items() if key == step.name}  # subworkflow steps are by path
     for name, step in top.items():
         detail = f"{step.status}, {step.duration_s:.2f} s"
         if _fanned(step):
