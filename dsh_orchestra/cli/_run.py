@@ -147,12 +147,12 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"{FLAGS.get(exc.parameter, exc.parameter)}: {exc}")
         try:
             result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
-        except CheckpointError as exc:
-            return fail(f"{FLAGS.get(exc.parameter, exc.parameter)}: {exc}")
-        except ValueError as exc:  # contradictory numbers (run_workflow checks them first)
-            return fail(str(exc))
-        except (OrchestraError, ExceptionGroup) as exc:
+        except Exception as exc:  # noqa: BLE001 (sorted into exit statuses; anything else re-raised)
             cause = _first_leaf(exc)
+            if isinstance(cause, CheckpointError):
+                return fail(f"{FLAGS.get(cause.parameter, cause.parameter)}: {cause}")
+            if isinstance(cause, ValueError):  # contradictory numbers (run_workflow checks them first)
+                return fail(str(cause))
             if not isinstance(cause, OrchestraError):
                 raise
             print(f"dsh-orchestra: the workflow could not run: {cause}", file=sys.stderr)

@@ -109,7 +109,7 @@ class StepBoard:
         except Exception:  # noqa: BLE001 (an overflowed display must not fail the run)
             pass
         finally:
-            self.show(force=True)
-            if self._bar is not None:
+            if self._bar is not None:  # lines: the summary that follows says the rest
+                self.show(force=True)
                 self._bar.close()
             self.finished.set()

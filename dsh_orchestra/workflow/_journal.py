@@ -84,6 +84,7 @@ class Journal:
         self.choices: dict[str, tuple[str, ...]] = {}
         self.sessions: dict[str, str] = {}
         self.compacted: dict[str, Any] | None = None
+        self.definition: dict[str, str] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, workflow: str, inputs_digest: str, resume: bool) -> Journal:
@@ -161,6 +162,8 @@ class Journal:
             self.answers[id_] = (question, answer)
             self.choices[id_] = tuple(orjson.loads(choices))
         self.sessions = dict(db.execute("SELECT name, session_id FROM sessions").fetchall())
+        row = db.execute("SELECT value FROM meta WHERE key = 'definition'").fetchone()
+        self.definition = orjson.loads(row[0]) if row is not None else {}
 
     # ---- writes (each one transaction) --------------------------------------------------
 
@@ -206,6 +209,12 @@ class Journal:
     def pending(self) -> list[tuple[str, str, tuple[str, ...]]]:
         """The interrupts still unanswered: (id, question, choices), by id."""
         return sorted((id_, q, self.choices[id_]) for id_, (q, a) in self.answers.items() if a is None)
+
+    def put_definition(self, fingerprints: dict[str, str]) -> None:
+        """Record the fingerprint of every step of the workflow as this run defines it."""
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('definition', ?)", (encode(fingerprints).decode(),))
+        self.definition = dict(fingerprints)
 
     def put_final(self, result: dict[str, Any]) -> None:
         """Record how the run ended: the WorkflowResult's own fields (its steps are rows already)."""

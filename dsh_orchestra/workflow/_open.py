@@ -104,6 +104,8 @@ async def _execute(
 
 async def _run_engine(workflow: Workflow, run: RunState, inputs: dict[str, Any]) -> WorkflowResult:
     engine = _Engine(workflow, run, inputs=inputs)
+    if run.journal is not None:
+        run.journal.put_definition(engine.fingerprints)
     escalations = _escalations(run.target)
     for escalation in escalations:
         escalation.owners.append(run.owner)
@@ -302,7 +304,8 @@ def checkpoint_changes(workflow: Workflow, checkpoint: str | os.PathLike[str], *
     workflow.validate()
     journal = Journal.open(checkpoint, workflow=workflow.name, inputs_digest=digest(dict(inputs or {})), resume=True)
     try:
-        recorded: dict[str, str] = {path: row.fingerprint for path, row in journal.steps.items()}
+        recorded: dict[str, str] = dict(journal.definition)
+        recorded.update((path, row.fingerprint) for path, row in journal.steps.items())
         for path, rows in journal.items.items():
             recorded.setdefault(path, next(iter(rows.values()))[0])
         ok = {path for path, row in journal.steps.items() if row.status == "ok"}

@@ -52,8 +52,23 @@ def check_judge(outputs: dict[str, Any]) -> None:
 CHECKS = {"code_review": check_code_review, "map_reduce": check_map_reduce, "judge": check_judge}
 
 
+INTERRUPTED = ["review_with_human"]  # ends waiting for an answer: tests/workflow/test_durable_cli.py runs it with --answer
+
+
 def test_every_recipe_directory_is_tested() -> None:
-    assert sorted(p.name for p in RECIPES.iterdir() if (p / "recipe.py").is_file()) == sorted(NAMES)
+    assert sorted(p.name for p in RECIPES.iterdir() if (p / "recipe.py").is_file()) == sorted(NAMES + INTERRUPTED)
+
+
+async def test_review_with_human_in_process_with_answers(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
+    recipe = load_recipe(RECIPES / "review_with_human")
+    assert recipe.script is not None
+    spec = sim_spec(load_script(recipe.script))
+    waiting = await run_workflow(recipe.workflow, spec=spec, inputs=recipe.inputs)
+    assert waiting.status == "interrupted" and [i.id for i in waiting.pending] == ["approval:0"]
+    result = await run_workflow(recipe.workflow, spec=spec, inputs=recipe.inputs, answers={"approval:0": "reject"})
+    assert result.ok, result.summary()
+    assert result.output("revise").startswith("Batch retries wait at most 30 s")
+    assert result.steps["publish"].status == "skipped"
 
 
 @pytest.mark.parametrize("name", NAMES)
