@@ -228,9 +228,9 @@ class Journal:
             CheckpointError: the run has not finished, or ended with interrupts pending.
         """
         if self.compacted is not None:
-            final = {k: v for k, v in self.compacted["result"].items() if k != "steps"}
-            final["steps"] = {path: self.step_json(path) for path in self.compacted["result"]["steps"]}
-            return final
+            kept: dict[str, Any] = {k: v for k, v in self.compacted["result"].items() if k != "steps"}
+            kept["steps"] = {path: self.step_json(path) for path in self.compacted["result"]["steps"]}
+            return kept
         row = self._db.execute("SELECT value FROM meta WHERE key = 'final'").fetchone()
         if row is None:
             raise CheckpointError(f"the run in checkpoint {str(self.path)!r} has not finished; resume it first")
