@@ -20,7 +20,7 @@ import trio
 from .._tracing import STEP_SPAN, observed
 from ..pool import PoolClosedError, RuntimePool
 from ..approvals import ApprovalRequest, Decision, reject
-from ..protocol import JsonRpcResponseError, OrchestraError, SdkProtocolError, TransportClosedError
+from ..protocol import JsonRpcResponseError, OrchestraError, SdkProtocolError, SessionNotFoundError, TransportClosedError
 from ..session import Runtime, Session, TurnResult
 from ._events import EventHub
 from ._fingerprint import declared_output, fingerprint
@@ -290,9 +290,7 @@ class _Engine:
                 session = await runtime.resume(known)
                 log.info("named session %r: resumed %s from the runtime's store", key, known)
                 return session
-            except JsonRpcResponseError as exc:
-                if "not found" not in exc.message:
-                    raise
+            except SessionNotFoundError:
                 log.warning("named session %r: %s is not in the runtime's store; starting a fresh session", key, known)
         safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in key)
         session = runtime.session(f"wf-{safe}-{uuid.uuid4().hex[:12]}")
