@@ -13,7 +13,7 @@ arguments and the exception text before any handler sees the record. A turn's fi
 also bound, for work done on its behalf in other tasks, in the :class:`SessionContexts` of the
 runtime that owns the session (nothing here is keyed by bare session ids process-wide).
 
-Imports nothing from dsh_orchestra (every layer may use it).
+Imports nothing from dsh_orchestra but ``_redact`` (every layer may use it).
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
+from ._redact import Redactor
+
 ROOT = "dsh_orchestra"
 LAYERS = ("transport", "runtime", "session", "session.relay", "approvals", "questions", "pool", "workflow", "batch", "scale", "report", "cli", "testing.simulator", "testing._fake_model")
 FIELDS = ("runtime", "session", "item")
-REDACTED = "***"
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 
 _CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("dsh_orchestra_log_context", default={})
-_SECRETS: set[str] = set()
+_SECRETS = Redactor(min_length=MIN_SECRET_LENGTH)  # process-wide: every record is redacted
 _OURS = "_dsh_orchestra_handler"  # marks the handlers configure_logging installed
 
 
@@ -130,9 +131,7 @@ class ContextFilter(logging.Filter):
 
 def register_secrets(values: Iterable[str]) -> None:
     """Redact these values from every dsh_orchestra log record from now on (process-wide)."""
-    for value in values:
-        if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
-            _SECRETS.add(value)
+    _SECRETS.add(values)
 
 
 def forget_secrets() -> None:
@@ -142,17 +141,12 @@ def forget_secrets() -> None:
 
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***`` (longest first)."""
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    return _SECRETS.text(text)
 
 
 def redact_bytes(data: bytes) -> bytes:
     """UTF-8 ``data`` with every registered secret replaced (unchanged when none is registered)."""
-    if not _SECRETS:
-        return data
-    return redact(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+    return _SECRETS.bytes(data)
 
 
 class RedactingFilter(logging.Filter):

@@ -6,28 +6,19 @@ Imports only the protocol layer.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import IO, Any, Iterable
 
 import attrs
 import orjson
 
+from .._redact import Redactor
 from ._model import REJECTED, DecisionRecord, Policy
-
-_SECRETISH = re.compile(
-    r"(?i)(sk-[A-Za-z0-9_\-]{8,}|(?:api[_-]?key|token|secret|password)\s*[=:]\s*\S+|bearer\s+\S+)"
-)
 
 
 def redact_text(text: str | None, secrets: Iterable[str] = (), *, patterns: bool = True) -> str | None:
     """Replace known secret values (and, with ``patterns``, secret-looking tokens) with ``***``."""
-    if text is None:
-        return None
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return _SECRETISH.sub("***", text) if patterns else text
+    return Redactor(secrets, patterns=patterns).optional(text)
 
 
 _FREE_TEXT = ("reason", "note", "error")
@@ -48,20 +39,23 @@ class AuditLog:
         self.path = Path(path) if path is not None else None
         self._stream: IO[bytes] = stream if stream is not None else open(self.path, "ab")  # type: ignore[arg-type]
         self._owns = stream is None
-        self.secrets: list[str] = []
-        self.add_secrets(secrets)
+        self._redactor = Redactor(secrets)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The values redacted everywhere, longest first."""
+        return self._redactor.secrets
 
     def add_secrets(self, secrets: Iterable[str]) -> None:
         """Also redact these values."""
-        self.secrets.extend(s for s in secrets if s and s not in self.secrets)
-        self.secrets.sort(key=len, reverse=True)  # longest first: no partial leftovers
+        self._redactor.add(secrets)
 
     def write(self, record: DecisionRecord) -> None:
         """Append ``record`` as one flushed line."""
         line = record.to_json()
         for key, value in line.items():
             if isinstance(value, str) and key not in ("time", "outcome"):
-                line[key] = redact_text(value, self.secrets, patterns=key in _FREE_TEXT)
+                line[key] = self._redactor.text(value, patterns=key in _FREE_TEXT)
         self._stream.write(orjson.dumps(line) + b"\n")
         self._stream.flush()
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from functools import partial
 from typing import Any, Iterable
 
 import trio
 
+from .._redact import Redactor
 from ..protocol import ApprovalRequestParams, ApprovalRequestResult
-from ._audit import AuditLog, redact_text
+from ._audit import AuditLog
 from ._model import REJECTED, ApprovalRequest, Decision, DecisionRecord, Policy
 from ._policies import call_policy
 
@@ -89,7 +91,8 @@ class ApprovalService:
         self.deadline = float(given) if given is not None else DEFAULT_DEADLINE
         if not self.deadline > 0:
             raise ValueError(f"deadline must be a positive number of seconds, not {given!r}")
-        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._redactor = Redactor(secrets)
+        self.secrets = self._redactor.secrets
         if audit is not None:
             audit.add_secrets(self.secrets)
         self._by_session: dict[str, list[DecisionRecord]] = defaultdict(list)
@@ -146,19 +149,19 @@ class ApprovalService:
     def _record(
         self, request: ApprovalRequest, decision: Decision, latency: float, error: str | None, started: float, via: str
     ) -> None:
-        secrets = self.secrets
+        plain, prose = self._redactor.optional, partial(self._redactor.optional, patterns=True)
         record = DecisionRecord(
             time=_now(),
-            runtime=redact_text(self.runtime, secrets, patterns=False) or "",
-            session_id=redact_text(request.session_id, secrets, patterns=False) or "",
-            tool_name=redact_text(request.tool_name, secrets, patterns=False) or "",
-            call_id=redact_text(request.call_id, secrets, patterns=False),
-            reason=redact_text(request.reason, secrets),
+            runtime=plain(self.runtime) or "",
+            session_id=plain(request.session_id) or "",
+            tool_name=plain(request.tool_name) or "",
+            call_id=plain(request.call_id),
+            reason=prose(request.reason),
             outcome=decision.outcome,
-            rule=redact_text(decision.rule, secrets, patterns=False) or "",
-            note=redact_text(decision.note, secrets) or "",
+            rule=plain(decision.rule) or "",
+            note=prose(decision.note) or "",
             latency_s=latency,
-            error=redact_text(error, secrets),
+            error=prose(error),
             via=via,
             time_monotonic=started,
         )

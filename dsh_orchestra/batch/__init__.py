@@ -14,6 +14,9 @@ from ._dataset import (
     parse_shard as parse_shard,
     stable_hash as stable_hash,
 )
+from ._executor import Attempt as Attempt, AttemptRunner as AttemptRunner, Executor as Executor
+from ._local import PoolExecutor as PoolExecutor, PoolRunner as PoolRunner, attempt_on_pool as attempt_on_pool
+from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._progress import Counters as Counters, Progress as Progress
 from ._results import (
     ResultsWriter as ResultsWriter,
@@ -21,20 +24,15 @@ from ._results import (
     result_line as result_line,
     scan_results as scan_results,
 )
-from ._runner import (
-    OK_FINISH_REASONS as OK_FINISH_REASONS,
-    BatchOptions as BatchOptions,
-    BatchUsageError as BatchUsageError,
-    SessionBusyError as SessionBusyError,
-    prepare_resume as prepare_resume,
-    process_item as process_item,
-    run_batch as run_batch,
-)
+from ._runner import PLACE_LOST as PLACE_LOST, run_batch as run_batch
+from ..pool import SessionBusyError as SessionBusyError
+from ..session import OK_FINISH_REASONS as OK_FINISH_REASONS
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile as percentile, summarize as summarize
 
 __all__ = [
-    "OK_FINISH_REASONS", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "Counters",
-    "DatasetCheck", "DatasetError", "Progress", "ResultsWriter", "SessionBusyError", "Tally",
-    "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "percentile",
-    "prepare_resume", "process_item", "read_results", "result_line", "run_batch", "scan_results", "stable_hash", "summarize",
+    "OK_FINISH_REASONS", "PLACE_LOST", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
+    "BatchUsageError", "Counters", "DatasetCheck", "DatasetError", "Executor", "PoolExecutor", "PoolRunner", "Progress",
+    "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
+    "load_dataset", "parse_shard", "percentile", "read_results", "result_line", "run_batch", "scan_results",
+    "stable_hash", "summarize",
 ]

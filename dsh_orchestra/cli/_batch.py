@@ -14,8 +14,8 @@ import trio
 
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
 from ..protocol import OrchestraError, RuntimeStartError
-from ..scale._options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
 from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
+from ._ray_options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -70,12 +70,12 @@ def main(args: argparse.Namespace) -> int:
         except (UsageError, ValueError) as exc:
             return fail(str(exc))
         try:
+            executor = None
             if scale is not None:  # --ray: the same batch, its items run on Ray actors
-                from ..scale import run_batch_ray
+                from ..scale import RayExecutor
 
-                summary = trio.run(partial(run_batch_ray, args.dataset, args.out, spec, options, **scale))
-            else:
-                summary = trio.run(run_batch, args.dataset, args.out, spec, options)
+                executor = RayExecutor(**scale)
+            summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
         except (DatasetError, BatchUsageError) as exc:
             return fail(str(exc))
         except OSError as exc:  # before any work: the dataset or an output cannot be opened

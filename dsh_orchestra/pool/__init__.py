@@ -4,11 +4,21 @@ Knows nothing about workflow graphs or datasets.
 """
 
 from ._pool import (
-    PoolClosedError as PoolClosedError,
     PoolStatistics as PoolStatistics,
     RuntimePool as RuntimePool,
     SpecFactory as SpecFactory,
     open_pool as open_pool,
 )
 
-__all__ = ["PoolClosedError", "PoolStatistics", "RuntimePool", "SpecFactory", "open_pool"]
+from ._retry import (
+    Backoff as Backoff,
+    PoolClosedError as PoolClosedError,
+    SessionBusyError as SessionBusyError,
+    retryable as retryable,
+)
+from ._supervisor import Ended as Ended, Supervisor as Supervisor, serving as serving
+
+__all__ = [
+    "Backoff", "Ended", "PoolClosedError", "PoolStatistics", "RuntimePool", "SessionBusyError", "SpecFactory",
+    "Supervisor", "open_pool", "retryable", "serving",
+]

@@ -18,14 +18,12 @@ from ..approvals import AuditLog
 from ..protocol import OrchestraError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import PromptInput, Runtime, TurnResult, open_runtime
+from ._retry import Backoff, PoolClosedError
+from ._supervisor import Ended, Supervisor, serving
 
 log = logging.getLogger("dsh_orchestra.pool")
 
 SpecFactory = Callable[[int], RuntimeSpec]
-
-
-class PoolClosedError(TransportClosedError):
-    """The pool is closing (or closed) and takes no more work."""
 
 
 @attrs.frozen
@@ -43,14 +41,20 @@ class PoolStatistics:
 class _Slot:
     """One runtime position in the pool; its supervisor restarts the runtime as needed."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, supervisor: Supervisor) -> None:
         self.index = index
         self.runtime: Runtime | None = None
         self.in_flight = 0
         self.retire = trio.Event()
-        self.starts = 0
-        self.failures = 0  # consecutive failed starts (0 once a start succeeds)
-        self.ready_once = False
+        self.supervisor = supervisor  # starts, failed starts in a row, restarts
+
+    @property
+    def failures(self) -> int:
+        return self.supervisor.failures
+
+    @property
+    def ready_once(self) -> bool:
+        return self.supervisor.ready_once
 
     @property
     def usable(self) -> bool:
@@ -70,7 +74,8 @@ class RuntimePool:
 
     Sessions are placed on the live runtime with the fewest sessions in flight, never more than
     ``max_sessions`` each. A runtime that dies is restarted with exponential backoff
-    (``backoff`` = (first delay, cap) in seconds); its in-flight sessions fail with
+    (``backoff``: a ``Backoff``, or (first delay, cap) in seconds, exact; default
+    ``Backoff(0.5, 15.0)``, jittered); its in-flight sessions fail with
     TransportClosedError (retryable). A runtime holding abandoned turns takes no new sessions
     and is recycled (closed and started afresh, without backoff) once none of its sessions is
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
@@ -86,7 +91,7 @@ class RuntimePool:
         approvals: Any = None,
         answerer: Any = None,
         audit: AuditLog | None = None,
-        backoff: tuple[float, float] = (0.5, 15.0),
+        backoff: Backoff | tuple[float, float] | None = None,
         max_start_failures: int = 5,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -95,24 +100,21 @@ class RuntimePool:
             raise ValueError(f"max_sessions must be an integer >= 1, not {max_sessions!r}")
         if isinstance(max_start_failures, bool) or not isinstance(max_start_failures, int) or max_start_failures < 1:
             raise ValueError(f"max_start_failures must be an integer >= 1, not {max_start_failures!r}")
-        first, cap = backoff
-        if not 0 <= first <= cap:
-            raise ValueError(f"backoff must be (first, cap) with 0 <= first <= cap, not {backoff!r}")
+        chosen = Backoff(0.5, 15.0) if backoff is None else Backoff.of(backoff, jitter=0.0)
         self._spec_for: SpecFactory = _same_spec(spec) if isinstance(spec, RuntimeSpec) else spec
         self.size = size
         self.max_sessions = max_sessions
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
-        self.backoff = backoff
+        self.backoff = (chosen.first, chosen.cap)
         self.max_start_failures = max_start_failures
-        self._slots = [_Slot(i) for i in range(size)]
+        self._close_event = trio.Event()
+        self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
         self._changed = trio.Event()
         self._closing = False
-        self._close_event = trio.Event()
         self._running = False
         self._stopped = trio.Event()
-        self._restarts = 0
         self._recycled = 0
         self._last_error: OrchestraError | None = None
 
@@ -162,43 +164,38 @@ class RuntimePool:
         return None
 
     async def _supervise(self, slot: _Slot) -> None:
-        delay = self.backoff[0]
-        while not self._closing:
-            slot.starts += 1
-            slot.retire = trio.Event()  # before starting, so aclose() can always reach it
-            crashed = True
-            try:
-                async with open_runtime(
-                    self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
-                ) as runtime:
-                    slot.runtime = runtime
-                    slot.ready_once = True
-                    slot.failures = 0
-                    delay = self.backoff[0]
-                    self._notify()
-                    async with trio.open_nursery() as watch:
-                        watch.start_soon(_set_when_closed, runtime, slot.retire)
-                        await slot.retire.wait()
-                        watch.cancel_scope.cancel()
-                    crashed = not runtime.alive
-                    if not crashed and not self._closing:
-                        self._recycled += 1
-                        log.info("recycling runtime %r (abandoned turns: %d)", runtime.name, len(runtime.abandoned))
-                    # drain: nothing is in flight when retired for recycling or closing
-            except OrchestraError as exc:
-                log.warning("runtime slot %d failed to start: %s", slot.index, exc)
-                slot.failures += 1
-                self._last_error = exc
-            finally:
-                slot.runtime = None
+        await slot.supervisor.run(lambda: self._run_slot(slot))
+
+    async def _run_slot(self, slot: _Slot) -> Ended:
+        """Start the slot's runtime and serve until it is retired or dies."""
+        slot.retire = trio.Event()  # before starting, so aclose() can always reach it
+        crashed = True
+        try:
+            async with open_runtime(
+                self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
+            ) as runtime:
+                slot.runtime = runtime
+                slot.supervisor.ready()
                 self._notify()
-            if self._closing:
-                return
-            if crashed:  # a crash or a failed start: back off; a recycle restarts at once
-                self._restarts += 1
-                with trio.move_on_after(delay):
-                    await self._close_event.wait()
-                delay = min(delay * 2, self.backoff[1])
+                async with trio.open_nursery() as watch:
+                    watch.start_soon(_set_when_closed, runtime, slot.retire)
+                    await slot.retire.wait()
+                    watch.cancel_scope.cancel()
+                crashed = not runtime.alive
+                if not crashed and not self._closing:
+                    self._recycled += 1
+                    log.info("recycling runtime %r (abandoned turns: %d)", runtime.name, len(runtime.abandoned))
+                # drain: nothing is in flight when retired for recycling or closing
+        except OrchestraError as exc:
+            log.warning("runtime slot %d failed to start: %s", slot.index, exc)
+            self._last_error = exc
+            return Ended.DONE if self._closing else Ended.FAILED
+        finally:
+            slot.runtime = None
+            self._notify()
+        if self._closing:
+            return Ended.DONE
+        return Ended.CRASHED if crashed else Ended.RECYCLED  # a crash backs off; a recycle restarts at once
 
     def _notify(self) -> None:
         self._changed.set()
@@ -283,7 +280,7 @@ class RuntimePool:
             size=self.size,
             live=sum(1 for s in self._slots if s.usable),
             in_flight=sum(s.in_flight for s in self._slots),
-            restarts=self._restarts,
+            restarts=sum(s.supervisor.restarts for s in self._slots),
             recycled=self._recycled,
             starting=sum(1 for s in self._slots if s.runtime is None),
         )
@@ -338,17 +335,10 @@ async def open_pool(spec: RuntimeSpec | SpecFactory, size: int = 2, **kwargs: An
         ExceptionGroup: errors inside the block, or the pool giving up later (use except*).
     """
     pool = RuntimePool(spec, size, **kwargs)
-    failure: OrchestraError | None = None
-    async with trio.open_nursery() as nursery:
-        try:
-            await nursery.start(pool.run)
-        except OrchestraError as exc:  # nothing started: raised outside the nursery, bare
-            failure = exc
-        else:
-            try:
-                yield pool
-            finally:
-                with trio.CancelScope(shield=True):
-                    await pool.aclose(drain=False)
-    if failure is not None:
-        raise failure
+
+    async def close() -> None:
+        with trio.CancelScope(shield=True):
+            await pool.aclose(drain=False)
+
+    async with serving(pool.run, close):
+        yield pool

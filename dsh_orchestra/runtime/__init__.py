@@ -3,7 +3,8 @@
 Knows nothing about sessions, pools or workflows.
 """
 
-from ._actor import RuntimeActor as RuntimeActor, StderrTail as StderrTail, redact as redact
+from .._redact import redact as redact
+from ._actor import RuntimeActor as RuntimeActor, StderrTail as StderrTail
 from ._spec import (
     DEFAULT_MODEL as DEFAULT_MODEL,
     DEFAULT_PROVIDER as DEFAULT_PROVIDER,

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import trio
 
+from .._redact import redact
 from ..protocol import (
     INITIALIZE,
     SHUTDOWN,
@@ -38,14 +39,6 @@ Handler = Callable[[Any], Any]
 
 EOF_AFTER_EXIT = 0.5
 """Seconds the reader gets to drain stdout after the process exited, before waiters fail."""
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    """Replace every secret value in ``text`` with ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 class StderrTail:

@@ -14,6 +14,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 
 import attrs
 
+from .._redact import redact
 from ..protocol import ClientCapabilities, InitializeParams
 
 Connector = Callable[[], AsyncContextManager[Any]]
@@ -29,12 +30,6 @@ _MIN_SECRET = 4
 def _redacted_env(env: Mapping[str, str]) -> str:
     shown = {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
     return repr(shown)
-
-
-def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
 
 
 def _non_empty(name: str, value: Any) -> None:
@@ -174,7 +169,7 @@ class RuntimeSpec:
                 continue
             value = getattr(self, field.name)
             parts.append(f"{field.name}={field.repr(value) if callable(field.repr) else repr(value)}")
-        return _redact(f"RuntimeSpec({', '.join(parts)})", self.secrets())
+        return redact(f"RuntimeSpec({', '.join(parts)})", self.secrets())
 
     # ---- constructors ------------------------------------------------------------------
 
@@ -199,7 +194,7 @@ class RuntimeSpec:
         if self.command is None:
             return "dsh"
         words = [Path(self.command[0]).name, *self.command[1:4]]
-        return _redact(" ".join(words), self.secrets())  # an argv may carry a key
+        return redact(" ".join(words), self.secrets())  # an argv may carry a key
 
     def argv(self) -> list[str]:
         """The full argv to launch (bundled dsh resolved here)."""

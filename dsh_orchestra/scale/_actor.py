@@ -1,8 +1,8 @@
 """HostActor: the class the driver wraps with ``ray.remote`` (a threaded actor, not an async one).
 
 Ray calls its sync methods from a pool of ``max_concurrency`` threads; each ``process`` call
-hands its item to the PoolHost's trio thread and blocks that Ray thread until the result line
-is ready. Trio never runs on Ray's event loop. Ray is imported only inside ``start``, so
+hands its item to the PoolHost's trio thread and blocks that Ray thread until the attempt
+is done. Trio never runs on Ray's event loop. Ray is imported only inside ``start``, so
 importing this module does not import Ray.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ..batch import BatchItem
+from ..batch import Attempt, BatchItem
 from ._host import HostConfig, HostInfo, PoolHost
 from ._portable import RemoteError
 
@@ -47,12 +47,12 @@ class HostActor:
             raise RemoteError.of(exc) from None
         return attrs.evolve(info, node_id=ray.get_runtime_context().get_node_id())
 
-    def process(self, item: BatchItem) -> tuple[dict[str, Any], int]:
-        """Run one item; its result line and retries (see ``PoolHost.process``)."""
+    def process(self, item: BatchItem, session_id: str) -> Attempt:
+        """One attempt at ``item`` (see ``PoolHost.process``)."""
         if self._host is None:
             raise RemoteError("HostFailedError", "the actor was not started")
         try:
-            return self._host.process(item)
+            return self._host.process(item, session_id)
         except Exception as exc:  # sent back by value: our errors do not survive plain pickling
             raise RemoteError.of(exc) from None
 

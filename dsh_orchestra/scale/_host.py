@@ -2,30 +2,25 @@
 
 Owns: the host thread (``trio.run`` there, never on the caller's event loop), the pool's
 lifetime (runtimes start once per host, not per item), handing items in
-(``trio.from_thread.run`` with the host's trio token) and result lines out. Knows nothing of
+(``trio.from_thread.run`` with the host's trio token) and attempts out (``attempt_on_pool``,
+the same as on one machine). Knows nothing of
 Ray: the Ray actor (``_actor``) is a thin shell around it, so it is usable and testable alone.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import os
 import socket
 import tempfile
 import threading
 import time
-import uuid
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import attrs
 import trio
 
-from ..approvals import AuditLog
-from ..batch import BatchItem, BatchOptions, process_item
-from ..batch._transcripts import TranscriptWriter
-from ..pool import RuntimePool, open_pool
+from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor, PoolRunner
 from ..protocol import OrchestraError
 from ._portable import ActorSpec, RemoteError
 
@@ -48,19 +43,18 @@ class HostConfig:
     slot: int = 0
     runtimes: int = 1
     max_sessions: int = 4
-    options: BatchOptions = attrs.field(factory=BatchOptions)  # timeout, retries, policy, answerer, audit, transcripts
+    in_flight: int = 4
+    options: BatchOptions = attrs.field(factory=BatchOptions)  # timeout, policy, answerer, audit, transcripts
 
     @classmethod
     def for_items(cls, actor_spec: ActorSpec, options: BatchOptions, *, slot: int, runtimes: int, in_flight: int) -> HostConfig:
         """A host for ``in_flight`` items at once over ``runtimes`` runtimes; the options
-        only the items need (nothing the driver owns: results, summary, resume, shard)."""
+        only an attempt needs (nothing the driver owns: results, retries, summary, resume, shard)."""
         item_options = BatchOptions(
-            runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, retries=options.retries,
-            retry_backoff=options.retry_backoff, policy=options.policy, answerer=options.answerer,
-            audit=options.audit, transcripts=options.transcripts, progress="none",
+            runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, policy=options.policy,
+            answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
         )
-        return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes,
-                   max_sessions=max(1, math.ceil(in_flight / runtimes)), options=item_options)
+        return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes, in_flight=in_flight, options=item_options)
 
 
 @attrs.frozen(kw_only=True)
@@ -73,11 +67,6 @@ class HostInfo:
     startup_s: float
     runtimes: int
     node_id: str = ""
-
-
-def _session_ids() -> Iterator[str]:
-    token = uuid.uuid4().hex[:12]
-    return (f"item-{token}{serial:012x}" for serial in itertools.count())
 
 
 class PoolHost:
@@ -95,11 +84,9 @@ class PoolHost:
         self._ready = threading.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._closing: trio.Event | None = None
-        self._pool: RuntimePool | None = None
+        self._runner: PoolRunner | None = None
         self._failure: BaseException | None = None
         self._home: tempfile.TemporaryDirectory[str] | None = None
-        self._session_ids = _session_ids()
-        self._transcript_writer: TranscriptWriter | None = None
         self._started_at = 0.0
         self._startup_s = 0.0
         self._state = "new"  # then "running", "closed" or "failed"
@@ -113,7 +100,7 @@ class PoolHost:
             self._failure = exc
             log.warning("host %d stopped: %s", self.config.slot, exc)
         finally:
-            self._pool = None
+            self._runner = None
             self._token = None
             self._state = "failed" if self._failure is not None else "closed"
             self._ready.set()
@@ -122,24 +109,16 @@ class PoolHost:
 
     async def _main(self) -> None:
         config = self.config
-        options = config.options
         spec, self._home = config.actor_spec.rebuild(self._secrets, config.slot)
         self._closing = trio.Event()
-        audit = AuditLog(options.audit, secrets=spec.secrets()) if options.audit is not None else None
-        try:
-            async with open_pool(
-                spec, config.runtimes, max_sessions=config.max_sessions,
-                approvals=options.policy, answerer=options.answerer, audit=audit,
-            ) as pool:
-                self._pool = pool
-                self._startup_s = time.monotonic() - self._started_at
-                self._token = trio.lowlevel.current_trio_token()
-                self._state = "running"
-                self._ready.set()
-                await self._closing.wait()
-        finally:
-            if audit is not None:
-                audit.close()
+        executor = PoolExecutor(runtimes=config.runtimes, concurrency=config.in_flight)
+        async with executor.open(spec, config.options) as runner:
+            self._runner = runner
+            self._startup_s = time.monotonic() - self._started_at
+            self._token = trio.lowlevel.current_trio_token()
+            self._state = "running"
+            self._ready.set()
+            await self._closing.wait()
 
     # ---- called from other threads ---------------------------------------------------
 
@@ -159,8 +138,8 @@ class PoolHost:
         return HostInfo(slot=self.config.slot, pid=os.getpid(), hostname=socket.gethostname(),
                         startup_s=self._startup_s, runtimes=self.config.runtimes)
 
-    def process(self, item: BatchItem) -> tuple[dict[str, Any], int]:
-        """Run ``item`` on the pool; its result line and the retries it used (nothing written).
+    def process(self, item: BatchItem, session_id: str) -> Attempt:
+        """One attempt at ``item`` in ``session_id`` on the pool (``attempt_on_pool``).
 
         Raises:
             HostFailedError: the pool is gone or closing; the item may not have run.
@@ -170,39 +149,26 @@ class PoolHost:
             why = f": {self._failure}" if self._failure is not None else ""
             raise HostFailedError(f"host {self.config.slot} is not running ({self._state}{why})")
         try:
-            return trio.from_thread.run(self._process, item, trio_token=token)
+            return trio.from_thread.run(self._attempt, item, session_id, trio_token=token)
         except (trio.RunFinishedError, trio.Cancelled) as exc:  # another thread: converted, not swallowed
             raise HostFailedError(f"host {self.config.slot} stopped while item {item.id!r} was running") from exc
 
-    async def _process(self, item: BatchItem) -> tuple[dict[str, Any], int]:
-        pool = self._pool
-        if pool is None:
+    async def _attempt(self, item: BatchItem, session_id: str) -> Attempt:
+        runner = self._runner
+        if runner is None:
             raise HostFailedError(f"host {self.config.slot} has no pool")
-        transcripts = self._transcripts()
-        line, retries = await process_item(pool, item, self.config.options, new_session_id=self._next_session_id,
-                                           transcripts=transcripts)
-        error = line.get("error")
-        if isinstance(error, dict) and error.get("type") == "PoolClosedError":
+        attempt = await runner.attempt(item, session_id)
+        if attempt.error is not None and attempt.error["type"] == "PoolClosedError":
             # the pool is closing under the item (it gave up): not the item's answer
-            raise HostFailedError(f"host {self.config.slot}: {error.get('message')}")
-        return line, retries
-
-    def _next_session_id(self) -> str:
-        return next(self._session_ids)
-
-    def _transcripts(self) -> TranscriptWriter | None:
-        directory = self.config.options.transcripts
-        if directory is None:
-            return None
-        if self._transcript_writer is None:
-            self._transcript_writer = TranscriptWriter(directory)
-        return self._transcript_writer
+            raise HostFailedError(f"host {self.config.slot}: {attempt.error['message']}")
+        return attempt
 
     def statistics(self) -> dict[str, Any]:
         """The pool's statistics (as a dict), or ``{}`` when it is not running."""
-        pool, token = self._pool, self._token
-        if pool is None or token is None:
+        runner, token = self._runner, self._token
+        if runner is None or token is None:
             return {}
+        pool = runner.pool
         try:
             stats = trio.from_thread.run_sync(pool.statistics, trio_token=token)
         except trio.RunFinishedError:

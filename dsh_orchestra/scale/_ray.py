@@ -1,11 +1,12 @@
-"""run_batch_ray: one batch over Ray actors, with the results of a single machine.
+"""RayExecutor: a batch's item attempts on Ray actors, each hosting a trio loop with a pool.
 
-Owns: connecting to Ray (or starting a local instance), one supervisor per actor slot
-(start, feed, replace a lost actor with backoff, give up after repeated failed starts),
-feeding items to actors and waiting for their lines from trio (an ObjectRef's future wakes
-the trio task; no thread per item), closing every actor. The results file, resume, the
-summary and the progress display are the batch's own (``dsh_orchestra.batch``), written by
-this driver only.
+Holds only what is Ray: connecting to Ray (or starting a local instance), hosting the pools
+in actors (``_actor``/``_host``), placing attempts on the actor with the most free places,
+supervising the actors (one ``Supervisor`` per actor slot: start, replace a lost actor after
+a backoff, give up after repeated failed starts), and closing every actor. The results file,
+resume, retries, the summary and the progress display are the batch's own run loop
+(``dsh_orchestra.batch.run_batch``); an attempt whose actor was lost comes back as
+``Attempt(lost=True)`` and the run loop runs it again.
 
 Ray is imported lazily (``ray`` is an optional extra): importing this module does not.
 """
@@ -18,62 +19,41 @@ import os
 import tempfile
 import time
 import uuid
-from pathlib import Path
-from typing import Any, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Mapping
 
 import attrs
-import orjson
 import trio
 
-from ..batch import (
-    BatchItem,
-    BatchOptions,
-    BatchSummary,
-    BatchUsageError,
-    Counters,
-    Progress,
-    ResultsWriter,
-    Tally,
-    iter_dataset,
-    prepare_resume,
-)
+from ..batch import Attempt, BatchItem, BatchOptions, BatchSummary, BatchUsageError, run_batch
+from ..pool import Backoff, Ended, Supervisor, serving
 from ..protocol import OrchestraError
 from ..runtime import RuntimeSpec
-from ._dispatch import Ledger
 from ._host import HostConfig, HostInfo
 from ._local import LOCAL_OBJECT_STORE, LocalRay, LocalRayError, supported as supported_local
 from ._portable import RemoteError, split_spec
 
 log = logging.getLogger("dsh_orchestra.scale")
 
-RAY_MISSING = "--ray needs Ray: pip install 'dsh-orchestra[ray]' (or pip install 'ray>=2.9')"
+RAY_MISSING = "Ray is not installed: pip install 'dsh-orchestra[ray]' (or pip install 'ray>=2.9')"
 CONTROL_CALLS = 3
 """Threads of an actor kept free for start/pid/statistics/close next to its items."""
+CLOSE_WAIT = 30.0
+"""Seconds an actor gets to close its pool (its runtimes reaped) before it is killed."""
 
 
 class ScaleError(OrchestraError):
     """The Ray run cannot go on (every actor slot kept failing to start); results so far are kept."""
 
 
-@attrs.frozen(kw_only=True)
-class RayPlan:
-    """How a run spreads over Ray (see ``run_batch_ray``); derived, validated, logged."""
+def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be an integer >= 1, not {value!r}")
 
-    actors: int
-    runtimes_per_actor: int
-    per_actor: int  # items in flight per actor
-    num_cpus: float
-    start_timeout: float
-    max_start_failures: int
-    backoff: tuple[float, float]
 
-    def __attrs_post_init__(self) -> None:
-        for name in ("actors", "runtimes_per_actor", "per_actor", "max_start_failures"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
-        if not self.start_timeout > 0:
-            raise ValueError(f"start_timeout must be a positive number of seconds, not {self.start_timeout!r}")
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{attribute.name} must be a positive number, not {value!r}")
 
 
 def _import_ray() -> Any:
@@ -181,40 +161,92 @@ async def _wait_ref(ref: Any) -> Any:
 @attrs.define
 class _Slot:
     index: int
+    supervisor: Supervisor
+    actor: Any = None  # the started actor taking attempts, or None
+    name: str = ""
     generation: int = 0
-    failures: int = 0  # consecutive failed starts
-    started: int = 0
+    in_flight: int = 0
+    retire: trio.Event = attrs.field(factory=trio.Event)
     lost: str | None = None  # why the current actor is considered lost
     infos: list[HostInfo] = attrs.field(factory=list)
 
 
-class _Driver:
-    """The slots of one run and what they share."""
+class RayRunner:
+    """An open ``RayExecutor``: the actor slots of one run, and attempts placed on them."""
 
-    def __init__(self, ray: Any, ledger: Ledger, plan: RayPlan, configs: list[HostConfig], *,
-                 secrets_box: list[Any], actor_options: dict[str, Any], run_id: str) -> None:
+    def __init__(self, ray: Any, executor: RayExecutor, configs: list[HostConfig], per_actor: int, *,
+                 secrets_box: list[Any], actor_options: dict[str, Any]) -> None:
         from ._actor import HostActor
 
         self.ray = ray
-        self.ledger = ledger
-        self.plan = plan
+        self.executor = executor
         self.configs = configs
+        self.per_actor = per_actor
         self.secrets_box = secrets_box
         self.actor_options = actor_options
-        self.run_id = run_id
+        self.run_id = uuid.uuid4().hex[:8]
         self.remote_class = ray.remote(HostActor)
-        self.slots = [_Slot(i) for i in range(plan.actors)]
+        self.stop = trio.Event()
+        backoff = Backoff.of(executor.backoff, jitter=0.1)
+        self.slots = [_Slot(i, Supervisor(backoff, self.stop, max_failures=executor.max_start_failures,
+                                          on_change=self._notify)) for i in range(len(configs))]
         self.first_failures: list[BaseException] = []
-        self.fatal: BaseException | None = None
         self.replacements = 0
-        self.any_started = False
-        self.cancel_scope = trio.CancelScope()
         self.live: dict[str, Any] = {}  # actor name -> handle, until killed
+        self._changed = trio.Event()
 
-    # ---- errors ------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.per_actor * len(self.slots)
+
+    @property
+    def max_lost(self) -> int:
+        return self.executor.max_handouts
+
+    def pending_approvals(self) -> int:
+        return 0  # decided inside the actors; not polled over Ray
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # ---- attempts ----------------------------------------------------------------------
+
+    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
+        slot = await self._acquire()
+        actor = slot.actor
+        try:
+            return await _wait_ref(actor.process.remote(item, session_id))  # type: ignore[no-any-return]
+        except Exception as exc:
+            kind, cause = self._classify(exc)
+            if kind == "error":
+                raise cause if cause is not None else exc
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if slot.actor is actor:
+                slot.lost = slot.lost or reason
+                slot.retire.set()
+            return Attempt.failed(session_id, _Lost(reason), retryable=False, lost=True)
+        finally:
+            slot.in_flight -= 1
+            self._notify()
+
+    async def _acquire(self) -> _Slot:
+        """A place on the started actor with the most free places (wait for one)."""
+        while True:
+            if self.stop.is_set():
+                raise ScaleError("the Ray executor is closing")
+            best: _Slot | None = None
+            for slot in self.slots:
+                if slot.actor is not None and slot.lost is None and slot.in_flight < self.per_actor and (
+                        best is None or slot.in_flight < best.in_flight):
+                    best = slot
+            if best is not None:
+                best.in_flight += 1
+                return best
+            await self._changed.wait()
 
     def _classify(self, exc: BaseException) -> tuple[str, BaseException | None]:
-        """("lost", None): the actor is gone or its host failed (hand its items out again);
+        """("lost", None): the actor is gone or its host failed (run the item again);
         ("error", cause): something else went wrong inside it (stop the run)."""
         exceptions = self.ray.exceptions
         if isinstance(exc, exceptions.RayTaskError):
@@ -226,102 +258,106 @@ class _Driver:
             return "lost", None
         return "error", exc
 
-    # ---- one slot ------------------------------------------------------------------------
+    # ---- the actor slots -----------------------------------------------------------------
 
-    async def run_slot(self, slot: _Slot) -> None:
-        delay = self.plan.backoff[0]
-        while not self.ledger.finished.is_set():
-            slot.generation += 1
-            name = f"dsh-orchestra-{self.run_id}-{slot.index}.{slot.generation}"
-            actor = self.remote_class.options(
-                name=name, max_concurrency=self.plan.per_actor + CONTROL_CALLS, max_restarts=0,
-                **self.actor_options,
-            ).remote(self.configs[slot.index])
-            self.live[name] = actor
-            info: HostInfo | None = None
-            failure: BaseException | None = None
-            began = time.monotonic()
-            with trio.move_on_after(self.plan.start_timeout) as timer:
-                async with trio.open_nursery() as race:  # stop waiting for a start once all is written
-                    race.start_soon(_cancel_when_set, self.ledger.finished, race.cancel_scope)
-                    try:
-                        info = await _wait_ref(actor.start.remote(self.secrets_box))
-                    except Exception as exc:
-                        failure = exc
-                    race.cancel_scope.cancel()
-            if timer.cancelled_caught:
-                failure = ScaleError(
-                    f"actor {name} did not start within {self.plan.start_timeout:g} s (not enough resources in "
-                    f"the cluster for {self.plan.num_cpus:g} CPU per actor, or a slow runtime_env?)"
-                )
-            if info is None:
-                self._kill(name)
-                if failure is None:  # everything was written while it started
-                    return
-                kind, cause = self._classify(failure)
-                reason = cause if cause is not None else failure
-                slot.failures += 1
-                log.warning("actor %s failed to start (%d in a row): %s", name, slot.failures, reason)
-                if slot.started == 0 and slot.failures == 1:
-                    self.first_failures.append(reason)
-                    if not self.any_started and len(self.first_failures) == len(self.slots):
-                        first = self.first_failures[0]  # nothing ever started: the first error, bare
-                        self.fatal = first if isinstance(first, OrchestraError) else ScaleError(
-                            f"no Ray actor could start: {type(first).__name__}: {first}")
-                        self.cancel_scope.cancel(reason="no Ray actor could start")
-                        return
-                if slot.failures >= self.plan.max_start_failures:
-                    log.error("actor slot %d gave up after %d failed starts", slot.index, slot.failures)
-                    self._maybe_all_gave_up(reason)
-                    return
-                with trio.move_on_after(delay):
-                    await self.ledger.finished.wait()
-                delay = min(delay * 2, self.plan.backoff[1])
-                continue
-            slot.failures = 0
-            slot.started += 1
-            slot.infos.append(info)
-            self.any_started = True
-            delay = self.plan.backoff[0]
-            log.info("actor %s started on %s (node %s, pid %d) in %.2f s (runtimes %.2f s)", name, info.hostname,
-                     info.node_id[:12], info.pid, time.monotonic() - began, info.startup_s)
-            slot.lost = None
-            async with trio.open_nursery() as feeders:
-                for _ in range(self.plan.per_actor):
-                    feeders.start_soon(self._feed, slot, actor, feeders.cancel_scope)
-            if slot.lost is None:
-                await self._close(name)
-                return
-            log.warning("actor %s lost (%s); starting a replacement", name, slot.lost)
-            self.replacements += 1
+    async def run(self, *, task_status: trio.TaskStatus[RayRunner] = trio.TASK_STATUS_IGNORED) -> None:
+        """Supervise every slot until ``stop``; started() once one actor is ready.
+
+        Raises:
+            OrchestraError: no actor could start (the first start error, bare, e.g.
+                RuntimeStartError); or later every slot gave up (ScaleError).
+        """
+        started = False
+        failure: OrchestraError | None = None
+
+        async def supervise(slot: _Slot) -> None:
+            if await slot.supervisor.run(lambda: self._run_slot(slot)) is Ended.FAILED:
+                log.error("actor slot %d gave up after %d failed starts", slot.index, slot.supervisor.failures)
+
+        async with trio.open_nursery() as nursery:
+            for slot in self.slots:
+                nursery.start_soon(supervise, slot)
+            while not self.stop.is_set():
+                if not started and any(s.actor is not None for s in self.slots):
+                    started = True
+                    task_status.started(self)
+                if not started and len(self.first_failures) == len(self.slots):
+                    first = self.first_failures[0]  # nothing ever started: the first error, bare
+                    failure = first if isinstance(first, OrchestraError) else ScaleError(
+                        f"no Ray actor could start: {type(first).__name__}: {first}")
+                elif all(s.supervisor.gave_up for s in self.slots):
+                    failure = ScaleError(f"every Ray actor slot failed {self.executor.max_start_failures} starts "
+                                         "in a row; results written so far are kept: run again with --resume")
+                if failure is not None:
+                    self.close()
+                    nursery.cancel_scope.cancel(reason=str(failure))
+                    break
+                await self._changed.wait()
+        if failure is not None:
+            raise failure
+
+    async def _run_slot(self, slot: _Slot) -> Ended:
+        """Start the slot's actor and serve until it is lost or the run ends."""
+        plan = self.executor
+        slot.generation += 1
+        slot.retire = trio.Event()
+        slot.lost = None
+        name = f"dsh-orchestra-{self.run_id}-{slot.index}.{slot.generation}"
+        actor = self.remote_class.options(
+            name=name, max_concurrency=self.per_actor + CONTROL_CALLS, max_restarts=0, **self.actor_options,
+        ).remote(self.configs[slot.index])
+        self.live[name] = actor
+        began = time.monotonic()
+        failure: BaseException | None = None
+        info: HostInfo | None = None
+        with trio.move_on_after(plan.start_timeout) as timer:
+            async with trio.open_nursery() as race:  # stop waiting for a start once the run is over
+                race.start_soon(_cancel_when_set, self.stop, race.cancel_scope)
+                try:
+                    info = await _wait_ref(actor.start.remote(self.secrets_box))
+                except Exception as exc:
+                    failure = exc
+                race.cancel_scope.cancel()
+        if timer.cancelled_caught:
+            failure = ScaleError(
+                f"actor {name} did not start within {plan.start_timeout:g} s (not enough resources in "
+                f"the cluster for {plan.num_cpus:g} CPU per actor, or a slow runtime_env?)"
+            )
+        if info is None:
             self._kill(name)
+            if failure is None or self.stop.is_set():
+                return Ended.DONE
+            kind, cause = self._classify(failure)
+            reason = cause if cause is not None else failure
+            log.warning("actor %s failed to start (%d in a row): %s", name, slot.supervisor.failures + 1, reason)
+            if not slot.supervisor.ready_once and slot.supervisor.failures == 0:
+                self.first_failures.append(reason)
+            return Ended.FAILED
+        slot.supervisor.ready()
+        slot.infos.append(info)
+        log.info("actor %s started on %s (node %s, pid %d) in %.2f s (runtimes %.2f s)", name, info.hostname,
+                 info.node_id[:12], info.pid, time.monotonic() - began, info.startup_s)
+        slot.actor, slot.name = actor, name
+        self._notify()
+        try:
+            await slot.retire.wait()
+        finally:
+            slot.actor = None
+            self._notify()
+        if slot.lost is None:  # the run is over: close the pool (its runtimes reaped), then end the actor
+            await self._close(name)
+            return Ended.DONE
+        log.warning("actor %s lost (%s); starting a replacement", name, slot.lost)
+        self.replacements += 1
+        self._kill(name)
+        return Ended.CRASHED
 
-    def _maybe_all_gave_up(self, reason: BaseException) -> None:
-        if all(s.failures >= self.plan.max_start_failures for s in self.slots) and not self.ledger.finished.is_set():
-            self.fatal = ScaleError(f"every Ray actor slot failed {self.plan.max_start_failures} starts in a row "
-                                    f"(last: {reason}); results written so far are kept: run again with --resume")
-            self.cancel_scope.cancel(reason="every actor slot gave up")
-
-    async def _feed(self, slot: _Slot, actor: Any, scope: trio.CancelScope) -> None:
-        while True:
-            item = await self.ledger.next_item()
-            if item is None:
-                return
-            line: dict[str, Any] | None = None
-            try:
-                line, _ = await _wait_ref(actor.process.remote(item))
-            except Exception as exc:
-                kind, cause = self._classify(exc)
-                if kind == "error":
-                    raise cause if cause is not None else exc
-                slot.lost = slot.lost or f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                scope.cancel(reason="the actor was lost")
-            finally:
-                if line is None:  # lost with its actor, or cancelled because its actor was lost
-                    self.ledger.take_back(item, slot.lost or "the run was cancelled")
-            if line is None:
-                return
-            self.ledger.finish(item, line)
+    def close(self) -> None:
+        """Stop taking attempts; every slot closes its actor."""
+        self.stop.set()
+        for slot in self.slots:
+            slot.retire.set()
+        self._notify()
 
     def _kill(self, name: str) -> None:
         actor = self.live.pop(name, None)
@@ -338,11 +374,10 @@ class _Driver:
             self._kill(name)
 
     async def _close(self, name: str) -> None:
-        """Close the actor's pool (its runtimes are reaped), then end the actor."""
         actor = self.live.get(name)
         if actor is None:
             return
-        with trio.move_on_after(30):
+        with trio.move_on_after(CLOSE_WAIT):
             try:
                 await _wait_ref(actor.close.remote())
             except Exception as exc:
@@ -355,36 +390,104 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-def _plan(options: BatchOptions, actors: int, runtimes_per_actor: int | None, num_cpus: float,
-          start_timeout: float, max_start_failures: int, backoff: tuple[float, float]) -> RayPlan:
-    runtimes = options.runtimes if runtimes_per_actor is None else runtimes_per_actor
-    if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
-        raise ValueError(f"actors must be an integer >= 1, not {actors!r}")
-    if isinstance(runtimes, bool) or not isinstance(runtimes, int) or runtimes < 1:
-        raise ValueError(f"runtimes_per_actor must be an integer >= 1, not {runtimes!r}")
-    total = options.concurrency or actors * runtimes * 4
-    return RayPlan(actors=actors, runtimes_per_actor=runtimes, per_actor=max(1, math.ceil(total / actors)),
-                   num_cpus=num_cpus, start_timeout=start_timeout, max_start_failures=max_start_failures,
-                   backoff=backoff)
+class _Lost(OrchestraError):
+    """The actor running an attempt went away (its ``error.type`` in a result line: ActorLostError)."""
 
 
 def _check_portable(ray: Any, options: BatchOptions) -> None:
     """Policies and answerers travel to the actors pickled (cloudpickle): refuse those that cannot."""
-    for name, value in (("--policy", options.policy), ("--answerer", options.answerer)):
+    for name, value in (("policy", options.policy), ("answerer", options.answerer)):
         if value is None:
             continue
         try:
             ray.cloudpickle.dumps(value)
         except Exception as exc:
             raise BatchUsageError(
-                f"{name} {getattr(value, 'source', '') or value!r} cannot be sent to Ray actors ({type(exc).__name__}: "
+                f"{name}= {getattr(value, 'source', '') or value!r} cannot be sent to Ray actors ({type(exc).__name__}: "
                 f"{exc}); use a TOML file or a module:attr that the actors can import"
             ) from exc
 
 
+@attrs.frozen(kw_only=True)
+class RayExecutor:
+    """Run a batch's attempts on ``actors`` Ray actors, each hosting a runtime pool of
+    ``runtimes_per_actor`` runtimes (default ``options.runtimes``) on a trio thread of its own.
+
+    ``options.concurrency`` is the number of items in flight in total (default 4 per runtime),
+    split evenly over the actors. ``address``: None or ``""`` starts a local Ray instance for
+    the run (and stops it after); ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` connects
+    to a cluster; a process that already called ``ray.init`` keeps its connection.
+    ``temp_home``: each actor uses a private temporary DSH_HOME (default: only when the spec
+    is None); otherwise ``spec.dsh_home``, with ``{actor}`` replaced by the actor's slot.
+    ``runtime_env`` is merged into each actor's (``pip``, ``working_dir``, ``env_vars``...);
+    ``num_cpus`` and ``actor_options`` (``resources``, ``scheduling_strategy``, ...; default
+    strategy ``"SPREAD"``) place the actors. A lost actor is replaced after ``backoff``; its
+    items run again, at most ``max_handouts`` times each. The audit log and transcripts are
+    written by the actors, on their nodes.
+    """
+
+    address: str | None = None
+    actors: int = attrs.field(default=2, validator=_at_least_one)
+    runtimes_per_actor: int | None = attrs.field(default=None, validator=attrs.validators.optional(_at_least_one))
+    temp_home: bool | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    num_cpus: float = attrs.field(default=1.0, validator=_positive)
+    actor_options: Mapping[str, Any] | None = None
+    start_timeout: float = attrs.field(default=600.0, validator=_positive)
+    max_start_failures: int = attrs.field(default=5, validator=_at_least_one)
+    max_handouts: int = attrs.field(default=3, validator=_at_least_one)
+    backoff: Backoff | tuple[float, float] = (0.5, 15.0)
+    init_options: Mapping[str, Any] | None = None
+
+    @asynccontextmanager
+    async def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AsyncIterator[RayRunner]:
+        """Connect to Ray, start the actors; yield once one actor is ready; close every actor.
+
+        Raises:
+            BatchUsageError: Ray is not installed or cannot connect, a policy cannot be
+                pickled, or the spec cannot run in another process.
+            RuntimeStartError: no actor could start its runtimes (raised bare).
+        """
+        runtimes = options.runtimes if self.runtimes_per_actor is None else self.runtimes_per_actor
+        per_actor = max(1, math.ceil((options.concurrency or self.actors * runtimes * 4) / self.actors))
+        temp_home = self.temp_home
+        if spec is None:
+            spec = RuntimeSpec.simulator(dsh_home=tempfile.gettempdir(), cwd=os.getcwd())  # the home is per actor
+            temp_home = True if temp_home is None else temp_home
+        try:
+            actor_spec, settings, secrets = split_spec(spec, temp_home=bool(temp_home))
+        except ValueError as exc:
+            raise BatchUsageError(str(exc)) from exc
+        ray = _import_ray()
+        _check_portable(ray, options)
+        connection = connect(self.address, num_cpus=max(os.cpu_count() or 1, math.ceil(self.actors * self.num_cpus)),
+                             **dict(self.init_options or {}))
+        try:
+            env = dict(self.runtime_env or {})
+            env["env_vars"] = {**settings, **dict(env.get("env_vars") or {})}
+            chosen: dict[str, Any] = {"num_cpus": self.num_cpus, "scheduling_strategy": "SPREAD", "runtime_env": env}
+            chosen.update(self.actor_options or {})
+            configs = [HostConfig.for_items(actor_spec, options, slot=i, runtimes=runtimes, in_flight=per_actor)
+                       for i in range(self.actors)]
+            runner = RayRunner(ray, self, configs, per_actor, secrets_box=[ray.put(secrets)], actor_options=chosen)
+            log.info("ray run %s: %d actor(s) x %d runtime(s), %d item(s) in flight per actor", runner.run_id,
+                     self.actors, runtimes, per_actor)
+
+            async def close() -> None:
+                runner.close()
+
+            try:
+                async with serving(runner.run, close):
+                    yield runner
+            finally:
+                runner.kill_all()
+        finally:
+            connection.close()
+
+
 async def run_batch_ray(
-    dataset: str | os.PathLike[str],
-    out: str | os.PathLike[str],
+    dataset: Any,
+    out: Any,
     spec: RuntimeSpec | None = None,
     options: BatchOptions | None = None,
     *,
@@ -402,95 +505,11 @@ async def run_batch_ray(
     init_options: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> BatchSummary:
-    """``run_batch`` over Ray actors: the same results file, resume, shards and summary.
-
-    Each of ``actors`` Ray actors hosts a runtime pool of ``runtimes_per_actor`` runtimes
-    (default ``options.runtimes``) on a trio thread of its own and runs the items this driver
-    hands it; only this driver writes the results. ``options.concurrency`` is the number of
-    items in flight in total (default 4 per runtime), split evenly over the actors.
-
-    ``address``: None or ``""`` starts a local Ray instance for the run (and stops it after);
-    ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` connects to a cluster. A process that
-    already called ``ray.init`` keeps its connection (``address`` is ignored).
-    ``temp_home``: each actor uses a private temporary DSH_HOME (default: only when ``spec``
-    is None); otherwise ``spec.dsh_home``, with ``{actor}`` replaced by the actor's slot.
-    ``runtime_env`` is merged into each actor's (``pip``, ``working_dir``, ``env_vars``...);
-    ``num_cpus`` and ``actor_options`` (``resources``, ``scheduling_strategy``, ...; default
-    strategy ``"SPREAD"``) place the actors. An actor that is lost is replaced (backoff
-    ``backoff``); its items go out again, at most ``max_handouts`` times each.
-
-    Raises:
-        DatasetError, BatchUsageError: as ``run_batch`` (nothing ran); BatchUsageError also
-            when Ray is not installed or a policy cannot be pickled.
-        RuntimeStartError: no actor could start its runtimes (raised bare; nothing ran).
-        ScaleError: every actor slot kept failing to start; the results so far are kept.
-    """
-    options = options or BatchOptions(**kwargs)
-    plan = _plan(options, actors, runtimes_per_actor, num_cpus, start_timeout, max_start_failures, backoff)
-    out = Path(out)
-    check, tally, done = prepare_resume(dataset, out, options)
-    total = len(check.ids)
-    resumed = len(done)
-    todo = total - resumed
-    if spec is None:
-        spec = RuntimeSpec.simulator(dsh_home=tempfile.gettempdir(), cwd=os.getcwd())  # the home is per actor
-        temp_home = True if temp_home is None else temp_home
-    try:
-        actor_spec, settings, secrets = split_spec(spec, temp_home=bool(temp_home))
-    except ValueError as exc:
-        raise BatchUsageError(str(exc)) from exc
-    counters = Counters(total=total, done=resumed, resumed=resumed)
-    progress = Progress(counters, mode=options.progress, clock=trio.current_time)
-    started = trio.current_time()
-    ray = _import_ray() if todo else None
-    connection = RayConnection()
-    try:
-        with ResultsWriter(out) as writer:
-            if todo:
-                _check_portable(ray, options)
-                connection = connect(address, num_cpus=max(os.cpu_count() or 1, math.ceil(plan.actors * plan.num_cpus)),
-                                     **dict(init_options or {}))
-                await _drive(ray, check, done, writer, tally, counters, progress, options, plan, actor_spec,
-                             settings, secrets, runtime_env, actor_options, todo, max_handouts)
-    finally:
-        progress.close()
-        connection.close()
-    duration = trio.current_time() - started
-    summary = tally.summary(total=total, resumed=resumed, processed=todo, duration_s=duration, retries=counters.retries)
-    if options.summary is not None:
-        Path(options.summary).write_bytes(orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
-    return summary
-
-
-async def _drive(ray: Any, check: Any, done: set[str], writer: ResultsWriter, tally: Tally, counters: Counters,
-                 progress: Progress, options: BatchOptions, plan: RayPlan, actor_spec: Any, settings: dict[str, str],
-                 secrets: dict[str, str], runtime_env: Mapping[str, Any] | None,
-                 actor_options: Mapping[str, Any] | None, todo: int, max_handouts: int) -> None:
-    env = dict(runtime_env or {})
-    env["env_vars"] = {**settings, **dict(env.get("env_vars") or {})}
-    chosen: dict[str, Any] = {"num_cpus": plan.num_cpus, "scheduling_strategy": "SPREAD", "runtime_env": env}
-    chosen.update(actor_options or {})
-    configs = [HostConfig.for_items(actor_spec, options, slot=i, runtimes=plan.runtimes_per_actor, in_flight=plan.per_actor)
-               for i in range(plan.actors)]
-    secrets_box = [ray.put(secrets)]  # in the object store; actors fetch it (never inlined in arguments)
-    ledger = Ledger(iter_dataset(check, skip=done), writer, tally, counters, progress, todo=todo,
-                    max_handouts=max_handouts)
-    driver = _Driver(ray, ledger, plan, configs, secrets_box=secrets_box, actor_options=chosen,
-                     run_id=uuid.uuid4().hex[:8])
-    log.info("ray run %s: %d actor(s) x %d runtime(s), %d item(s) in flight per actor, %d item(s) to run",
-             driver.run_id, plan.actors, plan.runtimes_per_actor, plan.per_actor, todo)
-    try:
-        with driver.cancel_scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(progress.run)
-                async with trio.open_nursery() as slots:
-                    for slot in driver.slots:
-                        slots.start_soon(driver.run_slot, slot)
-                nursery.cancel_scope.cancel(reason="every actor slot finished")
-    finally:
-        driver.kill_all()
-    if driver.fatal is not None:
-        raise driver.fatal
-    if ledger.written < todo:
-        raise ScaleError(f"{todo - ledger.written} item(s) were not run; results written so far are kept: "
-                         "run again with --resume")
+    """``run_batch(dataset, out, spec, options, executor=RayExecutor(...))``: kept for callers
+    of earlier releases; the keyword arguments are ``RayExecutor``'s."""
+    executor = RayExecutor(
+        address=address, actors=actors, runtimes_per_actor=runtimes_per_actor, temp_home=temp_home,
+        runtime_env=runtime_env, num_cpus=num_cpus, actor_options=actor_options, start_timeout=start_timeout,
+        max_start_failures=max_start_failures, max_handouts=max_handouts, backoff=backoff, init_options=init_options,
+    )
+    return await run_batch(dataset, out, spec, options, executor=executor, **kwargs)

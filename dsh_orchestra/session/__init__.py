@@ -12,6 +12,7 @@ from ._session import (
     content_blocks as content_blocks,
 )
 from ._turn import (
+    OK_FINISH_REASONS as OK_FINISH_REASONS,
     EventLog as EventLog,
     SubagentResult as SubagentResult,
     TurnCollector as TurnCollector,
@@ -19,6 +20,7 @@ from ._turn import (
 )
 
 __all__ = [
+    "OK_FINISH_REASONS",
     "CommandResult",
     "EventLog",
     "PromptInput",

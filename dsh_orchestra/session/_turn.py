@@ -104,6 +104,10 @@ class EventLog(Sequence[JsonObject]):
         return f"EventLog({list(self)!r})"
 
 
+OK_FINISH_REASONS = frozenset({"completed", "max-tokens"})
+"""Finish reasons of a turn that produced its answer (a ``max-tokens`` answer is cut, not failed)."""
+
+
 def _event_log(value: Iterable[JsonObject]) -> EventLog:
     return value if isinstance(value, EventLog) else EventLog(value)
 

@@ -18,10 +18,10 @@ import attrs
 import trio
 
 from .._tracing import STEP_SPAN, observed
-from ..pool import PoolClosedError, RuntimePool
 from ..approvals import ApprovalRequest, Decision, reject
-from ..protocol import JsonRpcResponseError, OrchestraError, SdkProtocolError, SessionNotFoundError, TransportClosedError
-from ..session import Runtime, Session, TurnResult
+from ..pool import Backoff, RuntimePool, retryable as retryable
+from ..protocol import OrchestraError, SessionNotFoundError
+from ..session import OK_FINISH_REASONS, Runtime, Session, TurnResult
 from ._events import EventHub
 from ._fingerprint import declared_output, fingerprint
 from ._graph import Step, Workflow
@@ -33,7 +33,6 @@ from ._result import RESULT_CONVERTER, ApprovalNote, Interrupt, ItemResult, Step
 log = logging.getLogger("dsh_orchestra.workflow")
 
 FailurePolicy = Literal["fail-fast", "collect"]
-OK_FINISH = frozenset({"completed", "max-tokens"})
 MAX_BACKOFF = 30.0
 """Seconds: the longest pause between two attempts, however many retries a step allows."""
 
@@ -44,18 +43,6 @@ class TurnFailedError(OrchestraError):
 
 class SessionLostError(OrchestraError):
     """A named session cannot be used again: its runtime went away or a cancelled run abandoned it."""
-
-
-def retryable(exc: BaseException) -> bool:
-    """Runtime lost or timed out: retry; protocol rejections, model errors, the user's errors: do not.
-
-    A group is retryable when every error in it is.
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        return all(retryable(e) for e in exc.exceptions)
-    if isinstance(exc, (JsonRpcResponseError, SdkProtocolError, PoolClosedError)):
-        return False
-    return isinstance(exc, (TransportClosedError, trio.TooSlowError))
 
 
 @attrs.define
@@ -446,7 +433,7 @@ class _Engine:
                 if ctx.paused or _pending(exc):
                     return self._item(step, "interrupted", index, ctx, attempts, started)
                 if retryable(exc) and attempts <= step.retries:
-                    delay = min(step.backoff * 2 ** (attempts - 1), MAX_BACKOFF)
+                    delay = Backoff(min(step.backoff, MAX_BACKOFF), MAX_BACKOFF, jitter=0.0).delay(attempts - 1)
                     log.info("step %r item %s: attempt %d failed (%r); retrying in %g s", step.name, index, attempts, exc, delay)
                     self.stats.retries += 1
                     await trio.sleep(delay)
@@ -780,6 +767,6 @@ def orjson_safe(value: Any) -> Any:
 
 
 def _check_turn(turn: TurnResult) -> None:
-    if turn.finish_reason not in OK_FINISH:
+    if turn.finish_reason not in OK_FINISH_REASONS:
         detail = f"{turn.error.code}: {turn.error.message}" if turn.error is not None else f"finish reason {turn.finish_reason!r}"
         raise TurnFailedError(f"the turn in session {turn.session_id!r} ended in error ({detail})")

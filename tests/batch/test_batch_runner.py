@@ -19,8 +19,7 @@ import trio
 from trio.testing import MockClock
 
 from dsh_orchestra.approvals import load_policy, parse_rules
-from dsh_orchestra.batch import BatchOptions, BatchUsageError, DatasetError, run_batch
-from dsh_orchestra.batch import _runner
+from dsh_orchestra.batch import BatchOptions, BatchUsageError, DatasetError, PoolExecutor, run_batch
 
 from batch_support import (
     ALLOW_BASH, BATCH_SCRIPT, RESULT_KEYS, SUMMARY_KEYS, by_id, in_process, in_process_store, items, lines_of,
@@ -211,19 +210,21 @@ async def test_nothing_per_item_is_kept(autojump_clock: MockClock, tmp_path: Pat
     """After every line is written, the runtimes hold no per-item state: no router edges, no
     subscriptions, no approval records, no pending requests."""
     seen: list[Any] = []
-    real_open_pool = _runner.open_pool
 
-    @asynccontextmanager
-    async def spying_open_pool(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        async with real_open_pool(*args, **kwargs) as pool:
-            yield pool
-            seen.extend(pool.runtimes)
+    class Spying:
+        """The default executor, keeping the runtimes it ran on (an executor of our own)."""
 
-    monkeypatch.setattr(_runner, "open_pool", spying_open_pool)
+        @asynccontextmanager
+        async def open(self, spec: Any, options: BatchOptions) -> AsyncIterator[Any]:
+            async with PoolExecutor().open(spec, options) as runner:
+                yield runner
+                seen.extend(runner.pool.runtimes)
+
     policy = parse_rules(__import__("tomllib").loads(ALLOW_BASH))
     dataset = write_dataset(tmp_path / "ds.jsonl", [
         {"id": f"i{i}", "prompt": ("SPAWN", "DEPLOY", "hello")[i % 3]} for i in range(60)])
-    summary = await run_batch(dataset, tmp_path / "r.jsonl", in_process(), runtimes=2, policy=policy, **QUIET)
+    summary = await run_batch(dataset, tmp_path / "r.jsonl", in_process(), runtimes=2, policy=policy,
+                              executor=Spying(), **QUIET)
     assert summary.ok == 60
     assert len(seen) == 2
     for runtime in seen:

@@ -1,5 +1,6 @@
 """The scale-out parts that need no Ray: the import boundary, the CLI options, portable specs
-and errors, the driver's ledger, and the threaded pool host (with simulator processes)."""
+and errors, and the threaded pool host (with simulator processes). What happens to an item
+whose actor is lost is the batch run loop's (tests/batch/test_batch_executor.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import trio
 
-from dsh_orchestra.batch import BatchItem, BatchOptions, Counters, Progress, ResultsWriter, Tally
+from dsh_orchestra.batch import Attempt, BatchItem, BatchOptions
 from dsh_orchestra.cli._main import build_parser
 from dsh_orchestra.protocol import RuntimeStartError
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.scale import ACTOR_LOST, HostConfig, Ledger, PoolHost, RemoteError, split_spec
+from dsh_orchestra.scale import HostConfig, PoolHost, RemoteError, split_spec
 from dsh_orchestra.scale._portable import API_KEY
 
-from scale_support import by_id, our_runtimes, sim_spec
+from scale_support import our_runtimes, sim_spec
 
 SECRET_KEY = "sk-test-secret-key-0123456789"
 SECRET_TOKEN = "tok-secret-value-9876543210"
@@ -147,82 +147,6 @@ def test_remote_errors_survive_pickling_and_rebuild_runtime_start_errors() -> No
     assert group.local() is group
 
 
-# ---- the ledger -----------------------------------------------------------------------------
-
-
-def _ledger(tmp_path: Path, count: int, max_handouts: int = 3) -> tuple[Ledger, ResultsWriter, Counters]:
-    items = [BatchItem(id=f"i{n}", prompt=f"p{n}") for n in range(count)]
-    writer = ResultsWriter(tmp_path / "results.jsonl")
-    counters = Counters(total=count)
-    ledger = Ledger(iter(items), writer, Tally(), counters, Progress(counters, mode="none"), todo=count,
-                    max_handouts=max_handouts)
-    return ledger, writer, counters
-
-
-def _line(item: BatchItem, attempts: int = 1, status: str = "ok") -> dict[str, object]:
-    return {"id": item.id, "status": status, "session_id": "s", "final_response": "r", "finish_reason": "completed",
-            "subagents": [], "approvals": [], "attempts": attempts, "duration_s": 0.01, "error": None, "metadata": {}}
-
-
-async def test_ledger_hands_a_lost_item_out_again_and_writes_it_once(tmp_path: Path) -> None:
-    ledger, writer, counters = _ledger(tmp_path, 3)
-    first = await ledger.next_item()
-    second = await ledger.next_item()
-    assert first is not None and second is not None and (first.id, second.id) == ("i0", "i1")
-    ledger.take_back(first, "ActorDiedError: killed")
-    again = await ledger.next_item()
-    assert again == first  # items that came back go out before new ones
-    ledger.finish(again, _line(again, attempts=2))  # one retry inside the actor as well
-    ledger.finish(second, _line(second))
-    third = await ledger.next_item()
-    assert third is not None
-    ledger.finish(third, _line(third))
-    assert await ledger.next_item() is None
-    writer.close()
-    results = by_id(tmp_path / "results.jsonl")
-    assert set(results) == {"i0", "i1", "i2"}
-    assert results["i0"]["attempts"] == 3  # 1 lost hand-out + 2 attempts on the actor that finished it
-    assert counters.retries == 2 and counters.done == 3
-
-
-async def test_ledger_gives_up_on_an_item_that_keeps_losing_its_actor(tmp_path: Path) -> None:
-    ledger, writer, counters = _ledger(tmp_path, 2, max_handouts=2)
-    for _ in range(2):
-        item = await ledger.next_item()
-        assert item is not None and item.id == "i0"
-        ledger.take_back(item, "ActorDiedError: poison")
-    other = await ledger.next_item()  # i0 is written as lost, and i1 comes out
-    assert other is not None and other.id == "i1"
-    ledger.finish(other, _line(other))
-    assert await ledger.next_item() is None
-    writer.close()
-    results = by_id(tmp_path / "results.jsonl")
-    assert results["i0"]["status"] == "error" and results["i0"]["error"]["type"] == ACTOR_LOST
-    assert results["i0"]["attempts"] == 2 and "poison" in results["i0"]["error"]["message"]
-    assert counters.retries == 1 and counters.failed == 1
-
-
-async def test_ledger_waits_while_items_are_out(tmp_path: Path) -> None:
-    """A feeder with nothing to take waits: an item that is out may come back."""
-    ledger, writer, _ = _ledger(tmp_path, 1)
-    item = await ledger.next_item()
-    assert item is not None
-    got: list[BatchItem | None] = []
-
-    async def waiter() -> None:
-        got.append(await ledger.next_item())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(waiter)
-        await trio.testing.wait_all_tasks_blocked()
-        assert got == []
-        ledger.take_back(item, "lost")
-    assert got == [item]
-    ledger.finish(item, _line(item))
-    assert await ledger.next_item() is None
-    writer.close()
-
-
 # ---- the pool host, without Ray ---------------------------------------------------------------
 
 
@@ -236,24 +160,27 @@ def test_pool_host_runs_items_from_many_threads_on_one_trio_thread(tmp_path: Pat
     items = [BatchItem(id=f"h{n}", prompt=("E400 " if n == 4 else "TICK ") + str(n)) for n in range(12)]
     threads: set[str] = set()
 
-    def run(item: BatchItem) -> dict[str, object]:
+    def run(item: BatchItem) -> Attempt:
         threads.add(threading.current_thread().name)
-        line, retries = host.process(item)
-        assert retries == 0
-        return line
+        return host.process(item, f"session-{item.id}")
 
     try:
         with ThreadPoolExecutor(6) as executor:
-            lines = list(executor.map(run, items))
+            attempts = list(executor.map(run, items))
         assert host.statistics()["live"] == 2
     finally:
         host.close()
-    assert [line["id"] for line in lines] == [item.id for item in items]
-    assert [line["status"] for line in lines] == ["ok"] * 4 + ["error"] + ["ok"] * 7
-    assert lines[0]["final_response"] == "tock" and len(threads) > 1
+    assert [a.session_id for a in attempts] == [f"session-{item.id}" for item in items]
+    assert all(a.error is None and not a.lost and a.turn is not None for a in attempts)
+    assert [a.turn.finish_reason for a in attempts if a.turn] == ["completed"] * 4 + ["error"] + ["completed"] * 7
+    assert attempts[0].turn is not None and attempts[0].turn.final_response == "tock" and len(threads) > 1
+    sent = pickle.loads(pickle.dumps(attempts[0]))  # what Ray sends back to the driver: the whole turn
+    assert sent.turn is not None and attempts[0].turn is not None
+    assert list(sent.turn.events) == list(attempts[0].turn.events) and sent.turn.events
+    assert (sent.turn.final_response, sent.session_id) == (attempts[0].turn.final_response, attempts[0].session_id)
     assert our_runtimes(tmp_path) == []  # close() reaped every runtime
     with pytest.raises(Exception, match="not running"):
-        host.process(items[0])
+        host.process(items[0], "again")
 
 
 def test_pool_host_start_reports_the_runtime_start_error(tmp_path: Path) -> None:

@@ -1,7 +1,5 @@
-"""The ``--ray`` options of ``dsh-orchestra batch`` and their translation to ``run_batch_ray``.
-
-Kept here, next to what they configure, so the CLI module only adds them and calls through
-(the CLI holds no logic a Python user could not call). Imports no Ray.
+"""The ``--ray`` options of ``dsh-orchestra batch`` and their translation to ``RayExecutor``
+arguments. Imports no Ray (nor ``dsh_orchestra.scale``: parsing must work without the extra).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
 
 
 def ray_options(args: argparse.Namespace, spec: RuntimeSpec, temp_home: str | None) -> dict[str, Any]:
-    """Keyword arguments of ``run_batch_ray`` from the parsed options.
+    """Keyword arguments of ``dsh_orchestra.scale.RayExecutor`` from the parsed options.
 
     Raises:
         ValueError: a bad value (the message names the option).

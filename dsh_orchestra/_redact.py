@@ -1,0 +1,78 @@
+"""One redactor for every writer: known secret values, and optionally secret-looking tokens.
+
+Pure string logic (no I/O, no imports from the package), so every layer can use it: the
+runtime spec's repr and command line, the runtime's stderr tail, the audit log, log records
+and transcripts all redact through ``Redactor``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+REDACTED = "***"
+SECRET_LOOKING = re.compile(
+    r"(?i)(sk-[A-Za-z0-9_\-]{8,}|(?:api[_-]?key|token|secret|password)\s*[=:]\s*\S+|bearer\s+\S+)"
+)
+"""Tokens that look like secrets whatever their value: ``sk-...``, ``token=...``, ``Bearer ...``."""
+
+
+class Redactor:
+    """Replaces known secret values (longest first) with ``***``; with ``patterns``, also
+    every secret-looking token (``SECRET_LOOKING``).
+
+    Values shorter than ``min_length`` are not registered (a short value would redact
+    ordinary words). ``add`` registers more values later.
+    """
+
+    __slots__ = ("_secrets", "min_length", "patterns")
+
+    def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = False, min_length: int = 1) -> None:
+        self._secrets: list[str] = []
+        self.min_length = min_length
+        self.patterns = patterns
+        self.add(secrets)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The registered values, longest first."""
+        return self._secrets
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Also redact these values."""
+        added = False
+        for value in secrets:
+            if isinstance(value, str) and len(value) >= max(1, self.min_length) and value not in self._secrets:
+                self._secrets.append(value)
+                added = True
+        if added:
+            self._secrets.sort(key=len, reverse=True)  # longest first: no partial leftovers
+
+    def clear(self) -> None:
+        """Forget every registered value."""
+        self._secrets.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets) or self.patterns
+
+    def text(self, text: str, *, patterns: bool | None = None) -> str:
+        """``text`` with every secret replaced (``patterns``: this once, instead of ``self.patterns``)."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return SECRET_LOOKING.sub(REDACTED, text) if (self.patterns if patterns is None else patterns) else text
+
+    def optional(self, text: str | None, *, patterns: bool | None = None) -> str | None:
+        """As ``text``; None stays None."""
+        return None if text is None else self.text(text, patterns=patterns)
+
+    def bytes(self, data: bytes) -> bytes:
+        """UTF-8 ``data`` redacted (returned as is when there is nothing to redact)."""
+        if not self:
+            return data
+        return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+def redact(text: str, secrets: Iterable[str], *, patterns: bool = False) -> str:
+    """``text`` with every value of ``secrets`` (and, with ``patterns``, secret-looking tokens) replaced."""
+    return Redactor(secrets, patterns=patterns).text(text)

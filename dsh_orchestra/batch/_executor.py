@@ -1,0 +1,100 @@
+"""The executor protocol: where ``run_batch`` runs item attempts, and what an attempt returns.
+
+``run_batch`` owns everything about a batch but placement: the dataset, resume, sharding, the
+results file, retries and their backoff, progress, the tally and the summary (and, as they
+come, scoring, epochs and budgets). An **executor** only runs one attempt at one item
+somewhere and says how many it can run at once:
+
+* ``Executor.open(spec, options)`` starts whatever runs the items (a pool of runtimes, Ray
+  actors, SLURM jobs, ...) and yields an ``AttemptRunner`` once it can take work; leaving
+  the block stops it and leaves nothing behind.
+* ``AttemptRunner.capacity`` is how many attempts the run loop keeps in flight at once;
+  ``AttemptRunner.attempt(item, session_id)`` runs one attempt (the per-item timeout applies
+  to the session's work, not to waiting for a place) and returns an ``Attempt``: plain,
+  picklable data, whatever machine it ran on.
+
+Two executors ship: ``PoolExecutor`` (a local ``RuntimePool``, the default) and
+``dsh_orchestra.scale.RayExecutor``. docs/architecture.md explains how to write another.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import attrs
+
+from ..runtime import RuntimeSpec
+from ..session import TurnResult
+from ._dataset import BatchItem
+
+if TYPE_CHECKING:
+    from ._options import BatchOptions
+
+
+def error_of(exc: BaseException) -> dict[str, str]:
+    """The ``error`` object of a result line for ``exc``: its type name and message."""
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+@attrs.frozen(kw_only=True)
+class Attempt:
+    """What one attempt at one item produced.
+
+    ``turn``: the item's whole ``TurnResult`` (final response, finish reason, events,
+    subagents, approvals) when the prompt got a turn, whether it finished ok or not; None when
+    the attempt failed before (then ``error`` says why). ``retryable``: another attempt may
+    succeed (``dsh_orchestra.pool.retryable`` of the failure). ``lost``: the place the attempt
+    ran on went away (a Ray actor died): not the item's fault, so it runs again elsewhere
+    without spending a retry, at most ``AttemptRunner.max_lost`` times.
+    """
+
+    session_id: str
+    turn: TurnResult | None = None
+    error: dict[str, str] | None = None
+    retryable: bool = False
+    lost: bool = False
+
+    @classmethod
+    def failed(cls, session_id: str, exc: BaseException, *, retryable: bool, lost: bool = False) -> Attempt:
+        """An attempt that ended in ``exc`` before its turn settled."""
+        return cls(session_id=session_id, error=error_of(exc), retryable=retryable, lost=lost)
+
+
+@runtime_checkable
+class AttemptRunner(Protocol):
+    """An open executor: runs attempts, ``capacity`` of them at once."""
+
+    @property
+    def capacity(self) -> int:
+        """Attempts the run loop keeps in flight at once (>= 1)."""
+        ...
+
+    @property
+    def max_lost(self) -> int:
+        """How often one item may lose its place (``Attempt.lost``) before it is given up."""
+        ...
+
+    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
+        """Run one attempt at ``item`` in the session ``session_id``; never raises for the
+        item's own failures (they are in the Attempt). Raises only when the executor itself
+        can go on no more (the run stops; results so far are kept)."""
+        ...
+
+    def pending_approvals(self) -> int:
+        """Approval requests waiting for a decision right now (for the progress display)."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Where a batch's attempts run (see the module docstring)."""
+
+    def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AbstractAsyncContextManager[AttemptRunner]:
+        """Start running; yield an AttemptRunner once work can be taken; stop on exit.
+
+        ``spec`` None means the simulator (each executor decides where its DSH_HOME lives).
+        Raises before yielding when nothing could start (e.g. RuntimeStartError, bare), and
+        ``DatasetError``/``BatchUsageError`` free: it is called after the dataset was checked.
+        """
+        ...

@@ -1,0 +1,129 @@
+"""PoolExecutor: the default executor, item attempts on a local ``RuntimePool``.
+
+``attempt_on_pool`` is one attempt on a pool (a place on the least-loaded runtime, the
+session under the timeout, the transcript written before it returns); the Ray actors run the
+very same function on their own pools (``dsh_orchestra.scale``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import attrs
+import trio
+
+from ..approvals import AuditLog
+from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
+from ..protocol import JsonRpcResponseError, OrchestraError
+from ..runtime import RuntimeSpec
+from ..session import Runtime, TurnResult
+from ._dataset import BatchItem
+from ._executor import Attempt
+from ._options import BatchOptions
+from ._transcripts import TranscriptWriter
+
+
+async def _run_session(runtime: Runtime, item: BatchItem, session_id: str) -> TurnResult:
+    """Run the item's prompt in ``session_id``.
+
+    A generated id is always new. An item's own ``session_id`` may already be persisted (by an
+    earlier attempt, or by a run that was killed): then it is resumed first (PROTOCOL.md 5.4).
+    """
+    if item.session_id is None:
+        return await runtime.session(session_id).run(item.prompt)
+    try:
+        return await runtime.session(session_id).run(item.prompt)
+    except JsonRpcResponseError as exc:
+        if "already exists" not in exc.message:  # the documented fallback: no code tells them apart
+            raise
+    try:
+        session = await runtime.resume(session_id)
+    except JsonRpcResponseError as exc:
+        if "owned by an active write handle" in exc.message:  # a runtime being recycled holds it
+            raise SessionBusyError(f"session {session_id!r} is still held by another runtime: {exc.message}") from exc
+        raise
+    return await session.run(item.prompt)
+
+
+async def attempt_on_pool(
+    pool: RuntimePool,
+    item: BatchItem,
+    session_id: str,
+    *,
+    timeout: float | None = None,
+    transcripts: TranscriptWriter | None = None,
+) -> Attempt:
+    """One attempt at ``item`` on ``pool``: a place on the least-loaded runtime, then the
+    session under ``timeout``; the item's transcript is written (to ``transcripts``) before
+    this returns, so a result line always implies its transcript.
+
+    The timeout covers the session's work only, not the wait for a place (a runtime that is
+    restarting delays items without burning their retries).
+    """
+    try:
+        async with pool.lease() as runtime:
+            try:
+                with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+                    turn = await _run_session(runtime, item, session_id)
+            finally:
+                runtime.forget(session_id)  # the batch never uses this session again
+    except trio.TooSlowError:
+        assert timeout is not None
+        return Attempt.failed(session_id, TimeoutError(f"item {item.id!r} did not finish within {timeout:g} s"),
+                              retryable=True)
+    except (OrchestraError, OSError) as exc:
+        return Attempt.failed(session_id, exc, retryable=retryable(exc))
+    if transcripts is not None:
+        await transcripts.write(item.id, turn)
+    return Attempt(session_id=session_id, turn=turn)
+
+
+@attrs.define
+class PoolRunner:
+    """An open ``PoolExecutor``: attempts on its pool."""
+
+    pool: RuntimePool
+    capacity: int
+    timeout: float | None = None
+    transcripts: TranscriptWriter | None = None
+    max_lost: int = 1  # a local place is never "lost": a dead runtime is a retryable failure
+
+    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
+        return await attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts)
+
+    def pending_approvals(self) -> int:
+        return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)
+
+
+@attrs.frozen(kw_only=True)
+class PoolExecutor:
+    """Run the items on a local pool of ``runtimes`` runtime processes (default: ``options.runtimes``),
+    ``concurrency`` items in flight (default ``options.in_flight``: 4 per runtime).
+
+    With no spec the simulator runs (as processes, in a temporary DSH_HOME removed afterwards).
+    The audit log (``options.audit``) and transcripts (``options.transcripts``) are written here.
+    """
+
+    runtimes: int | None = None
+    concurrency: int | None = None
+
+    @asynccontextmanager
+    async def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AsyncIterator[PoolRunner]:
+        runtimes = self.runtimes or options.runtimes
+        in_flight = self.concurrency or options.concurrency or runtimes * 4
+        with contextlib.ExitStack() as stack:
+            if spec is None:
+                home = stack.enter_context(tempfile.TemporaryDirectory(prefix="dsh-orchestra-batch-"))
+                spec = RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
+            audit = stack.enter_context(AuditLog(options.audit, secrets=spec.secrets())) if options.audit is not None else None
+            transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None
+            async with open_pool(
+                spec, runtimes, max_sessions=max(1, math.ceil(in_flight / runtimes)),
+                approvals=options.policy, answerer=options.answerer, audit=audit,
+            ) as pool:
+                yield PoolRunner(pool, in_flight, options.timeout, transcripts)
