@@ -19,7 +19,7 @@ import trio
 
 from ..approvals import AuditLog
 from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
-from ..protocol import JsonRpcResponseError, OrchestraError
+from ..protocol import OrchestraError, SessionExistsError, SessionOwnedError
 from ..runtime import RuntimeSpec
 from ..session import Runtime, TurnResult
 from ._dataset import BatchItem
@@ -38,15 +38,12 @@ async def _run_session(runtime: Runtime, item: BatchItem, session_id: str) -> Tu
         return await runtime.session(session_id).run(item.prompt)
     try:
         return await runtime.session(session_id).run(item.prompt)
-    except JsonRpcResponseError as exc:
-        if "already exists" not in exc.message:  # the documented fallback: no code tells them apart
-            raise
+    except SessionExistsError:
+        pass  # persisted by an earlier attempt or run: resume it
     try:
         session = await runtime.resume(session_id)
-    except JsonRpcResponseError as exc:
-        if "owned by an active write handle" in exc.message:  # a runtime being recycled holds it
-            raise SessionBusyError(f"session {session_id!r} is still held by another runtime: {exc.message}") from exc
-        raise
+    except SessionOwnedError as exc:  # a runtime being recycled holds it
+        raise SessionBusyError(f"session {session_id!r} is still held by another runtime: {exc.message}") from exc
     return await session.run(item.prompt)
 
 
