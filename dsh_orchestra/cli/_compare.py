@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
+from functools import partial
 from typing import Any
 
 import orjson
+import trio
 
-from ..eval._compare import CompareInputError, compare_runs
+from ..batch import DatasetError, load_dataset
+from ..eval import RescoreError, ScoringError, rescore
+from ..eval._compare import CompareInputError, compare_runs, scorer_names
+from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report._data import load_result_lines
-from ._common import fail
+from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
+from ._common import UsageError, fail
+from ._score import scoring_plan
 
 
 def register(sub: Any) -> None:
@@ -28,15 +37,18 @@ def register(sub: Any) -> None:
     parser.add_argument("base", metavar="BASE", help="the baseline's results file (JSON Lines of `dsh-orchestra batch`)")
     parser.add_argument("candidate", metavar="CANDIDATE", help="the candidate's results file")
     parser.add_argument("--score", action="append", default=None, metavar="NAME",
-                        help="compare this scorer (repeatable; default: every scorer either run has)")
+                        help="compare this scorer (repeatable; default: every scorer either run has). A run without "
+                        "it is scored first, as `score` does, when --dataset is given (any SPEC of `score`)")
+    parser.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML) naming the --score scorers, as for `score`")
     parser.add_argument("--epoch-reducer", default="mean", metavar="R",
                         help="how an item's epochs become one value: mean (default), max, min, mode, pass@k")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap and the permutation test (default 0)")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     parser.add_argument("--out", default=None, metavar="FILE", help="also write the comparison page (self-contained HTML)")
-    parser.add_argument("--dataset", default=None, metavar="FILE", help="the dataset, to show the prompts on the comparison page")
+    parser.add_argument("--dataset", default=None, metavar="FILE",
+                        help="the runs' dataset: the targets to score a run that lacks a --score scorer, the prompts of the page")
     parser.add_argument("--title", default=None, help="the comparison page's title")
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, prices=None, group_by=None)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -81,14 +93,48 @@ def render_text(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _score_run(args: argparse.Namespace, path: str, lines: list[dict[str, Any]], directory: str, what: str) -> list[dict[str, Any]]:
+    """``lines`` as they are when they have every --score scorer, else scored (as `score` does)
+    into a temporary file and read back.
+
+    Raises:
+        UsageError, RescoreError, ...: as `score` (the message names the problem).
+    """
+    if not args.score or args.dataset is None:
+        return lines
+    plan = scoring_plan(args, (DEFAULT_PROVIDER, DEFAULT_MODEL))
+    present = set(scorer_names(lines))
+    if all(spec.name in present for spec in plan.scorers):
+        return lines
+    items, _ = load_dataset(args.dataset)
+    out = os.path.join(directory, f"{what}.jsonl")
+    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-", dir=directory) as home:
+        judge = RuntimeSpec.simulator(dsh_home=home) if any(s.kind == "judge" for s in plan.scorers) else None
+        trio.run(partial(rescore, path, {i.id: i for i in items}, out, plan, judge_runtime=judge))
+    return load_result_lines(out, f"{what} results file (scored)", strict=True)
+
+
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
     try:
         base = load_result_lines(args.base, "base results file", strict=True)
         candidate = load_result_lines(args.candidate, "candidate results file", strict=True)
-        doc = compare_runs(base, candidate, scorers=args.score, reducer=args.epoch_reducer, seed=args.seed)
-    except (ReportInputError, CompareInputError, ValueError) as exc:
-        return fail(str(exc))
+        with tempfile.TemporaryDirectory(prefix="dsh-orchestra-compare-") as directory:
+            base = _score_run(args, args.base, base, directory, "base")
+            candidate = _score_run(args, args.candidate, candidate, directory, "candidate")
+        names = None
+        if args.score:
+            names = [spec.name for spec in scoring_plan(args, (DEFAULT_PROVIDER, DEFAULT_MODEL)).scorers] if args.dataset else args.score
+        doc = compare_runs(base, candidate, scorers=names, reducer=args.epoch_reducer, seed=args.seed)
+    except (ReportInputError, CompareInputError, UsageError, DatasetError, RescoreError, ScoringError, ValueError) as exc:
+        message = str(exc)
+        if isinstance(exc, CompareInputError) and "in neither run" in message and args.dataset is None:
+            message += "; give --dataset DATASET to score the runs with it"
+        return fail(message)
+    except OSError as exc:
+        return fail(f"{exc.filename or args.base}: {exc.strerror or exc}")
+    except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
+        return fail(f"the judge's runtime failed: {exc}")
     if args.out is not None:
         from ..report import write_compare
 

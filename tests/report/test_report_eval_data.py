@@ -194,3 +194,21 @@ def test_compare_cli_bad_input(tmp_path: Path) -> None:
     assert report.returncode == 2 and "no item id in common" in report.stderr
     assert not (tmp_path / "r.html").exists()
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_compare_scores_unscored_runs_with_the_dataset(eval_runs: EvalRuns, tmp_path: Path) -> None:
+    """Raw (unscored) results of both real runs, scored by `compare --score ... --dataset` as `score` would."""
+    base_raw, candidate_raw = eval_runs.directory / "base-raw.jsonl", eval_runs.directory / "candidate-raw.jsonl"
+    before = base_raw.read_bytes()
+    done = cli("compare", base_raw, candidate_raw, "--score", "exact", "--score", "includes", "--dataset", eval_runs.dataset, "--json")
+    assert done.returncode == 0, done.stderr
+    doc = orjson.loads(done.stdout)
+    assert list(doc["scorers"]) == ["exact", "includes"]
+    expected = eval_runs.compare_json["scorers"]  # the scored runs, compared without re-scoring
+    for name in ("exact", "includes"):
+        assert doc["scorers"][name] == expected[name]
+    assert base_raw.read_bytes() == before  # the inputs are only read
+    missing = cli("compare", base_raw, candidate_raw, "--score", "exact")
+    assert missing.returncode == 2 and "give --dataset DATASET" in missing.stderr
+    unknown = cli("compare", base_raw, candidate_raw, "--score", "nonsense-scorer", "--dataset", eval_runs.dataset)
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
