@@ -26,6 +26,12 @@ from ._builtin import (
     squad_tokens as squad_tokens,
     token_f1 as token_f1,
 )
+from ._compare import (
+    CompareInputError as CompareInputError,
+    compare_runs as compare_runs,
+    mcnemar_exact as mcnemar_exact,
+    sign_flip_test as sign_flip_test,
+)
 from ._config import (
     ScorerSpec as ScorerSpec,
     ScoringError as ScoringError,
@@ -79,13 +85,13 @@ from ._usage import (
 )
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES", "F1", "GRADES", "AttemptScores", "BoundScorer", "Choice", "EvalItem", "EvalPlan",
+    "BOOTSTRAP_RESAMPLES", "F1", "GRADES", "AttemptScores", "BoundScorer", "Choice", "CompareInputError", "EvalItem", "EvalPlan",
     "EvalResult", "EvalTally", "Exact", "Includes", "ItemLike", "Judge", "JudgeError", "Numeric", "Price", "Prices",
     "PricesError", "Reducer", "Regex", "RescoreError", "Score", "ScoreTally", "ScoreValueError", "ScorerSpec",
     "ScoringError", "ScoringFile", "Usage", "Verdict", "bind_scorers", "bootstrap_ci", "check_scorers",
-    "choice_answer", "error_scores", "events_usage", "group_key", "judge_prompt", "last_number", "line_fields",
-    "load_function", "load_prices", "load_scoring", "make_plan", "mean", "metrics", "normalize", "open_judges",
+    "choice_answer", "compare_runs", "error_scores", "events_usage", "group_key", "judge_prompt", "last_number", "line_fields",
+    "load_function", "load_prices", "load_scoring", "make_plan", "mcnemar_exact", "mean", "metrics", "normalize", "open_judges",
     "parse_prices", "parse_reducer", "parse_scoring", "pass_at_k", "read_result_lines", "reduce_epochs",
-    "rescore", "resolve_scorers", "score_attempt", "score_record", "scorer_specs", "sha256_file", "squad_tokens",
+    "rescore", "resolve_scorers", "score_attempt", "score_record", "scorer_specs", "sha256_file", "sign_flip_test", "squad_tokens",
     "stderr", "step_usage", "targets_of", "token_f1", "turn_usage",
 ]

@@ -87,7 +87,7 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
 
 
 def _value(record: Any) -> float | None:
-    value = record.get("value") if isinstance(record, Mapping) else None
+    value = record.get("value") if isinstance(record, dict) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
@@ -98,7 +98,7 @@ def scorer_names(lines: Iterable[Mapping[str, Any]]) -> list[str]:
     names: dict[str, None] = {}
     for line in lines:
         scores = line.get("scores")
-        if isinstance(scores, Mapping):
+        if isinstance(scores, dict):
             names.update((str(name), None) for name in scores)
     return list(names)
 
@@ -126,7 +126,7 @@ def reduce_items(
             per_epoch = []
             for line in ordered:
                 scores = line.get("scores")
-                per_epoch.append(_value(scores.get(name)) if isinstance(scores, Mapping) else None)
+                per_epoch.append(_value(scores.get(name)) if isinstance(scores, dict) else None)
             values[item_id][name] = chosen(per_epoch)
         statuses = [str(line.get("status")) for line in ordered]
         status[item_id] = next((s for s in statuses if s != "ok"), "ok")
@@ -202,7 +202,7 @@ def _ratios(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, 
 def usage_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One run's usage: total/median/p95 of each line's ``total_tokens``, the totals of the three
     token counts, and ``cost_usd`` (total/median/p95) when lines carry it."""
-    per_line = [u for u in (line.get("usage") for line in lines) if isinstance(u, Mapping)]
+    per_line = [u for u in (line.get("usage") for line in lines) if isinstance(u, dict)]
     totals = [v for v in (_count(u.get("total_tokens")) for u in per_line) if v is not None]
     out = _spread(totals)
     for key in USAGE_KEYS:

@@ -32,14 +32,14 @@ def _side(lines: Sequence[Mapping[str, Any]], names: Sequence[str], max_text: in
         if item_id in out:
             continue
         raw = line.get("scores")
-        scores: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        scores: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         out[item_id] = {
             "status": str(line.get("status")),
             "response": _clip(line.get("final_response") if isinstance(line.get("final_response"), str) else None, max_text)[0],
-            "error": line["error"].get("type") if isinstance(line.get("error"), Mapping) else None,
+            "error": line["error"].get("type") if isinstance(line.get("error"), dict) else None,
             "scores": {
                 name: {k: (rec.get(k) if k == "value" else _clip(rec.get(k), max_text)[0]) for k in ("value", "answer", "explanation")}
-                for name in names if isinstance(rec := scores.get(name), Mapping)
+                for name in names if isinstance(rec := scores.get(name), dict)
             },
         }
     return out

@@ -44,7 +44,7 @@ _EMPTY: Mapping[str, Any] = {}
 
 def _map(value: Any) -> Mapping[str, Any]:
     """``value`` when it is an object, else an empty one."""
-    return value if isinstance(value, Mapping) else _EMPTY
+    return value if isinstance(value, dict) else _EMPTY
 
 
 def _blocks_text(content: Any) -> str:
@@ -52,9 +52,9 @@ def _blocks_text(content: Any) -> str:
         return "" if content is None else str(content)
     parts = []
     for block in content:
-        if isinstance(block, Mapping) and isinstance(block.get("text"), str):
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
             parts.append(block["text"])
-        elif isinstance(block, Mapping):
+        elif isinstance(block, dict):
             parts.append(f"[{block.get('type', 'block')}]")
     return "\n".join(parts)
 
@@ -72,7 +72,7 @@ class _Session:
 def _approval_rules(line: Mapping[str, Any] | None) -> dict[str, Any]:
     rules: dict[str, Any] = {}
     for approval in (line or {}).get("approvals") or ():
-        if isinstance(approval, Mapping) and approval.get("call_id") is not None:
+        if isinstance(approval, dict) and approval.get("call_id") is not None:
             rules[str(approval["call_id"])] = approval.get("rule")
     return rules
 
@@ -121,7 +121,7 @@ def transcript_entries(
         (host["children"] if host is not None else parent.entries).append(node)
 
     for record in records:
-        if "transcript" in record and isinstance(record["transcript"], Mapping):
+        if "transcript" in record and isinstance(record["transcript"], dict):
             sid = record["transcript"].get("session_id")
             if isinstance(sid, str) and root_id is None:
                 session(sid)
@@ -130,7 +130,7 @@ def transcript_entries(
             truncated = record["truncated"]
             continue
         method, params = record.get("method"), record.get("params")
-        if not isinstance(params, Mapping):
+        if not isinstance(params, dict):
             continue
         if method == "subagent.started":
             child(str(params.get("parentSessionId")), str(params.get("childSessionId")), None)
@@ -142,10 +142,10 @@ def transcript_entries(
             continue
         target = session(str(params.get("sessionId")))
         event = params.get("event")
-        if target is None or not isinstance(event, Mapping):
+        if target is None or not isinstance(event, dict):
             continue
         kind, data = event.get("type"), event.get("data")
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict):
             continue
         if kind == "user/message":
             source = _map(data.get("source"))
@@ -156,7 +156,7 @@ def transcript_entries(
         elif kind == "assistant/message":
             message = _map(data.get("message"))
             for block in message.get("content") or ():
-                if not isinstance(block, Mapping):
+                if not isinstance(block, dict):
                     continue
                 if block.get("type") == "reasoning":
                     add(target, {"k": "reasoning", "text": block.get("text")}, "text")
@@ -176,7 +176,7 @@ def transcript_entries(
                 continue
             text = budget.text(_blocks_text(message.get("content")))
             called["result"] = text if text is not None else "[cut: the report's bound for this item was reached]"
-            called["is_error"] = bool(message.get("isError")) or isinstance(data.get("error"), Mapping)
+            called["is_error"] = bool(message.get("isError")) or isinstance(data.get("error"), dict)
             if called in target.pending:
                 target.pending.remove(called)
         elif kind == "subagent/catalog":
@@ -228,11 +228,11 @@ def line_entries(line: Mapping[str, Any], prompt: str | None, *, max_text: int =
     if prompt is not None:
         entries.append({"k": "user", "text": budget.text(prompt) or ""})
     for approval in line.get("approvals") or ():
-        if isinstance(approval, Mapping):
+        if isinstance(approval, dict):
             entries.append({"k": "approval", "id": None, "tool": approval.get("tool_name"), "call_id": approval.get("call_id"),
                             "reason": None, "outcome": approval.get("outcome"), "rule": approval.get("rule")})
     for sub in line.get("subagents") or ():
-        if isinstance(sub, Mapping):
+        if isinstance(sub, dict):
             inner = [{"k": "text", "text": budget.text(sub.get("text")) or ""}] if sub.get("text") else []
             entries.append({"k": "subagent", "session": sub.get("child_session_id"), "label": None, "status": sub.get("status"),
                             "stop_reason": sub.get("stop_reason"), "entries": inner})

@@ -9,8 +9,10 @@ middle of a file is a ReportInputError naming the file and line).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import os
+import posixpath
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -305,14 +307,19 @@ def _subagents(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=8)
+def _relative_dir(transcripts: Path, out_dir: Path) -> str:
+    """The transcripts directory relative to the report's (computed once per report)."""
+    return Path(os.path.relpath(transcripts.absolute(), out_dir.absolute())).as_posix()
+
+
 def _transcript_link(transcripts: Path | None, out_dir: Path, item_id: str) -> str | None:
     if transcripts is None:
         return None
-    path = transcripts / transcript_name(item_id)
-    if not path.is_file():
+    name = transcript_name(item_id)
+    if not (transcripts / name).is_file():
         return None
-    relative = os.path.relpath(path.absolute(), out_dir.absolute())
-    return urllib.parse.quote(Path(relative).as_posix())
+    return urllib.parse.quote(posixpath.normpath(f"{_relative_dir(transcripts, out_dir)}/{name}"))
 
 
 def batch_payload(

@@ -28,13 +28,13 @@ def _number(value: Any) -> float | None:
 def score_value(line: Mapping[str, Any], name: str) -> float | None:
     """The value of scorer ``name`` on one result line (None when missing or null)."""
     scores = line.get("scores")
-    record = scores.get(name) if isinstance(scores, Mapping) else None
-    return _number(record.get("value")) if isinstance(record, Mapping) else None
+    record = scores.get(name) if isinstance(scores, dict) else None
+    return _number(record.get("value")) if isinstance(record, dict) else None
 
 
 def _run(summary: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    run = summary.get("run") if isinstance(summary, Mapping) else None
-    return run if isinstance(run, Mapping) else {}
+    run = summary.get("run") if isinstance(summary, dict) else None
+    return run if isinstance(run, dict) else {}
 
 
 def _reducer_of(summary: Mapping[str, Any] | None) -> str:
@@ -72,6 +72,8 @@ def _distribution(values: list[float]) -> dict[str, Any]:
 
 def _pass_at_k(lines: Sequence[Mapping[str, Any]], name: str, epochs: int) -> list[dict[str, Any]] | None:
     """pass@k for k = 1..epochs over the items with at least k valued epochs (0/1 scores only)."""
+    if epochs < 2:
+        return None
     per_item: dict[str, dict[int, float | None]] = {}
     for line in lines:
         epoch = line.get("epoch", 1)
@@ -102,16 +104,16 @@ def _spread(values: list[float]) -> dict[str, Any]:
 
 def usage_payload(lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """Tokens and cost per item and in total (the summary's totals when it has them)."""
-    usages = [u for u in (line.get("usage") for line in lines) if isinstance(u, Mapping)]
+    usages = [u for u in (line.get("usage") for line in lines) if isinstance(u, dict)]
     costs = [c for c in (_number(line.get("cost_usd")) for line in lines) if c is not None]
     if not usages and not costs:
         return None
     totals = {key: int(math.fsum(_number(u.get(key)) or 0.0 for u in usages)) for key in ("input_tokens", "output_tokens", "total_tokens")}
     source = "results"
-    if isinstance(summary, Mapping) and isinstance(summary.get("usage"), Mapping):
+    if isinstance(summary, dict) and isinstance(summary.get("usage"), dict):
         totals = {key: summary["usage"].get(key, totals[key]) for key in totals}
         source = "summary"
-    total_cost = _number(summary.get("cost_usd")) if isinstance(summary, Mapping) else None
+    total_cost = _number(summary.get("cost_usd")) if isinstance(summary, dict) else None
     return {
         "totals": totals,
         "totals_source": source,
@@ -127,7 +129,7 @@ def evaluation_payload(
     """The evaluations section's data, or None when no line has scores and no usage."""
     names = scorer_names(lines)
     usage = usage_payload(lines, summary)
-    summary_scores = summary.get("scores") if isinstance(summary, Mapping) and isinstance(summary.get("scores"), Mapping) else None
+    summary_scores = summary.get("scores") if isinstance(summary, dict) and isinstance(summary.get("scores"), dict) else None
     if not names and usage is None and not summary_scores:
         return None
     reducer, seed = _reducer_of(summary), _seed_of(summary)
@@ -143,10 +145,10 @@ def evaluation_payload(
         computed = tally.scores()
     scores: dict[str, Any] = {}
     for name in names:
-        from_summary = summary_scores is not None and isinstance(summary_scores.get(name), Mapping)
+        from_summary = summary_scores is not None and isinstance(summary_scores.get(name), dict)
         scores[name] = {**(summary_scores[name] if from_summary else (computed or {}).get(name, {})),  # type: ignore[index]
                         "source": "summary" if from_summary else "results"}
-    groups = summary.get("groups") if isinstance(summary, Mapping) and isinstance(summary.get("groups"), Mapping) else None
+    groups = summary.get("groups") if isinstance(summary, dict) and isinstance(summary.get("groups"), dict) else None
     groups_source = "summary" if groups is not None else None
     if group_by is not None and names and groups is None:
         tally = ScoreTally(names, reducer=reducer, group_by=group_by, seed=seed)

@@ -28,7 +28,7 @@ def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *,
     if prompts:
         columns.append("prompt")
     columns += ["response", "duration_s"]
-    if any(isinstance(line.get("usage"), Mapping) for line in lines):
+    if any(isinstance(line.get("usage"), dict) for line in lines):
         columns.append("tokens")
     if any("cost_usd" in line for line in lines):
         columns.append("cost_usd")
@@ -36,11 +36,11 @@ def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *,
 
 
 def _scores(line: Mapping[str, Any], scorers: Sequence[str], max_text: int) -> dict[str, Any]:
-    scores = line.get("scores") if isinstance(line.get("scores"), Mapping) else {}
+    scores = line.get("scores") if isinstance(line.get("scores"), dict) else {}
     out = {}
     for name in scorers:
-        record = scores.get(name) if isinstance(scores, Mapping) else None
-        if not isinstance(record, Mapping):
+        record = scores.get(name) if isinstance(scores, dict) else None
+        if not isinstance(record, dict):
             continue
         out[name] = {
             "value": number(record.get("value")),
@@ -82,10 +82,10 @@ def item_table(
     details: list[dict[str, Any]] = []
     for line in lines:
         item_id = str(line.get("id"))
-        error = line.get("error") if isinstance(line.get("error"), Mapping) else None
-        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, Mapping)]
-        approvals = [a for a in (line.get("approvals") or []) if isinstance(a, Mapping)]
-        usage = line.get("usage") if isinstance(line.get("usage"), Mapping) else None
+        error = line.get("error") if isinstance(line.get("error"), dict) else None
+        subagents = [s for s in (line.get("subagents") or []) if isinstance(s, dict)]
+        approvals = [a for a in (line.get("approvals") or []) if isinstance(a, dict)]
+        usage = line.get("usage") if isinstance(line.get("usage"), dict) else None
         prompt_full = prompts.get(item_id) if prompts is not None else None
         response_full = line.get("final_response") if isinstance(line.get("final_response"), str) else None
         cells: dict[str, Any] = {
@@ -119,7 +119,7 @@ def item_table(
             ],
             "approvals": [{k: a.get(k) for k in ("tool_name", "call_id", "outcome", "rule")} for a in approvals],
             "error": {"type": error.get("type"), "message": clip(error.get("message"), max_text)[0]} if error is not None else None,
-            "metadata": line.get("metadata") if isinstance(line.get("metadata"), Mapping) else {},
+            "metadata": line.get("metadata") if isinstance(line.get("metadata"), dict) else {},
             "transcript": transcript_link(transcripts, out_dir, item_id),
             "scores": _scores(line, scorers, max_text),
             "usage": dict(usage) if usage is not None else None,
