@@ -13,6 +13,11 @@ process of the machine).
 Clients, each the way its users stream one session:
 
 * ``bare``: blocking ``readline`` + ``orjson.loads`` on the process's stdout (the floor);
+* ``trio-bare``: one trio task: ``wait_readable``, ``os.read``, split, ``orjson.loads`` (the
+  floor of any trio client: one trip through trio's scheduler per read);
+* ``trio-reader``: a reader task as ``trio-bare`` handing each event to a consumer task through
+  a deque and a one-shot wake-up (the architecture of a connection with a reader task and
+  user code in another task, with none of its code: two trips per event when paced);
 * ``official``: ``DeepSeekHarness`` 0.2.1rc2, ``client.subscribe_session_notifications(id)``,
   ``client.session_prompt(...)``, ``subscription.next()`` per notification (its reader thread
   hands each one over through a ``queue.Queue``);
@@ -40,7 +45,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 from _common import fake_runtime_command, percentile  # noqa: E402
 
-CLIENTS = ("bare", "official", "ours")
+CLIENTS = ("bare", "trio-bare", "trio-reader", "official", "ours")
 SESSION = "w1-session"
 WARMUP = 100
 
@@ -80,6 +85,78 @@ def run_bare(mode: str, count: int, interval_us: int) -> dict[str, Any]:
         proc.stdin.close()
         proc.wait(timeout=10)
     return figures(mode, count, wall, cpu, lags)
+
+
+def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> dict[str, Any]:
+    import os
+    from collections import deque
+
+    import orjson
+    import trio
+
+    async def main() -> dict[str, Any]:
+        process = await trio.lowlevel.open_process(list(fake_runtime_command()), stdin=subprocess.PIPE,
+                                                   stdout=subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        out_fd, in_fd = process.stdout.fileno(), process.stdin.fileno()
+        loads, clock = orjson.loads, time.monotonic_ns
+        request = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {
+            "sessionId": SESSION, "contentBlocks": [{"type": "text", "text": prompt_text(mode, count, interval_us)}]}}
+        lags: list[int] = []
+        items: deque[Any] = deque()
+        waiter: list[Any] = [None]
+
+        def deliver(frame: Any) -> None:
+            if reader_task:
+                items.append(frame)
+                task, waiter[0] = waiter[0], None
+                if task is not None:
+                    trio.lowlevel.reschedule(task)
+            elif mode == "latency":
+                lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
+
+        async def read(total: int) -> None:
+            tail, received = b"", 0
+            while received < total:
+                await trio.lowlevel.wait_readable(out_fd)
+                data = os.read(out_fd, 16384)
+                lines = (tail + data).split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    frame = loads(line)
+                    if "method" in frame:
+                        received += 1
+                        deliver(frame)
+
+        async def consume(total: int) -> None:
+            for _ in range(total):
+                while not items:
+                    waiter[0] = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.SUCCEEDED)
+                frame = items.popleft()
+                if mode == "latency":
+                    lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
+
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            os.write(in_fd, orjson.dumps(request) + b"\n")
+            if reader_task:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read, count)
+                    nursery.start_soon(consume, count)
+            else:
+                await read(count)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            await process.stdin.aclose()
+            with trio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        return figures(mode, count, wall, cpu, lags)
+
+    return trio.run(main)
 
 
 def run_official(mode: str, count: int, interval_us: int) -> dict[str, Any]:
@@ -143,8 +220,11 @@ def main() -> None:
     parser.add_argument("--interval-us", type=int, default=1000, help="latency: µs between paced events")
     args = parser.parse_args()
     count = args.count or (100_000 if args.mode == "rate" else 2_000)
-    runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
-    out = runner(args.mode, count, args.interval_us)
+    if args.client.startswith("trio-"):
+        out = run_trio(args.mode, count, args.interval_us, reader_task=args.client == "trio-reader")
+    else:
+        runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
+        out = runner(args.mode, count, args.interval_us)
     print(json.dumps({"workload": f"W1-{args.mode}", "client": args.client, "count": count, **out}))
 
 

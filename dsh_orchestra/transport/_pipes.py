@@ -26,11 +26,15 @@ from typing import Any
 
 import trio
 
-RECEIVE_SIZE = 64 * 1024
-"""Bytes asked for per read: what a Linux pipe holds by default, so nothing is lost. ``os.read``
-allocates the full size before it shrinks the result; past glibc's mmap threshold (128 KiB
-unless the process has raised it) that can map and unmap memory on every read (measured in a
-bare trio loop: 30 us per round trip at 256 KiB, 17 us at 64 KiB)."""
+RECEIVE_SIZE = 16 * 1024
+"""Bytes asked for per read. Small enough that one read's frames (about 25 session events)
+decode into fewer new objects than the garbage collector's young-generation threshold (700):
+the reader dispatches each before the next is decoded, and a consumer that keeps up drops
+them before any collection sees them. At 64 KiB, a streaming subscriber held about 100
+frames' dicts at every collection, which promoted them and made full collections of the
+whole heap run every ~10,000 events (about 0.3 s of CPU per 100,000 events, gc callbacks; 16
+KiB: no full collection). ``os.read`` allocates the full size before it shrinks the result,
+another reason to keep it small (docs/benchmarks.md, W1)."""
 
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # absent on Windows
 

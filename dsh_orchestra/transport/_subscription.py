@@ -53,7 +53,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._filter = filter
         self._on_close = on_close
         self._items: deque[Notification] = deque()
-        self._waiter: trio.Event | None = None
+        self._waiters = trio.lowlevel.ParkingLot()  # tasks waiting in receive(); no Event per wait
         self._served = 0  # items returned since receive() last let other tasks run
         self._error: BaseException | None = None
         self._closed = False
@@ -72,17 +72,15 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             self._detach()
             return
         self._items.append(notification)
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        if self._waiters:
+            self._waiters.unpark_all()
 
     def fail(self, error: BaseException) -> None:
         """Make receive() raise ``error`` once the buffered notifications are drained."""
         if self._error is None:
             self._error = error
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        if self._waiters:
+            self._waiters.unpark_all()
 
     # ---- consumer side ---------------------------------------------------------------
 
@@ -123,9 +121,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             try:
                 item = self.receive_nowait()
             except trio.WouldBlock:
-                if self._waiter is None:  # shared by every task waiting on this subscription
-                    self._waiter = trio.Event()
-                await self._waiter.wait()  # the schedule point
+                await self._waiters.park()  # the schedule point
                 continue
             self._served = 0
             return item
@@ -173,8 +169,8 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             self._closed = True
             self._items.clear()
             self._detach()
-            if self._waiter is not None:
-                self._waiter.set()
+            if self._waiters:
+                self._waiters.unpark_all()
 
     def __enter__(self) -> Subscription:
         return self
