@@ -67,18 +67,31 @@ class SessionContexts:
     @contextmanager
     def bind(self, session_id: str, fields: Mapping[str, str], trace_context: Any = None) -> Iterator[None]:
         """While the block runs, ``session_id``'s turn has these log fields and trace context."""
-        entry = (fields, trace_context)
-        self._entries.setdefault(session_id, []).append(entry)
+        entry = self.push(session_id, fields, trace_context)
         try:
             yield
         finally:
-            entries = self._entries.get(session_id, [])
-            for index in range(len(entries) - 1, -1, -1):
-                if entries[index] is entry:
-                    del entries[index]
-                    break
-            if not entries:
-                self._entries.pop(session_id, None)
+            self.pop(session_id, entry)
+
+    def push(self, session_id: str, fields: Mapping[str, str], trace_context: Any = None) -> object:
+        """``bind`` without a context manager: returns the entry to give ``pop``."""
+        entry = (fields, trace_context)
+        entries = self._entries.get(session_id)
+        if entries is None:
+            self._entries[session_id] = [entry]
+        else:
+            entries.append(entry)
+        return entry
+
+    def pop(self, session_id: str, entry: object) -> None:
+        """Remove an entry ``push`` returned."""
+        entries = self._entries.get(session_id, [])
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index] is entry:
+                del entries[index]
+                break
+        if not entries:
+            self._entries.pop(session_id, None)
 
     def fields(self, session_id: str) -> dict[str, str]:
         """The log fields of ``session_id``'s innermost running turn (or {})."""
@@ -104,12 +117,27 @@ def log_context(**fields: str | None) -> Iterator[dict[str, str]]:
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise ValueError(f"log_context takes {', '.join(FIELDS)}, not {sorted(unknown)}")
-    merged = {**_CONTEXT.get(), **{k: str(v) for k, v in fields.items() if v is not None}}
-    token = _CONTEXT.set(merged)
+    token, merged = enter_log_context(fields)
     try:
         yield dict(merged)
     finally:
         _CONTEXT.reset(token)
+
+
+def enter_log_context(fields: Mapping[str, Any]) -> tuple[contextvars.Token[Mapping[str, str]], dict[str, str]]:
+    """``log_context`` without a context manager, for wrappers of every turn: sets the merged
+    fields (only ``FIELDS``, None ignored) and returns (token for ``exit_log_context``, them)."""
+    merged = dict(_CONTEXT.get())
+    for name in FIELDS:
+        value = fields.get(name)
+        if value is not None:
+            merged[name] = str(value)
+    return _CONTEXT.set(merged), merged
+
+
+def exit_log_context(token: contextvars.Token[Mapping[str, str]]) -> None:
+    """Undo ``enter_log_context``."""
+    _CONTEXT.reset(token)
 
 
 class ContextFilter(logging.Filter):

@@ -21,7 +21,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, ParamSpec, TypeVar
 
-from ._logging import FIELDS, SessionContexts, log_context
+from ._logging import SessionContexts, enter_log_context, exit_log_context, log_context
 
 ENV = "DSH_ORCHESTRA_OTEL"
 PREFIX = "dsh_orchestra."
@@ -130,16 +130,37 @@ def observed(
     """
 
     def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        # Written out without context managers: it wraps every turn, and each generator-based
+        # one costs a frame and an object for as long as the turn runs (docs/benchmarks.md).
         @functools.wraps(function)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            values = dict(fields(*args, **kwargs))
+            values = fields(*args, **kwargs)
             registry = contexts(*args, **kwargs) if contexts is not None else None
             session = values.get("session") if registry is not None else None
-            with log_context(**{k: values[k] for k in FIELDS if k in values}) as merged, span(name, **values) as current:
-                if registry is None or session is None:
-                    return await function(*args, **kwargs)
-                with registry.bind(str(session), merged, trace_context(current)):
-                    return await function(*args, **kwargs)
+            token, merged = enter_log_context(values)
+            try:
+                scope = span(name, **values) if tracing_enabled() else None
+                current = scope.__enter__() if scope is not None else NO_SPAN
+                try:
+                    entry = None
+                    if registry is not None and session is not None:
+                        entry = registry.push(str(session), merged, trace_context(current))
+                    try:
+                        return await function(*args, **kwargs)
+                    finally:
+                        if entry is not None:
+                            assert registry is not None
+                            registry.pop(str(session), entry)
+                except BaseException as exc:
+                    closing, scope = scope, None
+                    if closing is not None:
+                        closing.__exit__(type(exc), exc, exc.__traceback__)  # records it; never suppresses
+                    raise
+                finally:
+                    if scope is not None:
+                        scope.__exit__(None, None, None)
+            finally:
+                exit_log_context(token)
 
         return wrapper
 

@@ -7,6 +7,7 @@ holds it. Must not know about pools or workflows.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Protocol
 
 from ..protocol import SUBAGENT_STARTED, TransportClosedError, routing_key
@@ -52,19 +53,23 @@ class SessionRouter:
         if self._error is not None:
             target.fail(self._error)
         else:
-            self._subscriptions.setdefault(root, []).append(target)
-        remove = self._remover(root)
-        return lambda: remove(target)
+            targets = self._subscriptions.get(root)
+            if targets is None:
+                self._subscriptions[root] = [target]
+            else:
+                targets.append(target)
+        return partial(self.detach, root, target)  # smaller than two closures, per run in flight
+
+    def detach(self, root: str, target: Target) -> None:
+        """Stop delivering ``root``'s tree to ``target`` (what ``attach``'s detacher does)."""
+        targets = self._subscriptions.get(root)
+        if targets and target in targets:
+            targets.remove(target)
+            if not targets:
+                del self._subscriptions[root]
 
     def _remover(self, root: str) -> Any:
-        def remove(subscription: Target) -> None:
-            subscriptions = self._subscriptions.get(root)
-            if subscriptions and subscription in subscriptions:
-                subscriptions.remove(subscription)
-                if not subscriptions:
-                    del self._subscriptions[root]
-
-        return remove
+        return partial(self.detach, root)
 
     def root_of(self, session_id: str) -> str:
         """The topmost known ancestor of ``session_id`` (itself when it has no parent)."""

@@ -195,7 +195,8 @@ class Session:
         try:
             message_id = await self.prompt(input)
             feed.start(message_id)
-            await self.wait()
+            # session/wait, without wait()'s coroutine frame (held for the whole turn)
+            await self.runtime.connection.request(SESSION_WAIT, SessionIdParams(session_id=self.id), EmptyResult)
         except trio.Cancelled:
             self.runtime.abandon(self.id)
             raise
@@ -247,6 +248,8 @@ class _Feed:
     It runs in the connection's reader, so it never raises: a protocol error is kept and
     raised by ``collector()`` once the wait returned.
     """
+
+    __slots__ = ("_session_id", "_capacity", "_collector", "_pending", "_error")
 
     def __init__(self, session_id: str, capacity: int) -> None:
         self._session_id = session_id

@@ -201,6 +201,33 @@ def _prompt_id(event: JsonObject) -> str | None:
     return None
 
 
+class _Tree:
+    """A turn's descendants: only turns that spawn subagents need it."""
+
+    __slots__ = ("ours", "pending", "notifications", "subagents")
+
+    def __init__(self) -> None:
+        self.ours: set[str] = set()  # children spawned by our turns (and their descendants)
+        self.pending: list[str] = []  # started while a turn's ownership is unknown
+        self.notifications: list[Notification] = []
+        self.subagents: list[SubagentResult] = []
+
+
+def _subagent(params: JsonObject) -> SubagentResult:
+    finished = structure(params, SubagentFinishedParams, method=SUBAGENT_FINISHED)
+    blocks = tuple(finished.last_assistant_message or ())
+    return SubagentResult(
+        provider=finished.provider,
+        agent_id=finished.agent_id,
+        parent_session_id=finished.parent_session_id,
+        child_session_id=finished.child_session_id,
+        status=finished.status,
+        stop_reason=finished.stop_reason,
+        last_assistant_message=blocks,
+        text=text_of(blocks),
+    )
+
+
 class TurnCollector:
     """Feed it a session tree's notifications in wire order; ``result()`` builds the TurnResult.
 
@@ -208,6 +235,12 @@ class TurnCollector:
     continuation (no user prompt of its own, e.g. started by a subagent's completion) of a turn
     that belongs to it. Notifications before the prompt's receipt are skipped.
     """
+
+    __slots__ = (
+        "session_id", "message_id", "_receipt_seen", "_prelude", "_events", "_turn_events",
+        "_turn_assistant", "_turn_owned", "_last_owned", "_owned_turns", "_final", "_finish",
+        "_error", "_tree",
+    )
 
     def __init__(self, session_id: str, message_id: str) -> None:
         self.session_id = session_id
@@ -217,7 +250,6 @@ class TurnCollector:
         # flight would dominate the client's memory.
         self._prelude: list[bytes] | None = None  # see _prelude_event
         self._events: list[bytes] = []
-        self._notifications: list[Notification] = []
         self._turn_events: list[bytes] | None = None  # events of the open turn
         self._turn_assistant: JsonObject | None = None  # its last assistant/message
         self._turn_owned: bool | None = None
@@ -226,9 +258,7 @@ class TurnCollector:
         self._final: str = ""
         self._finish: str | None = None
         self._error: LlmFailure | None = None
-        self._ours: set[str] = set()  # children spawned by our turns (and their descendants)
-        self._subagents: list[SubagentResult] = []
-        self._pending_children: list[str] = []  # started while a turn's ownership is unknown
+        self._tree: _Tree | None = None  # made at the first subagent edge: most turns have none
 
     @property
     def receipt_seen(self) -> bool:
@@ -238,7 +268,7 @@ class TurnCollector:
     @property
     def children(self) -> frozenset[str]:
         """The descendant sessions attributed to this prompt."""
-        return frozenset(self._ours)
+        return frozenset(self._tree.ours) if self._tree is not None else frozenset()
 
     def feed_all(self, notifications: Iterable[Notification]) -> None:
         """Feed many notifications."""
@@ -267,23 +297,33 @@ class TurnCollector:
             return
         if method == SUBAGENT_STARTED:
             parent, child = parent_of(params), child_of(params)
+            tree = self._tree
             if child is not None:
-                if parent in self._ours:
-                    self._ours.add(child)
+                if tree is not None and parent in tree.ours:
+                    tree.ours.add(child)
                 elif parent == self.session_id:
                     owned = self._turn_owned if self._turn_events is not None else self._last_owned
                     if owned is None:
-                        self._pending_children.append(child)
+                        self._grown().pending.append(child)
                     elif owned:
-                        self._ours.add(child)
-            if child in self._ours or child in self._pending_children:
-                self._notifications.append(notification)
+                        self._grown().ours.add(child)
+            tree = self._tree
+            if tree is not None and (child in tree.ours or child in tree.pending):
+                tree.notifications.append(notification)
+            return
+        tree = self._tree
+        if tree is None:
             return
         sid = child_of(params) if method == SUBAGENT_FINISHED else session_of(params)
-        if sid in self._ours:
-            self._notifications.append(notification)
+        if sid in tree.ours:
+            tree.notifications.append(notification)
             if method == SUBAGENT_FINISHED:
-                self._subagent(params)
+                tree.subagents.append(_subagent(params))
+
+    def _grown(self) -> _Tree:
+        if self._tree is None:
+            self._tree = _Tree()
+        return self._tree
 
     def _prelude_event(self, event: JsonObject) -> None:
         """Root events after the receipt, before it is known whether a turn was running then.
@@ -341,25 +381,11 @@ class TurnCollector:
 
     def _settle_ownership(self, owned: bool) -> None:
         self._turn_owned = owned
-        if owned:
-            self._ours.update(self._pending_children)
-        self._pending_children.clear()
-
-    def _subagent(self, params: JsonObject) -> None:
-        finished = structure(params, SubagentFinishedParams, method=SUBAGENT_FINISHED)
-        blocks = tuple(finished.last_assistant_message or ())
-        self._subagents.append(
-            SubagentResult(
-                provider=finished.provider,
-                agent_id=finished.agent_id,
-                parent_session_id=finished.parent_session_id,
-                child_session_id=finished.child_session_id,
-                status=finished.status,
-                stop_reason=finished.stop_reason,
-                last_assistant_message=blocks,
-                text=text_of(blocks),
-            )
-        )
+        tree = self._tree
+        if tree is not None:
+            if owned:
+                tree.ours.update(tree.pending)
+            tree.pending.clear()
 
     def result(self, *, duration: float, approvals: tuple[Any, ...] = ()) -> TurnResult:
         """The TurnResult of everything fed so far.
@@ -373,6 +399,7 @@ class TurnCollector:
                 method=SESSION_EVENT,
             )
         events = list(self._events)
+        tree = self._tree
         if self._prelude:  # settled before any turn boundary: nothing shows they were foreign
             events.extend(self._prelude)
         if self._turn_events:  # a turn still open when the wait returned (teardown)
@@ -385,8 +412,8 @@ class TurnCollector:
             finish_reason=self._finish,
             error=self._error,
             events=EventLog.from_json(events),
-            notifications=tuple(self._notifications),
-            subagents=tuple(self._subagents),
+            notifications=tuple(tree.notifications) if tree is not None else (),
+            subagents=tuple(tree.subagents) if tree is not None else (),
             duration=duration,
             turns=tuple(self._owned_turns),
             approvals=approvals,
