@@ -212,7 +212,11 @@ def _turn_fields(session: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 def _turn_contexts(session: Any, *args: Any, **kwargs: Any) -> SessionContexts | None:
-    contexts: SessionContexts | None = getattr(session.runtime, "contexts", None)
+    # Only approval handlers look turns up: a runtime without an approval service binds none.
+    runtime = session.runtime
+    if getattr(runtime, "approvals", None) is None:
+        return None
+    contexts: SessionContexts | None = getattr(runtime, "contexts", None)
     return contexts
 
 

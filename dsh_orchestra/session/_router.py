@@ -50,15 +50,23 @@ class SessionRouter:
 
         For consumers that keep up by construction, such as a run's turn collector.
         """
+        self.add(root, target)
+        return partial(self.detach, root, target)
+
+    def add(self, root: str, target: Target) -> None:
+        """``attach`` without making a detacher: undo it with ``detach(root, target)``.
+
+        What ``Session.run`` uses: a detacher object per run in flight is memory it can do
+        without (10,000 concurrent runs, docs/benchmarks.md).
+        """
         if self._error is not None:
             target.fail(self._error)
+            return
+        targets = self._subscriptions.get(root)
+        if targets is None:
+            self._subscriptions[root] = [target]
         else:
-            targets = self._subscriptions.get(root)
-            if targets is None:
-                self._subscriptions[root] = [target]
-            else:
-                targets.append(target)
-        return partial(self.detach, root, target)  # smaller than two closures, per run in flight
+            targets.append(target)
 
     def detach(self, root: str, target: Target) -> None:
         """Stop delivering ``root``'s tree to ``target`` (what ``attach``'s detacher does)."""

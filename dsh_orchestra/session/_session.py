@@ -191,7 +191,8 @@ class Session:
         self._check()
         start = trio.current_time()
         feed = _Feed(self.id, capacity)
-        detach = self.runtime.router.attach(self.id, feed)
+        router = self.runtime.router
+        router.add(self.id, feed)
         try:
             message_id = await self.prompt(input)
             feed.start(message_id)
@@ -201,7 +202,7 @@ class Session:
             self.runtime.abandon(self.id)
             raise
         finally:
-            detach()
+            router.detach(self.id, feed)
         collector = feed.collector()
         duration = trio.current_time() - start
         approvals = self.runtime.decisions_for(collector, start)

@@ -1,0 +1,144 @@
+"""Client memory per session in flight: N sessions on ONE runtime connection (the simulator).
+
+All N sessions call ``session.run(prompt)`` at once on one simulator process whose model
+answers after ``--delay`` seconds, so every turn is in flight together: its prompt answered,
+its ``session/wait`` pending, its first events collected. When all N are in flight the client
+process's RSS (psutil) and, in a separate trial, its traced Python allocations
+(``tracemalloc``) are read; minus the same figures just before the first prompt, minus the
+memory of the events the N turn collectors hold by then (their compact JSON bytes objects,
+``sys.getsizeof``), divided by N:
+what one session in flight costs the client beyond its events. The runs are then cancelled
+(the sessions are abandoned) and the runtime closed. One trial per invocation::
+
+    python bench/client_scale.py --sessions 10000
+    python bench/client_scale.py --sessions 10000 --tracemalloc
+    python bench/client_scale.py --sessions 10000 --client raw
+
+``--client raw`` is the floor of any client built on trio and our transport: one task per
+session sending ``session/prompt`` then ``session/wait`` on the runtime's connection, one sink
+keeping each session's events as compact JSON, no session layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import psutil
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dsh_orchestra import RuntimeSpec, open_runtime  # noqa: E402
+
+SCENARIO = '[[rules]]\nname = "slow"\nreply = "done"\ndelay = {delay}\n'
+
+
+RAW: dict[str, list[bytes]] = {}
+
+
+def held_event_bytes(runtime: Any) -> tuple[int, int]:
+    """(sessions with a started collector, memory of the events their collectors hold)."""
+    if RAW:
+        return len(RAW), sum(sys.getsizeof(line) for lines in RAW.values() for line in lines)
+    started = total = 0
+    for targets in runtime.router._subscriptions.values():
+        for feed in targets:
+            collector = getattr(feed, "_collector", None)
+            if collector is None:
+                continue
+            started += 1
+            for lines in (collector._events, collector._prelude or (), collector._turn_events or ()):
+                total += sum(sys.getsizeof(line) for line in lines)
+    return started, total
+
+
+async def raw_run(runtime: Any, session_id: str) -> None:
+    import orjson
+
+    from dsh_orchestra.protocol import (
+        SESSION_PROMPT, SESSION_WAIT, EmptyResult, PromptParams, PromptResult, SessionIdParams,
+    )
+
+    connection = runtime.connection
+    await connection.request(SESSION_PROMPT, PromptParams(session_id=session_id, content_blocks=[
+        {"type": "text", "text": "hello"}]), PromptResult)  # type: ignore[list-item]
+    RAW[session_id] = []
+    await connection.request(SESSION_WAIT, SessionIdParams(session_id=session_id), EmptyResult)
+    del orjson
+
+
+def raw_sink(notification: Any) -> None:
+    import orjson
+
+    lines = RAW.get(notification.params.get("sessionId"))
+    if lines is not None and notification.method == "session.event":
+        lines.append(orjson.dumps(notification.params["event"], option=orjson.OPT_APPEND_NEWLINE)[:-1])
+
+
+async def trial(sessions: int, delay: float, traced: bool, raw: bool = False) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as home:
+        script = Path(home) / "scenario.toml"
+        script.write_text(SCENARIO.format(delay=delay), encoding="utf-8")
+        spec = RuntimeSpec.simulator(script=script, dsh_home=home, cwd=home)
+        me = psutil.Process()
+        async with open_runtime(spec) as runtime:
+            if traced:
+                tracemalloc.start()
+            rss_before = me.memory_info().rss
+            traced_before = tracemalloc.get_traced_memory()[0] if traced else 0
+            started = time.perf_counter()
+            if raw:
+                runtime.connection.add_sink(raw_sink)
+            async with trio.open_nursery() as nursery:
+                for index in range(sessions):
+                    if raw:
+                        nursery.start_soon(raw_run, runtime, f"scale-{index:05d}")
+                    else:
+                        nursery.start_soon(runtime.session(f"scale-{index:05d}").run, "hello")
+                connection = runtime.connection
+                while True:  # every prompt answered and every wait pending: all in flight
+                    await trio.sleep(0.05)
+                    ready, _ = held_event_bytes(runtime)
+                    if ready == sessions and connection.statistics().pending_requests == sessions:
+                        break
+                    if time.perf_counter() - started > delay * 0.9:
+                        raise RuntimeError(f"only {ready} of {sessions} in flight before the model answers")
+                in_flight_s = time.perf_counter() - started
+                await trio.sleep(0.5)  # let the first events of the last turns arrive
+                ready, event_bytes = held_event_bytes(runtime)
+                rss_peak = me.memory_info().rss
+                traced_now = tracemalloc.get_traced_memory()[0] if traced else 0
+                nursery.cancel_scope.cancel()
+            if traced:
+                tracemalloc.stop()
+    out: dict[str, Any] = {
+        "sessions": sessions, "in_flight_s": in_flight_s, "event_bytes": event_bytes,
+        "events_kib_per_session": event_bytes / 1024 / sessions,
+        "rss_growth_mib": (rss_peak - rss_before) / 2**20,
+        "rss_kib_per_session_beyond_events": (rss_peak - rss_before - event_bytes) / 1024 / sessions,
+    }
+    if traced:
+        out["traced_kib_per_session_beyond_events"] = (traced_now - traced_before - event_bytes) / 1024 / sessions
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--delay", type=float, default=120.0, help="seconds the model waits (all turns in flight)")
+    parser.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations (slower)")
+    parser.add_argument("--client", choices=("ours", "raw"), default="ours")
+    args = parser.parse_args()
+    out = trio.run(trial, args.sessions, args.delay, args.tracemalloc, args.client == "raw")
+    print(json.dumps({"workload": "client-scale", "client": args.client, "load_1m": os.getloadavg()[0], **out}))
+
+
+if __name__ == "__main__":
+    main()
