@@ -9,6 +9,11 @@ Clients:
 
 * ``ours``: ``open_runtime`` + one trio task per session calling ``session.run(prompt)``
   (subscribe, ``session/prompt``, ``session/wait``, collect a ``TurnResult``);
+* ``minimal``: the floor of a trio client keeping the same results: the process pipes, one
+  reader task (``os.read``, split, ``orjson.loads``) waking per-request ``trio.Event``s, one
+  task per session sending ``session/prompt`` then ``session/wait`` and keeping its session's
+  events as compact JSON (what ours keeps), nothing else (no validation, routing or errors);
+* ``minimal-drop``: the same, keeping no events (what receiving alone costs);
 * ``official``: ``deepseek_harness.DeepSeekHarness`` (0.2.1rc2) + one thread per session
   calling ``harness.start_session().run(prompt)`` (its subscription, ``session_prompt``,
   reading until the root's first idle; it does not call ``session/wait``).
@@ -39,7 +44,7 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 FAKE = BENCH_DIR / "w3_fake_runtime.py"
-CLIENTS = ("ours", "official")
+CLIENTS = ("ours", "official", "minimal", "minimal-drop")
 
 
 def fake_command(events: int) -> tuple[str, ...]:
@@ -83,6 +88,85 @@ def run_ours(sessions: int, events: int) -> dict[str, Any]:
         return trio.run(main, home)
 
 
+def run_minimal(sessions: int, events: int, keep: bool = True) -> dict[str, Any]:
+    import os
+
+    import orjson
+    import trio
+
+    async def main() -> dict[str, Any]:
+        process = await trio.lowlevel.open_process(list(fake_command(events)), stdin=subprocess.PIPE,
+                                                   stdout=subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        out_fd, in_fd = process.stdout.fileno(), process.stdin.fileno()
+        replies: dict[int, Any] = {}
+        waiting: dict[int, trio.Event] = {}
+        kept: dict[str, list[bytes]] = {}
+        ids = iter(range(1, 1 << 30))
+
+        async def reader() -> None:
+            tail = b""
+            while True:
+                await trio.lowlevel.wait_readable(out_fd)
+                data = os.read(out_fd, 16384)
+                if not data:
+                    return
+                lines = (tail + data).split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    frame = orjson.loads(line)
+                    if "method" in frame:
+                        params = frame["params"]
+                        mine = kept.get(params.get("sessionId"))
+                        if keep and mine is not None and frame["method"] == "session.event":
+                            mine.append(orjson.dumps(params["event"], option=orjson.OPT_APPEND_NEWLINE)[:-1])
+                    else:
+                        replies[frame["id"]] = frame
+                        waiting.pop(frame["id"]).set()
+
+        async def request(method: str, params: dict[str, Any]) -> Any:
+            request_id = next(ids)
+            done = waiting[request_id] = trio.Event()
+            data = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}) + b"\n"
+            while data:
+                try:
+                    data = data[os.write(in_fd, data):]
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(in_fd)
+            await done.wait()
+            return replies.pop(request_id)
+
+        async def one(session_id: str) -> None:
+            kept[session_id] = []
+            await request("session/prompt", {"sessionId": session_id, "contentBlocks": [
+                {"type": "text", "text": f"prompt for {session_id}"}]})
+            await request("session/wait", {"sessionId": session_id})
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                await request("initialize", {"cwd": "/", "provider": "x", "model": "y"})
+                rss, cpu, wall = maxrss_kib(), time.process_time(), time.perf_counter()
+                async with trio.open_nursery() as sessions_nursery:
+                    for index in range(sessions):
+                        sessions_nursery.start_soon(one, f"w3-{index:04d}")
+                wall, cpu, growth = time.perf_counter() - wall, time.process_time() - cpu, maxrss_kib() - rss
+                nursery.cancel_scope.cancel()
+        finally:
+            await process.stdin.aclose()
+            with trio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        for session_id, lines in kept.items():
+            if keep and len(lines) != events - 2:  # its root events, as ours keeps (receipt on, no idle)
+                raise AssertionError(f"{session_id}: {len(lines)} events")
+        return {"wall_s": wall, "cpu_s": cpu, "rss_growth_kib": growth, "results": len(kept)}
+
+    return trio.run(main)
+
+
 def run_official(sessions: int, events: int) -> dict[str, Any]:
     from deepseek_harness import DeepSeekHarness
 
@@ -121,7 +205,8 @@ def run_official(sessions: int, events: int) -> dict[str, Any]:
 
 
 def trial(client: str, sessions: int, events: int) -> dict[str, Any]:
-    runner = run_ours if client == "ours" else run_official
+    runner = {"ours": run_ours, "official": run_official, "minimal": run_minimal,
+              "minimal-drop": lambda n, e: run_minimal(n, e, keep=False)}[client]
     return {"workload": "W3", "client": client, "sessions": sessions, "events": events, **runner(sessions, events)}
 
 
@@ -139,6 +224,8 @@ def many(runs: int, sessions: int, events: int) -> None:
         for client in CLIENTS:
             summary[f"{client}_{key}_median"] = statistics.median(r[key] for r in rows[client])
         summary[f"ratio_{key}"] = summary[f"ours_{key}_median"] / summary[f"official_{key}_median"]
+        summary[f"ratio_minimal_{key}"] = summary[f"ours_{key}_median"] / summary[f"minimal_{key}_median"]
+        summary[f"ratio_minimal_drop_{key}"] = summary[f"ours_{key}_median"] / max(1, summary[f"minimal-drop_{key}_median"])
     print(json.dumps(summary))
 
 
