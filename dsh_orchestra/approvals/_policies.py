@@ -9,18 +9,53 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
-import re
+import math
 import sys
 from collections import defaultdict
+from functools import partial
 from typing import Any, Callable, Iterable, TextIO
 
+import regex
 import trio
 
 from ._model import ALLOWED_ONCE, OUTCOMES, REJECTED, ApprovalRequest, Decision, Outcome, Policy
 
 
+INLINE_MATCH_SECONDS = 0.001
+"""A reason regex is first matched on the event loop for at most this long (most finish in
+microseconds); one that takes longer is matched again in a worker thread (see ``search_bounded``)."""
+
+UNBOUNDED_MATCH_SECONDS = 30.0
+"""The bound of a match when no deadline applies (a rule called outside a decision)."""
+
+
+async def search_bounded(pattern: regex.Pattern[str], text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``, without stalling the event loop.
+
+    Matching model-chosen text against a user's regex can backtrack for hours. The ``regex``
+    package releases the GIL while matching and stops at a timeout: after a short inline try,
+    the match runs in a worker thread bounded by the caller's deadline (the decision deadline
+    of ``decide``), so the loop keeps serving every other runtime, the decision fails closed at
+    its deadline (the caller is cancelled and abandons the thread), and the thread itself
+    stops soon after instead of burning a core.
+
+    Raises:
+        TimeoutError: the match did not finish within the bound.
+    """
+    try:
+        return pattern.search(text, timeout=INLINE_MATCH_SECONDS) is not None
+    except TimeoutError:
+        pass
+    remaining = trio.current_effective_deadline() - trio.current_time()
+    bound = remaining if math.isfinite(remaining) else UNBOUNDED_MATCH_SECONDS
+    search = partial(pattern.search, text, concurrent=True, timeout=max(bound, INLINE_MATCH_SECONDS) + 0.05)
+    return await trio.to_thread.run_sync(search, abandon_on_cancel=True) is not None
+
+
 async def call_policy(policy: Policy, request: ApprovalRequest) -> Any:
     """Call a sync or async policy and return what it returned (awaited if needed)."""
+    if isinstance(policy, Rule):  # its reason regex is matched off the event loop
+        return await policy.decide(request)
     value = policy(request)
     if inspect.isawaitable(value):
         value = await value
@@ -70,24 +105,46 @@ class Rule:
         self.outcome = _check_outcome(outcome)
         self.tools = _globs(tools) if tools is not None else None
         self.sessions = _globs(sessions) if sessions is not None else None
-        self.reason = re.compile(reason) if reason is not None else None
+        self.reason = regex.compile(reason) if reason is not None else None  # re's syntax (VERSION0)
         self.note = note
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r}, {self.outcome!r}, tools={self.tools}, sessions={self.sessions})"
 
-    def applies(self, request: ApprovalRequest) -> bool:
-        """True when every condition given holds for ``request``."""
+    def _globs_hold(self, request: ApprovalRequest) -> bool:
         if self.tools is not None and not _matches(request.tool_name, self.tools):
             return False
-        if self.sessions is not None and not _matches(request.session_id, self.sessions):
+        return self.sessions is None or _matches(request.session_id, self.sessions)
+
+    def applies(self, request: ApprovalRequest) -> bool:
+        """True when every condition given holds for ``request`` (blocking: the reason regex is
+        matched here, bounded by ``UNBOUNDED_MATCH_SECONDS``; ``applies_async`` never blocks).
+
+        Raises:
+            TimeoutError: the reason regex did not finish within the bound.
+        """
+        if not self._globs_hold(request):
             return False
-        if self.reason is not None and not self.reason.search(request.reason or ""):
+        return self.reason is None or self.reason.search(request.reason or "", timeout=UNBOUNDED_MATCH_SECONDS) is not None
+
+    async def applies_async(self, request: ApprovalRequest) -> bool:
+        """``applies`` without stalling the event loop (``search_bounded``).
+
+        Raises:
+            TimeoutError: the reason regex did not finish within the caller's deadline.
+        """
+        if not self._globs_hold(request):
             return False
-        return True
+        return self.reason is None or await search_bounded(self.reason, request.reason or "")
 
     def __call__(self, request: ApprovalRequest) -> Decision | None:
         if self.applies(request):
+            return Decision(outcome=self.outcome, rule=self.name, note=self.note)
+        return None
+
+    async def decide(self, request: ApprovalRequest) -> Decision | None:
+        """What ``__call__`` returns, matching the reason off the event loop (``call_policy`` uses it)."""
+        if await self.applies_async(request):
             return Decision(outcome=self.outcome, rule=self.name, note=self.note)
         return None
 
@@ -107,9 +164,9 @@ def by_session(pattern: str | Iterable[str], outcome: str, *, name: str = "by-se
     return Rule(name, outcome, sessions=pattern)
 
 
-def reason_matches(regex: str, outcome: str, *, name: str = "reason") -> Rule:
-    """Decide ``outcome`` when the request's reason matches ``regex`` (re.search)."""
-    return Rule(name, outcome, reason=regex)
+def reason_matches(pattern: str, outcome: str, *, name: str = "reason") -> Rule:
+    """Decide ``outcome`` when the request's reason matches ``pattern`` (a search, re syntax)."""
+    return Rule(name, outcome, reason=pattern)
 
 
 def first_match(*rules: Policy, default: str = REJECTED, name: str = "default") -> Policy:
@@ -182,7 +239,7 @@ def budget(policy: Policy, limit: int, *, tools: Iterable[str] | str = "*", name
     async def wrapped(request: ApprovalRequest) -> Decision | None:
         if not _matches(request.tool_name, patterns):
             return _checked(await call_policy(policy, request), "the policy of budget")
-        if isinstance(policy, Rule) and not policy.applies(request):
+        if isinstance(policy, Rule) and not await policy.applies_async(request):
             return None
         if used[request.session_id] >= limit:
             return Decision(outcome=REJECTED, rule=name, note=f"budget of {limit} approvals used up")

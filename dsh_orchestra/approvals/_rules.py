@@ -1,4 +1,4 @@
-"""Policy rules files (TOML) and ``load_policy`` for ``--policy FILE`` or ``--policy module:attr``.
+"""Policy rules files (TOML) and ``load_policy`` for ``policy=FILE`` or ``policy="module:attr"``.
 
 A rules file holds a default outcome and an ordered list of rules; the first rule that applies
 decides. Imports only the protocol layer.
@@ -7,6 +7,7 @@ decides. Imports only the protocol layer.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import tomllib
@@ -23,7 +24,25 @@ _RULE_KEYS = {"name", "outcome", "tools", "sessions", "reason", "budget", "note"
 
 
 class PolicyFileError(ValueError):
-    """A rules file or a ``--policy`` value is wrong; the message says what to fix."""
+    """A rules file or a ``policy=`` value is wrong; the message says what to fix.
+
+    ``parameter`` names what was given (``policy``, or ``answerer`` for a ``module:attr``
+    answerer) and ``value`` the value, when the problem is with the value as a whole
+    (``value`` is None for a problem inside a rules file, whose message names the file).
+    """
+
+    def __init__(self, problem: str, *, value: str | None = None, parameter: str = "policy") -> None:
+        self.problem = problem
+        self.value = value
+        self.parameter = parameter
+        super().__init__(self.format())
+
+    def format(self, name: str | None = None) -> str:
+        """The message, naming the parameter as ``name`` (a CLI flag; default ``policy=``)."""
+        if self.value is None:
+            return self.problem
+        where = f"{name} {self.value!r}" if name is not None else f"{self.parameter}={self.value!r}"
+        return f"{where}: {self.problem}"
 
 
 @attrs.frozen
@@ -36,6 +55,11 @@ class LoadedPolicy:
 
     def __call__(self, request: Any) -> Any:
         return self.policy(request)
+
+
+def valid_deadline(value: Any) -> bool:
+    """True for a positive number of seconds (finite) (not a bool, nan or inf)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def _strings(value: Any, where: str) -> list[str]:
@@ -59,8 +83,8 @@ def parse_rules(data: dict[str, Any], *, source: str = "<rules>") -> LoadedPolic
     if default not in OUTCOMES:
         raise PolicyFileError(f"{source}: default must be one of {', '.join(OUTCOMES)}, not {default!r}")
     deadline = data.get("deadline")
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0):
-        raise PolicyFileError(f"{source}: deadline must be a positive number of seconds, not {deadline!r}")
+    if deadline is not None and not valid_deadline(deadline):
+        raise PolicyFileError(f"{source}: deadline must be a positive number of seconds (finite), not {deadline!r}")
     raw_rules = data.get("rules", [])
     if not isinstance(raw_rules, list):
         raise PolicyFileError(f"{source}: rules must be an array of tables ([[rules]])")
@@ -118,6 +142,8 @@ def load_rules_file(path: str | os.PathLike[str]) -> LoadedPolicy:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PolicyFileError(f"cannot read policy file {str(path)!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise PolicyFileError(f"policy file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise PolicyFileError(f"policy file {str(path)!r} is not valid TOML: {exc}") from exc
     return parse_rules(data, source=str(path))
@@ -130,24 +156,43 @@ def load_policy(spec: str) -> LoadedPolicy:
         PolicyFileError: the file or object cannot be loaded; the message says why.
     """
     if not isinstance(spec, str) or not spec:
-        raise PolicyFileError(f"--policy needs a FILE or module:attr, not {spec!r}")
+        raise PolicyFileError("needs a FILE or module:attr", value=spec if isinstance(spec, str) else repr(spec))
     if os.path.exists(spec) or spec.endswith(".toml"):
         return load_rules_file(spec)
+    value = import_object(spec)
+    if not callable(value):
+        raise PolicyFileError(f"{type(value).__name__} is not a callable policy", value=spec)
+    if isinstance(value, LoadedPolicy):
+        return value
+    deadline = getattr(value, "deadline", None)  # honoured as a rules file's deadline is
+    if deadline is not None and not valid_deadline(deadline):
+        raise PolicyFileError(f"its deadline attribute must be a positive number of seconds (finite), not {deadline!r}", value=spec)
+    return LoadedPolicy(policy=value, deadline=float(deadline) if deadline is not None else None, source=spec)
+
+
+def import_object(spec: str, *, parameter: str = "policy") -> Any:
+    """The object ``module:attr`` names (the current directory is importable).
+
+    Raises:
+        PolicyFileError: not of that form, or the module cannot be imported (it is missing,
+            has a syntax error, or raised while importing), or it has no such attribute.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise PolicyFileError(f"--policy {spec!r}: no such file, and not of the form module:attr")
+        raise PolicyFileError("no such file, and not of the form module:attr", value=spec, parameter=parameter)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PolicyFileError(f"--policy {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    try:
-        value = getattr(module, attr)
-    except AttributeError as exc:
-        raise PolicyFileError(f"--policy {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
-    if not callable(value):
-        raise PolicyFileError(f"--policy {spec!r}: {attr!r} is {type(value).__name__}, not a callable policy")
-    if isinstance(value, LoadedPolicy):
-        return value
-    return LoadedPolicy(policy=value, source=spec)
+    except Exception as exc:  # noqa: BLE001 (ImportError, SyntaxError, or whatever the module raised)
+        problem = f"{type(exc).__name__}: {exc}"
+        raise PolicyFileError(f"cannot import module {module_name!r}: {problem}", value=spec, parameter=parameter) from exc
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError as exc:
+            raise PolicyFileError(f"module {module_name!r} has no attribute {attr!r}", value=spec, parameter=parameter) from exc
+        except Exception as exc:  # noqa: BLE001 (a module __getattr__ that raised)
+            raise PolicyFileError(f"getting {attr!r} raised {type(exc).__name__}: {exc}", value=spec, parameter=parameter) from exc
+    return value

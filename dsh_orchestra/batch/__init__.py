@@ -19,9 +19,11 @@ from ._local import PoolExecutor as PoolExecutor, PoolRunner as PoolRunner, atte
 from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._progress import Counters as Counters, Progress as Progress
 from ._results import (
+    ResultsFileError as ResultsFileError,
     ResultsWriter as ResultsWriter,
     read_results as read_results,
     result_line as result_line,
+    result_problem as result_problem,
     scan_results as scan_results,
 )
 from ._runner import PLACE_LOST as PLACE_LOST, run_batch as run_batch
@@ -32,7 +34,7 @@ from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile a
 __all__ = [
     "OK_FINISH_REASONS", "PLACE_LOST", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
     "BatchUsageError", "Counters", "DatasetCheck", "DatasetError", "Executor", "PoolExecutor", "PoolRunner", "Progress",
-    "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
-    "load_dataset", "parse_shard", "percentile", "read_results", "result_line", "run_batch", "scan_results",
+    "ResultsFileError", "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
+    "load_dataset", "parse_shard", "percentile", "read_results", "result_line", "result_problem", "run_batch", "scan_results",
     "stable_hash", "summarize",
 ]

@@ -28,6 +28,7 @@ from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ._executor import Attempt, AttemptRunner, Executor
 from ._local import PoolExecutor
 from ._options import BatchOptions, BatchUsageError
+from ._paths import check_batch_paths
 from ._progress import Counters, Progress
 from ._results import ResultsWriter, result_line, scan_results
 from ._summary import BatchSummary, Tally
@@ -132,6 +133,8 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
             raise BatchUsageError(f"{name} {str(path)!r} is a directory; give a file path")
         if not path.parent.is_dir():
             raise BatchUsageError(f"{name} {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+    if options.transcripts is not None and Path(options.transcripts).exists() and not Path(options.transcripts).is_dir():
+        raise BatchUsageError(f"--transcripts {str(options.transcripts)!r} is a file, not a directory; give a directory")
     if out.exists() and out.stat().st_size and not options.resume:
         raise BatchUsageError(
             f"results file {str(out)!r} already has results; pass --resume to finish it, or choose another --out"
@@ -142,6 +145,7 @@ def _prepare_resume(dataset: str | os.PathLike[str], out: Path, options: BatchOp
     """Validate the dataset (nothing runs on a bad one), check the output paths, and scan the
     results already in ``out`` (repairing a torn tail): the check, the tally of the results
     kept, and the ids already done."""
+    check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
         log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))

@@ -1,6 +1,6 @@
 """Per-item transcripts: each item's session notifications as gzip-compressed JSON Lines.
 
-``run_batch(..., transcripts=DIR)`` (CLI ``--transcripts DIR``) writes ``DIR/<safe-id>.jsonl.gz``
+``run_batch(..., transcripts=DIR)`` writes ``DIR/<name>.jsonl.gz`` (``transcript_name``)
 for every item that got a turn, before its result line (so a result line implies its
 transcript). The file holds, one JSON object a line:
 
@@ -36,17 +36,32 @@ log = logging.getLogger("dsh_orchestra.batch")
 
 SUFFIX = ".jsonl.gz"
 DEFAULT_MAX_BYTES = 1 << 20  # per item, before compression
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_MAX_NAME = 80
+_KEPT = re.compile(r"[a-z0-9_-][a-z0-9._-]{0,79}")
+_HASHED = re.compile(r".*-[0-9a-f]{16}")
+_UNSAFE = re.compile(r"[^a-z0-9._-]")
+_PREFIX = 40
 
 
 def transcript_name(item_id: str) -> str:
-    """The file name of ``item_id``'s transcript: the id made safe, plus a hash when it had to
-    change (so distinct ids never share a file), plus ``.jsonl.gz``."""
-    safe = _UNSAFE.sub("_", item_id)[:_MAX_NAME].lstrip(".")
-    if safe != item_id or not safe:
-        safe = f"{safe or 'item'}-{hashlib.sha256(item_id.encode('utf-8')).hexdigest()[:12]}"
-    return safe + SUFFIX
+    """The file name of ``item_id``'s transcript (injective, also where case is folded).
+
+    An id of at most 80 characters from ``a-z 0-9 . _ -`` that does not start with ``.`` and
+    does not end like a hashed name is kept as it is: ``<id>.jsonl.gz``. Any other id becomes
+    ``<prefix>-<hash>.jsonl.gz``: the prefix is the id lower-cased, with other characters as
+    ``_``, cut to 40 characters; the hash is the first 16 hex digits of the SHA-256 of the id's
+    UTF-8 bytes. Kept names never end in ``-`` and 16 hex digits, hashed names always do, so
+    two distinct ids never share a name, and ids that differ only in case never do either.
+    """
+    if _KEPT.fullmatch(item_id) and not _HASHED.fullmatch(item_id):
+        return item_id + SUFFIX
+    prefix = _UNSAFE.sub("_", item_id.lower())[:_PREFIX].lstrip(".") or "item"
+    return f"{prefix}-{hashlib.sha256(item_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}{SUFFIX}"
+
+
+def may_write(name: str) -> bool:
+    """True for the file names a transcripts directory may hold: transcripts and their
+    temporary files (for the path checks)."""
+    return name.endswith(SUFFIX) or (name.startswith(".") and name.endswith(".tmp"))
 
 
 def transcript_lines(item_id: str, turn: TurnResult) -> Iterator[dict[str, Any]]:

@@ -14,10 +14,16 @@ import trio
 
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
 from ..protocol import OrchestraError, RuntimeStartError
-from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
+from .._paths import PathConflictError
+from ..batch._transcripts import may_write
+from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option
+from ._paths import Paths, describe_flag, file_option
 from ._ray_options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
 
 log = logging.getLogger("dsh_orchestra.batch")
+
+
+NUMBERS = {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--retries": ("int", 0), "--timeout": ("seconds", 0)}
 
 
 def register(sub: Any) -> None:
@@ -44,13 +50,24 @@ def register(sub: Any) -> None:
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, paths=paths)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The batch's inputs, outputs and output directory, by flag (checked before anything runs)."""
+    return (
+        {"DATASET": args.dataset, "--script": args.script, "--policy": file_option(args.policy),
+         "--answerer": file_option(args.answerer)},
+        {"--out": args.out, "--summary": args.summary, "--audit": args.audit},
+        {"--transcripts": (args.transcripts, may_write)},
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the batch command; returns the exit status."""
     with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
         try:
+            check_numbers(args, NUMBERS)
             spec = build_spec(args, temp_home=temp_home)
             options = BatchOptions(
                 runtimes=args.runtimes,
@@ -78,6 +95,8 @@ def main(args: argparse.Namespace) -> int:
             summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
         except (DatasetError, BatchUsageError) as exc:
             return fail(str(exc))
+        except PathConflictError as exc:
+            return fail(exc.format(describe_flag))
         except OSError as exc:  # before any work: the dataset or an output cannot be opened
             return fail(f"{exc.filename or args.dataset}: {exc.strerror or exc}")
         except RuntimeStartError as exc:  # raised bare: no runtime of the pool ever started

@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..approvals import LoadedPolicy, PolicyFileError, load_policy
+from ..approvals._rules import import_object
 from ..questions import DISMISS, Answerer, QuestionsRequest, by_rule, first_option
 from ..runtime import RuntimeSpec
 
 
 class UsageError(ValueError):
     """A command-line problem; the message says what to fix (exit status 2)."""
+
+
+def check_numbers(args: argparse.Namespace, rules: Mapping[str, tuple[str, float]]) -> None:
+    """Check numeric flags: ``rules`` maps a flag to (kind, minimum), kind ``"int"`` (an
+    integer >= minimum) or ``"seconds"`` (a finite number > minimum: nan and inf are refused).
+    Flags not given (None) pass.
+
+    Raises:
+        UsageError: naming the flag, the value and what is expected.
+    """
+    for flag, (kind, minimum) in rules.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value is None:
+            continue
+        if kind == "seconds" and not (math.isfinite(value) and value > minimum):
+            raise UsageError(f"{flag} must be a positive number of seconds (finite), not {value!r}")
+        if kind == "int" and value < minimum:
+            raise UsageError(f"{flag} must be an integer >= {minimum:g}, not {value!r}")
 
 
 def add_runtime_options(parser: argparse.ArgumentParser) -> None:
@@ -41,11 +61,14 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
     """
     if args.runtime is not None and args.runtime_command is not None:
         raise UsageError("give either --runtime or --runtime-command, not both")
-    workspace = Path(args.workspace).absolute() if args.workspace else Path.cwd()
-    if args.workspace and not workspace.is_dir():
+    for flag, value in (("--workspace", args.workspace), ("--dsh-home", args.dsh_home), ("--script", args.script)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} needs a path, not {value!r}")
+    workspace = Path(args.workspace).absolute() if args.workspace is not None else Path.cwd()
+    if args.workspace is not None and not workspace.is_dir():
         raise UsageError(f"--workspace {args.workspace!r} is not a directory")
     home = args.dsh_home or os.environ.get("DSH_HOME") or None
-    kind = "command" if args.runtime_command else (args.runtime or "sim")
+    kind = "command" if args.runtime_command is not None else (args.runtime or "sim")
     if home is None:
         if kind != "sim" or temp_home is None:
             raise UsageError(f"--runtime {kind} needs --dsh-home DIR (or DSH_HOME); dsh_orchestra never uses ~/.dsh")
@@ -55,6 +78,8 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
         value = getattr(args, key, None)
         if value is not None:
             route[key] = value
+    if args.script is not None:
+        check_script(args.script)
     try:
         if kind == "sim":
             return RuntimeSpec.simulator(script=args.script, dsh_home=home, cwd=workspace, **route)
@@ -62,14 +87,34 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
             raise UsageError("--script is for the simulator (--runtime sim)")
         if kind == "dsh":
             return RuntimeSpec(dsh_home=home, cwd=workspace, **route)
-        command = shlex.split(args.runtime_command)
+        try:
+            command = shlex.split(args.runtime_command)
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"--runtime-command {args.runtime_command!r} is not a valid command line: {exc}") from exc
         if not command:
-            raise UsageError("--runtime-command is empty")
+            raise UsageError(f"--runtime-command is empty ({args.runtime_command!r}); give the program to run")
         return RuntimeSpec(command=command, dsh_home=home, cwd=workspace, **route)
     except (ValueError, TypeError) as exc:
         if isinstance(exc, UsageError):
             raise
         raise UsageError(str(exc)) from exc
+
+
+def check_script(path: str) -> None:
+    """``--script FILE``: a scenario the simulator and the scripted model can play, checked
+    here so that a bad one is refused before any process starts.
+
+    Raises:
+        UsageError: it cannot be read, is not UTF-8 TOML, or is not a valid scenario.
+    """
+    from ..testing._script import ScriptError, load_script  # the scenario format lives with them
+
+    try:
+        load_script(path)
+    except OSError as exc:
+        raise UsageError(f"--script {path!r}: cannot read it: {exc.strerror or exc}") from exc
+    except ScriptError as exc:
+        raise UsageError(f"--script {path!r}: {exc}") from exc
 
 
 def policy_option(value: str | None) -> LoadedPolicy | None:
@@ -79,7 +124,7 @@ def policy_option(value: str | None) -> LoadedPolicy | None:
     try:
         return load_policy(value)
     except PolicyFileError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(exc.format("--policy")) from exc
 
 
 def answerer_option(value: str | None) -> Answerer | None:
@@ -95,7 +140,11 @@ def answerer_option(value: str | None) -> Answerer | None:
     if os.path.exists(value) or value.endswith(".toml"):
         try:
             data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except OSError as exc:
+            raise UsageError(f"--answerer {value!r}: cannot read it: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--answerer {value!r}: the file is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"--answerer {value!r}: cannot read it as TOML: {exc}") from exc
         unknown = set(data) - {"default", "answers"}
         if unknown:
@@ -113,14 +162,15 @@ def answerer_option(value: str | None) -> Answerer | None:
         if default == "dismiss" and not answers:
             return dismiss
         return by_rule(answers, fallback=first_option if default == "first-option" else None)
-    try:
-        loaded = load_policy(value) if ":" in value else None
-    except PolicyFileError as exc:
-        raise UsageError(str(exc).replace("--policy", "--answerer")) from exc
-    if loaded is None:
+    if ":" not in value:
         raise UsageError(f"--answerer must be first-option, a TOML FILE or module:attr, not {value!r}")
-    answerer: Answerer = loaded.policy  # type: ignore[assignment]  # any callable: the module:attr loader is shared
-    return answerer
+    try:
+        answerer = import_object(value, parameter="answerer")
+    except PolicyFileError as exc:
+        raise UsageError(exc.format("--answerer")) from exc
+    if not callable(answerer):
+        raise UsageError(f"--answerer {value!r}: {type(answerer).__name__} is not a callable answerer")
+    return answerer  # type: ignore[no-any-return]
 
 
 def fail(message: str) -> int:

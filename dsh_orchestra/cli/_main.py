@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 from .._logging import configure_cli_logging
 from .._version import __version__
+from ._paths import check_command_paths
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fake.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
     fake.add_argument("--script", default=None, help="scenario script (TOML); default answers anything")
-    fake.set_defaults(func=_fake_model)
+    fake.set_defaults(func=_fake_model, paths=lambda args: ({"--script": args.script}, {}, {}))
 
     for register in _EXTRA_COMMANDS:
         register(sub)
@@ -79,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
+        return EXIT_USAGE
+    problem = check_command_paths(args)  # before a log file is opened or anything is written
+    if problem is not None:
+        print(f"dsh-orchestra: {problem}", file=sys.stderr)
         return EXIT_USAGE
     problem = configure_cli_logging(args.log_level, args.log_file)
     if problem is not None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 import trio
 
 from ..approvals import PolicyFileError, load_policy, read_audit, replay
 from ._common import fail
+from ._paths import Paths, file_option
 
 EXIT_SAME = 0
 EXIT_CHANGED = 1
@@ -40,7 +42,12 @@ def register(sub: Any) -> None:
     rerun.add_argument("--policy", required=True, metavar="FILE|module:attr", help="the new policy (TOML rules file or a Python policy)")
     rerun.add_argument("--deadline", type=float, default=None, metavar="SECONDS", help="bound per decision (default: the policy's own, else 30)")
     rerun.add_argument("--json", action="store_true", help="print the report as JSON")
-    rerun.set_defaults(func=replay_main)
+    rerun.set_defaults(func=replay_main, paths=replay_paths)
+
+
+def replay_paths(args: argparse.Namespace) -> Paths:
+    """``policy replay`` reads the audit log and the policy; it writes only a log file."""
+    return {"AUDIT": args.audit, "--policy": file_option(args.policy)}, {}, {}
 
 
 def _usage(parser: argparse.ArgumentParser) -> Any:
@@ -53,8 +60,8 @@ def _usage(parser: argparse.ArgumentParser) -> Any:
 
 def replay_main(args: argparse.Namespace) -> int:
     """Run ``policy replay``; returns the exit status."""
-    if args.deadline is not None and not args.deadline > 0:
-        return fail(f"--deadline must be a positive number of seconds, not {args.deadline!r}")
+    if args.deadline is not None and not (math.isfinite(args.deadline) and args.deadline > 0):
+        return fail(f"--deadline must be a positive number of seconds (finite), not {args.deadline!r}")
     try:
         records = read_audit(args.audit)
     except OSError as exc:
@@ -64,7 +71,7 @@ def replay_main(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy)
     except PolicyFileError as exc:
-        return fail(str(exc))
+        return fail(exc.format("--policy"))
     report = trio.run(lambda: replay(records, policy, deadline=args.deadline))
     if args.json:
         print(json.dumps({"audit": args.audit, "policy": args.policy, **report.to_json()}, indent=2))

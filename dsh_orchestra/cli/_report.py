@@ -8,7 +8,8 @@ from typing import Any
 
 from ..report import ReportInputError, write_report
 from ..report._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT
-from ._common import fail
+from ._common import UsageError, check_numbers, fail
+from ._paths import Paths
 
 
 def register(sub: Any) -> None:
@@ -37,11 +38,23 @@ def register(sub: Any) -> None:
     parser.add_argument("--group-by", default=None, metavar="FIELD", help="scores per group of this metadata key")
     parser.add_argument("--compare", default=None, metavar="BASE", help="compare RESULTS (the candidate) with this baseline's results file")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the comparison's bootstrap and permutation test (default 0)")
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, paths=paths)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The report's inputs and its output, by flag (checked before anything is written)."""
+    inputs = {"RESULTS": args.results, "--summary": args.summary, "--audit": args.audit,
+              "--dataset": args.dataset, "--workflow": args.workflow, "--transcripts": args.transcripts,
+              "--compare": args.compare}
+    return inputs, {"--out": args.out}, {}
 
 
 def main(args: argparse.Namespace) -> int:
     """Build the report; returns the exit status."""
+    try:
+        check_numbers(args, {"--max-text": ("int", 1)})
+    except UsageError as exc:
+        return fail(str(exc))
     try:
         path = write_report(
             args.out,

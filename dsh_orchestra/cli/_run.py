@@ -15,6 +15,7 @@ what a Python user would call.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import re
 import sys
@@ -39,7 +40,8 @@ from ..workflow import (
     load_recipe as load_recipe,
     open_workflow,
 )
-from ._common import UsageError, add_runtime_options, answerer_option, build_spec, fail, policy_option
+from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option
+from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
 EXIT_PENDING = 3
@@ -119,13 +121,22 @@ def register(sub: Any) -> None:
     parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE", help="answer a pending interrupt (with --resume); repeatable")
     parser.add_argument("--compact", action="store_true", help="when the run finished, compact --checkpoint to its final result")
     parser.add_argument("--no-progress", action="store_true", help="no live step status on the terminal")
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, paths=paths)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The recipe run's inputs and outputs, by flag (checked before anything runs)."""
+    recipe = Path(args.recipe) / RECIPE_FILE if os.path.isdir(args.recipe) else args.recipe
+    inputs = {"RECIPE": recipe, "--script": args.script, "--policy": file_option(args.policy),
+              "--answerer": file_option(args.answerer)}
+    return inputs, {"--audit": args.audit, "--mermaid": args.mermaid, "--checkpoint": args.checkpoint}, {}
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the ``run`` command; returns the exit status."""
     with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
         try:
+            check_numbers(args, {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--runtime-limit": ("int", 1)})
             recipe = load_recipe(args.recipe)
             simulated = args.runtime_command is None and args.runtime in (None, "sim")
             if simulated and args.script is None and recipe.script is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from .._paths import check_paths
 from ._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT, build_payload
 from ._html import render_html
 
@@ -37,11 +39,14 @@ def write_report(
     ``results`` against it, its statistics seeded by ``seed``.
 
     Raises:
+        PathConflictError: ``out`` is one of the inputs (nothing is written).
         ReportInputError: no input, or an input is missing or malformed.
         CompareInputError: ``compare`` has no item in common with ``results``.
         OSError: ``out`` cannot be written.
     """
     path = Path(out)
+    check_paths({"results": results, "summary": summary, "audit": audit, "dataset": dataset,
+                 "workflow": workflow, "transcripts": transcripts, "compare": compare}, {"out": out})
     payload = build_payload(
         results=results, summary=summary, audit=audit, dataset=dataset, workflow=workflow,
         transcripts=transcripts, out=path, title=title, max_text=max_text, max_transcript=max_transcript,
@@ -55,7 +60,13 @@ def write_page(out: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
     path = Path(out)
     data = render_html(payload).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
     return path

@@ -16,11 +16,12 @@ import posixpath
 import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
 from .._version import __version__
+from ..approvals import DecisionRecord
 from ..batch._results import read_results, scan_results
 from ..batch._summary import percentile
 from ..batch._transcripts import transcript_name
@@ -50,11 +51,14 @@ def _read_bytes(path: str | os.PathLike[str], what: str) -> bytes:
         raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
 
 
-def read_jsonl(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: str | os.PathLike[str], what: str, check: Callable[[dict[str, Any]], str | None] | None = None
+) -> list[dict[str, Any]]:
     """The JSON objects of a JSON Lines file; a torn last line (no newline, bad JSON) is skipped.
+    ``check`` says what is wrong with a line (None: nothing).
 
     Raises:
-        ReportInputError: unreadable, or a complete line is not a JSON object.
+        ReportInputError: unreadable, or a complete line is not a JSON object (or fails ``check``).
     """
     data = _read_bytes(path, what)
     lines = data.split(b"\n")
@@ -70,6 +74,9 @@ def read_jsonl(path: str | os.PathLike[str], what: str) -> list[dict[str, Any]]:
             raise ReportInputError(f"{path}: line {number} of the {what} is not valid JSON ({exc})") from exc
         if not isinstance(value, dict):
             raise ReportInputError(f"{path}: line {number} of the {what} is not a JSON object")
+        problem = check(value) if check is not None else None
+        if problem is not None:
+            raise ReportInputError(f"{path}: line {number} is not a line of a {what}: {problem}")
         out.append(value)
     return out
 
@@ -145,10 +152,53 @@ def prompt_text(prompt: Any) -> str:
     return orjson.dumps(prompt).decode("utf-8")
 
 
+def _dataset_problem(line: dict[str, Any]) -> str | None:
+    if not isinstance(line.get("id"), str) or not line["id"]:
+        return "missing a string 'id'"
+    return None if "prompt" in line else "missing 'prompt' (is this a dataset?)"
+
+
+def _audit_problem(line: dict[str, Any]) -> str | None:
+    try:
+        DecisionRecord.from_json(line)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc} (is this an audit log?)"
+    return None
+
+
+def load_audit(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of an approval audit log (as JSON objects).
+
+    Raises:
+        ReportInputError: unreadable, or a complete line is not an audit record.
+    """
+    return read_jsonl(path, "audit log", _audit_problem)
+
+
+def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A batch's summary JSON.
+
+    Raises:
+        ReportInputError: unreadable, not JSON, or not a batch summary.
+    """
+    data = load_json(path, "summary")
+    if not isinstance(data, dict):
+        raise ReportInputError(f"the summary {os.fspath(path)!r} is not a JSON object")
+    for key in ("total", "ok", "error"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ReportInputError(f"the summary {os.fspath(path)!r} is not a batch summary: {key!r} must be an integer, not {value!r}")
+    return data
+
+
 def load_prompts(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The dataset's prompts by item id (as text)."""
+    """The dataset's prompts by item id (as text).
+
+    Raises:
+        ReportInputError: unreadable, or a complete line is not a dataset item.
+    """
     prompts: dict[str, str] = {}
-    for line in read_jsonl(path, "dataset"):
+    for line in read_jsonl(path, "dataset", _dataset_problem):
         item_id = line.get("id")
         if isinstance(item_id, str) and "prompt" in line:
             prompts.setdefault(item_id, prompt_text(line["prompt"]))
@@ -480,13 +530,10 @@ def build_payload(
                                             ("compare", compare)) if v is not None}
     payload = page_payload(title or _default_title(results, workflow), sources)
     if results is not None:
-        summary_data = None
-        if summary is not None:
-            summary_data = load_json(summary, "summary")
-            if not isinstance(summary_data, dict):
-                raise ReportInputError(f"the summary {os.fspath(summary)!r} is not a JSON object")
+        summary_data = load_summary(summary) if summary is not None else None
         if transcripts is not None and not Path(transcripts).is_dir():
-            raise ReportInputError(f"transcripts directory {os.fspath(transcripts)!r} does not exist")
+            problem = "is not a directory" if Path(transcripts).exists() else "does not exist"
+            raise ReportInputError(f"transcripts directory {os.fspath(transcripts)!r} {problem}")
         if dataset is None:
             dataset = summary_dataset(summary_data, summary)
             if dataset is not None:
@@ -496,7 +543,7 @@ def build_payload(
         payload["batch"] = batch_payload(
             lines,
             summary=summary_data,
-            audit=read_jsonl(audit, "audit log") if audit is not None else None,
+            audit=load_audit(audit) if audit is not None else None,
             prompts=prompts,
             transcripts=Path(transcripts) if transcripts is not None else None,
             out_dir=Path(out).parent,

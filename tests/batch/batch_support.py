@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -165,3 +166,45 @@ def run_cli(args: Sequence[str], *, cwd: Path, timeout: float = 60, env: dict[st
     full_env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", **(env or {})}
     return subprocess.run([*CLI, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
                           **kwargs)
+
+
+def result(item_id: str) -> dict[str, object]:
+    return {"id": item_id, "status": "ok", "session_id": "s", "final_response": "x", "finish_reason": "completed",
+            "subagents": [], "approvals": [], "attempts": 1, "duration_s": 0.1, "error": None, "metadata": {}}
+
+
+class Scene:
+    """A directory with a dataset, a results file, a policy, a summary and an audit log, and a
+    runtime command that leaves a marker when it starts."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.dataset = write_dataset(root / "ds.jsonl", items(2))
+        self.results = root / "res.jsonl"
+        self.results.write_bytes(b"".join(orjson.dumps(result(f"item-0000{i}")) + b"\n" for i in range(2)))
+        self.summary = root / "summary.json"
+        self.summary.write_text('{"total": 2, "ok": 2, "error": 0}\n')
+        self.audit = root / "audit.jsonl"
+        self.audit.write_text("")
+        self.policy = root / "policy.toml"
+        self.policy.write_text('default = "rejected"\n')
+        self.script = write_script(root)
+        self.marker = root / "started"
+        self.home = root / "home"
+        self.home.mkdir()
+        self.files = [self.dataset, self.results, self.summary, self.audit, self.policy, self.script]
+        self.before = {path: path.read_bytes() for path in self.files}
+
+    def runtime(self) -> list[str]:
+        sim = shlex.join([sys.executable, "-m", "dsh_orchestra.testing", "sim", "--script", str(self.script)])
+        command = f"sh -c {shlex.quote(f'touch {shlex.quote(str(self.marker))}; exec {sim}')}"
+        return ["--runtime-command", command, "--dsh-home", str(self.home)]
+
+    def batch(self, *extra: str, out: Path | None = None) -> list[str]:
+        return ["batch", str(self.dataset), "--out", str(out or self.root / "new.jsonl"), *self.runtime(), "--no-progress", *extra]
+
+    def unchanged(self) -> None:
+        for path, data in self.before.items():
+            assert path.read_bytes() == data, f"{path} was changed"
+        assert not self.marker.exists(), "a runtime was started"
+        assert not (self.root / "new.jsonl").exists()

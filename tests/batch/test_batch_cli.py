@@ -150,7 +150,7 @@ def test_existing_results_need_resume(tmp_path: Path, dataset: Path, capsys: pyt
     out.write_text('{"id": "item-00000", "status": "ok"}\n{corrupt\n{"id": "item-00001", "status": "ok"}\n')
     assert main([*cli_args(dataset, out, tmp_path), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "line 2 is not valid JSON" in err and "fix or remove that line" in err
+    assert "line 2 is not a result line: not valid JSON" in err and "fix or remove that line" in err
 
 
 def test_runtime_that_cannot_start_exits_2(tmp_path: Path, dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -33,10 +34,10 @@ def test_writer_appends_whole_lines_and_reader_reads_them(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "tail",
-    [b'{"id": "c", "sta', b'{"id": "c"}', b"{", b"garbage", b"\xff\xfe"],
+    [b'{"id": "c", "sta', b"{", b"garbage", b"\xff\xfe", b"   "],
 )
 def test_torn_last_line_is_cut(tmp_path: Path, tail: bytes) -> None:
-    """A last line without its newline is torn, even when it parses: resume cuts it and reruns it."""
+    """A last line without its newline that is not JSON is torn: resume cuts it and reruns it."""
     path = tmp_path / "r.jsonl"
     good = orjson.dumps(line("a")) + b"\n" + orjson.dumps(line("b")) + b"\n"
     path.write_bytes(good + tail)
@@ -63,8 +64,8 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("middle", "message"),
-    [(b"{broken", "line 2 is not valid JSON"), (b"[1, 2]", "line 2 is not a result object"),
-     (b'{"status": "ok"}', "line 2 is not a result object")],
+    [(b"{broken", "line 2 is not a result line: not valid JSON"), (b"[1, 2]", "line 2 is not a result line"),
+     (b'{"status": "ok"}', "line 2 is not a result line")],
 )
 def test_corrupt_complete_line_is_refused(tmp_path: Path, middle: bytes, message: str) -> None:
     """Damage in the middle of the file is not a crash's doing: refuse rather than guess."""
@@ -80,17 +81,19 @@ def test_corrupt_complete_line_is_refused(tmp_path: Path, middle: bytes, message
     cut=st.floats(min_value=0, max_value=1),
 )
 def test_any_prefix_repairs_to_its_complete_lines(tmp_path: Path, ids: list[str], cut: float) -> None:
-    """A kill can stop the file at any byte: the repair keeps exactly the complete lines."""
+    """A kill can stop the file at any byte: the repair keeps exactly the complete lines (a
+    whole line that only lacks its newline included: its newline is restored)."""
     path = tmp_path / "prefix.jsonl"
     lines = [orjson.dumps(line(i, metadata={"n": n})) + b"\n" for n, i in enumerate(ids)]
     data = b"".join(lines)
     prefix = data[: int(len(data) * cut)]
     path.write_bytes(prefix)
     complete = prefix.count(b"\n")
+    whole = complete + 1 if prefix + b"\n" == b"".join(lines[: complete + 1]) else complete
     done, torn = read_results(path)
-    assert list(done) == ids[:complete]
-    assert path.read_bytes() == b"".join(lines[:complete])
-    assert torn == len(prefix) - len(path.read_bytes())
+    assert list(done) == ids[:whole]
+    assert path.read_bytes() == b"".join(lines[:whole])
+    assert torn == (0 if whole > complete else len(prefix) - len(path.read_bytes()))
 
 
 def test_percentile() -> None:
@@ -124,3 +127,76 @@ def test_outcome_of_odd_lines_does_not_raise() -> None:
     """Resumed lines written by another version may lack fields or carry odd types."""
     outcome = Outcome.of({"id": "x", "duration_s": "slow", "approvals": "none", "finish_reason": 3})
     assert (outcome.duration_s, outcome.approval_outcomes, outcome.finish_reason) == (0.0, (), None)
+
+
+FULL = {"id": "a", "status": "ok", "session_id": "s", "final_response": "x", "finish_reason": "completed",
+        "subagents": [{"child_session_id": "c", "status": "ok", "stop_reason": "completed", "text": "t"}],
+        "approvals": [{"tool_name": "bash", "call_id": None, "outcome": "rejected", "rule": "default"}],
+        "attempts": 1, "duration_s": 0.5, "error": None, "metadata": {}}
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"id": "x", "prompt": "a dataset line"}, "'status'"),
+        ({**FULL, "id": 7}, "'id'"),
+        ({**FULL, "id": ""}, "'id'"),
+        ({**FULL, "status": "done"}, "'status'"),
+        ({**FULL, "final_response": 3}, "'final_response'"),
+        ({**FULL, "finish_reason": ["completed"]}, "'finish_reason'"),
+        ({**FULL, "session_id": {}}, "'session_id'"),
+        ({**FULL, "attempts": "1"}, "'attempts'"),
+        ({**FULL, "attempts": 0}, "'attempts'"),
+        ({**FULL, "attempts": True}, "'attempts'"),
+        ({**FULL, "duration_s": "0.5"}, "'duration_s'"),
+        ({**FULL, "duration_s": -1}, "'duration_s'"),
+        ({**FULL, "error": "boom"}, "'error'"),
+        ({**FULL, "error": {"type": 3, "message": "m"}}, "'error.type'"),
+        ({**FULL, "metadata": []}, "'metadata'"),
+        ({**FULL, "subagents": {}}, "'subagents'"),
+        ({**FULL, "subagents": ["x"]}, "'subagents[0]'"),
+        ({**FULL, "subagents": [{"text": 5}]}, "'subagents[0].text'"),
+        ({**FULL, "approvals": [{"outcome": 1}]}, "'approvals[0].outcome'"),
+        ([FULL], "JSON object"),
+    ],
+)
+def test_only_result_objects_of_the_schema_are_accepted(tmp_path: Path, value: object, field: str) -> None:
+    """Anything but a result line is refused with file, line and field, wherever it is (also
+    last, also without its newline), and the file is left byte-for-byte unchanged."""
+    from dsh_orchestra.batch import ResultsFileError, result_problem
+
+    assert result_problem(FULL) is None and field in (result_problem(value) or "")
+    good = orjson.dumps({**FULL, "id": "first"}) + b"\n"
+    for data in (good + orjson.dumps(value) + b"\n" + good.replace(b"first", b"third"),
+                 good + orjson.dumps(value) + b"\n", good + orjson.dumps(value)):
+        path = tmp_path / "r.jsonl"
+        path.write_bytes(data)
+        with pytest.raises(ResultsFileError, match=rf"r\.jsonl: line 2 is not a result line: .*{re.escape(field[1:-1])}") as caught:
+            read_results(path)
+        assert caught.value.line == 2 and path.read_bytes() == data
+
+
+def test_old_and_newer_result_lines_are_accepted(tmp_path: Path) -> None:
+    """Lines of earlier versions (only some of today's fields) and of later ones (fields this
+    version does not know, e.g. scores) are results."""
+    path = tmp_path / "r.jsonl"
+    lines = [{"id": "old", "status": "ok"}, {"id": "older", "status": "error", "error": None},
+             {**FULL, "id": "newer", "scores": {"exact": {"value": 1}}, "usage": {"total_tokens": 3}, "epoch": 2}]
+    path.write_bytes(b"".join(orjson.dumps(v) + b"\n" for v in lines))
+    done, torn = read_results(path)
+    assert list(done) == ["old", "older", "newer"] and torn == 0 and done["newer"]["epoch"] == 2
+
+
+def test_a_whole_last_line_without_newline_is_kept_and_its_newline_restored(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    first, last = orjson.dumps({**FULL, "id": "a"}) + b"\n", orjson.dumps({**FULL, "id": "b"})
+    path.write_bytes(first + last)
+    assert read_results(path, repair=False) == ({"a": {**FULL, "id": "a"}, "b": {**FULL, "id": "b"}}, 0)
+    assert path.read_bytes() == first + last  # reading alone changes nothing
+    done, torn = read_results(path)
+    assert list(done) == ["a", "b"] and torn == 0
+    assert path.read_bytes() == first + last + b"\n"
+    assert read_results(path) == (done, 0) and path.read_bytes() == first + last + b"\n"
+    path.write_bytes(first + last + b"\r\n\n  ")  # a blank torn tail is cut
+    read_results(path)
+    assert path.read_bytes() == first + last + b"\r\n\n"

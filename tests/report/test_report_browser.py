@@ -151,3 +151,36 @@ def test_screenshot_for_the_docs(sim_run: SimRun, browser: Browser, tmp_path: Pa
     if os.environ.get(UPDATE_ENV) == "1":
         shutil.copyfile(shot, DOCS_SCREENSHOT)
     assert DOCS_SCREENSHOT.stat().st_size < 300_000
+
+
+def test_items_named_like_object_properties_open(browser: Browser, tmp_path: Path) -> None:
+    """Ids such as ``__proto__``, ``constructor`` or ``toString`` are ids like any other: each is
+    listed, opens from the table, from the errors list and from a ``#item=`` link."""
+    from dsh_orchestra.report import write_report
+
+    ids = ["__proto__", "constructor", "toString", "hasOwnProperty", "valueOf", "plain"]
+    lines = [{"id": i, "status": "error", "session_id": f"s-{i}", "final_response": f"answer of {i}",
+              "finish_reason": "error", "subagents": [], "approvals": [], "attempts": 1, "duration_s": 0.1,
+              "error": {"type": "TurnFailed", "message": f"failed {i}"}, "metadata": {}} for i in ids]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(b"".join(orjson.dumps(v) + b"\n" for v in lines))
+    report = write_report(tmp_path / "report.html", results=results)
+    page = browser.new_page(1280, 900)
+    for item_id in ids:
+        page.goto("about:blank")  # a hash-only change would not load the page again
+        page.goto(report.as_uri() + "#item=" + urllib.parse.quote(item_id))
+        assert page.wait_for("document.body.dataset.ready === '1'")
+        assert page.wait_for(f"document.getElementById('detail-title').textContent === {json.dumps(item_id)}"), item_id
+        assert page.evaluate("document.getElementById('detail-response').textContent") == f"answer of {item_id}"
+    page.goto("about:blank")
+    page.goto(report.as_uri())
+    assert page.wait_for("document.body.dataset.ready === '1'")
+    assert sorted(page.evaluate(ROW_IDS)) == sorted(ids)
+    for item_id in ids:
+        page.click(f'#errors button[data-item="{item_id}"]')
+        assert page.wait_for(f"document.getElementById('detail-title').textContent === {json.dumps(item_id)}"), item_id
+        page.press("Escape")
+        page.click(f'#items-body tr[data-index="{ids.index(item_id)}"] td.c-id')
+        assert page.wait_for(f"document.getElementById('detail-title').textContent === {json.dumps(item_id)}"), item_id
+        page.press("Escape")
+    assert page.problems() == []

@@ -129,7 +129,7 @@ def test_inputs_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ReportInputError, match="does not exist"):
         build_payload(results=tmp_path / "nope.jsonl")
     bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(b'{"id": "a"}\nnot json\n{"id": "b"}\n')
+    bad.write_bytes(orjson.dumps(line("a")) + b'\nnot json\n' + orjson.dumps(line("b")) + b"\n")
     with pytest.raises(ReportInputError, match="line 2"):
         build_payload(results=bad)
     torn = write_lines(tmp_path / "torn.jsonl", [line("a")], tail=b'{"id": "b", "sta')
@@ -168,3 +168,33 @@ def test_write_report_replaces_the_file(tmp_path: Path) -> None:
     assert write_report(out, results=results) == out
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_report_refuses_files_that_are_not_what_they_are_given_as(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dataset given as results, results with wrong field types, a dataset as the summary, results
+    as the audit log or as the dataset, a file as the transcripts directory: exit 2 naming the file,
+    the line and the field; no page is written."""
+    from dsh_orchestra.cli import main
+
+    results = write_lines(tmp_path / "results.jsonl", [line("a"), line("b")])
+    dataset = write_lines(tmp_path / "dataset.jsonl", [{"id": "a", "prompt": "p"}])
+    wrong = write_lines(tmp_path / "wrong.jsonl", [line("a"), line("b", duration_s="slow")])
+    out = tmp_path / "report.html"
+    cases = [
+        ([str(dataset)], ["dataset.jsonl", "line 1", "'status'"]),
+        ([str(wrong)], ["wrong.jsonl", "line 2", "'duration_s'"]),
+        ([str(write_lines(tmp_path / "w2.jsonl", [line("a", subagents=[{"text": 1}])]))], ["line 1", "subagents[0].text"]),
+        ([str(results), "--summary", str(dataset)], ["dataset.jsonl", "summary"]),
+        ([str(results), "--audit", str(results)], ["results.jsonl", "line 1", "audit log"]),
+        ([str(results), "--dataset", str(results)], ["results.jsonl", "line 1", "dataset"]),
+        ([str(results), "--transcripts", str(results)], ["results.jsonl", "not a directory"]),
+    ]
+    for args, needles in cases:
+        assert main(["report", *args, "--out", str(out)]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("dsh-orchestra: ") and "Traceback" not in err
+        for needle in needles:
+            assert needle in err, (needle, err)
+        assert not out.exists()
+    assert main(["report", str(results), "--out", str(out)]) == 0 and out.is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -8,6 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from report_support import XSS_ID, SimRun
 from dsh_orchestra.batch import BatchOptions, run_batch
@@ -117,3 +119,25 @@ async def test_secrets_never_reach_a_transcript(tmp_path: Path) -> None:
         assert b"sk-transcript-secret-1234" not in raw and b"***" in raw
     finally:
         forget_secrets()
+
+
+def test_transcript_names_are_injective_also_when_case_is_folded() -> None:
+    """Distinct ids never share a file name, and neither do ids that differ only in case (a
+    case-insensitive file system): the kept names never look like hashed ones."""
+    hashed = transcript_name("a/b")[: -len(SUFFIX)]
+    assert transcript_name(hashed) != transcript_name("a/b")  # an id spelled like a hashed name
+    assert transcript_name("a_b-c14cddc033f6") != transcript_name("a/b")
+    ids = ["A", "a", "Item-1", "item-1", "ITEM-1", "a/b", "a_b", "a b", "a\\b", "..", ".", ".hidden", "_hidden",
+           "x" * 80, "x" * 81, "x" * 200, "x" * 200 + "y", "é", "e\u0301", "ß", "ss", "SS", "\u0130", "i", "con", "",
+           "a" * 40 + "-" + "0" * 16, hashed, hashed.upper(), "__proto__", "constructor"]
+    names = [transcript_name(i) for i in ids]
+    assert len({n.casefold() for n in names}) == len(ids)
+    for name in names:
+        assert name.endswith(SUFFIX) and not name.startswith(".") and "/" not in name and len(name.encode()) < 255
+    assert transcript_name("plain-01") == "plain-01.jsonl.gz" and transcript_name("q.17_a") == "q.17_a.jsonl.gz"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=30), min_size=2, max_size=30, unique=True))
+def test_transcript_names_never_collide(ids: list[str]) -> None:
+    assert len({transcript_name(i).casefold() for i in ids}) == len(ids)

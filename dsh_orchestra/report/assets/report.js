@@ -35,8 +35,8 @@
   var COL = {};
   batch.columns.forEach(function (name, i) { COL[name] = i; });
   var rows = batch.rows, details = batch.details;
-  var byId = {};
-  rows.forEach(function (row, i) { byId[row[COL.id]] = i; });
+  var byId = new Map();  // not an object: ids such as "__proto__" or "toString" are ids like any other
+  rows.forEach(function (row, i) { if (!byId.has(row[COL.id])) byId.set(row[COL.id], i); });
 
   var state = { query: "", status: "", finish: "", error: "", scored: "", sort: null, dir: 1, page: 0, size: 100 };
   var scorers = batch.scorers || [];
@@ -371,7 +371,7 @@
   document.querySelectorAll("[data-item]").forEach(function (button) {
     if (button === panel) return;
     button.addEventListener("click", function () {
-      var i = byId[button.getAttribute("data-item")];
+      var i = byId.get(button.getAttribute("data-item"));
       if (i !== undefined) openItem(i);
     });
   });
@@ -388,7 +388,7 @@
   refilter();
   var match = /^#item=(.*)$/.exec(location.hash);
   if (match) {
-    var i = byId[decodeURIComponent(match[1])];
+    var i = byId.get(decodeURIComponent(match[1]));
     if (i !== undefined) openItem(i, false);
   }
   document.body.setAttribute("data-ready", "1");
