@@ -19,6 +19,12 @@ PREVIEW = 120  # characters of the prompt / response shown in the table
 SCORE_PREFIX = "score:"
 
 
+def transcript_key(line: Mapping[str, Any]) -> str:
+    """The name a line's transcript was written under: its id, ``<id>#<epoch>`` with epochs."""
+    epoch = line.get("epoch")
+    return f"{line.get('id')}#{epoch}" if isinstance(epoch, int) and not isinstance(epoch, bool) else str(line.get("id"))
+
+
 def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *, prompts: bool) -> list[str]:
     """The item table's columns for these lines."""
     columns = ["id", "status"]
@@ -54,7 +60,7 @@ def _conversation(
     line: Mapping[str, Any], prompt: str | None, transcripts: Path | None, *, max_text: int, max_transcript: int
 ) -> dict[str, Any]:
     if transcripts is not None:
-        path = transcripts / transcript_name(str(line.get("id")))
+        path = transcripts / transcript_name(transcript_key(line))
         if path.is_file():
             try:
                 records = read_transcript(path)
@@ -120,7 +126,7 @@ def item_table(
             "approvals": [{k: a.get(k) for k in ("tool_name", "call_id", "outcome", "rule")} for a in approvals],
             "error": {"type": error.get("type"), "message": clip(error.get("message"), max_text)[0]} if error is not None else None,
             "metadata": line.get("metadata") if isinstance(line.get("metadata"), dict) else {},
-            "transcript": transcript_link(transcripts, out_dir, item_id),
+            "transcript": transcript_link(transcripts, out_dir, transcript_key(line)),
             "scores": _scores(line, scorers, max_text),
             "usage": dict(usage) if usage is not None else None,
             "cost_usd": number(line.get("cost_usd")),

@@ -59,11 +59,6 @@
     $("pairs-page").textContent = "page " + (state.page + 1) + " of " + pages;
     $("pairs-prev").disabled = state.page === 0;
     $("pairs-next").disabled = state.page >= pages - 1;
-    // "only different" also hides the unchanged rows of the server-drawn tables (status changes)
-    document.querySelectorAll("#comparison table.pairs:not(#pairs-table) tr[data-pair], #status-changes tr[data-pair]").forEach(function (row) {
-      var i = byId[row.getAttribute("data-pair")];
-      row.hidden = state.only && i !== undefined && !pairs[i].different;
-    });
   }
 
   var panel = $("pair"), panelBody = $("pair-body");
