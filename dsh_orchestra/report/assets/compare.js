@@ -8,7 +8,7 @@
   var data = source ? JSON.parse(source.textContent) : null;
   if (!data) return;
   var $ = function (id) { return document.getElementById(id); };
-  var names = data.names, pairs = data.pairs, byId = {};
+  var names = data.names, pairs = data.pairs, byId = Object.create(null);  // ids like "__proto__" are plain keys
   pairs.forEach(function (p, i) { byId[p.id] = i; });
   var PAGE = 200, state = { only: false, query: "", page: 0 }, view = [];
 
