@@ -21,6 +21,7 @@ from ..report import ReportInputError
 from ..report._data import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from ._common import UsageError, fail
+from ._paths import Paths
 from ._score import scoring_plan
 
 
@@ -48,7 +49,13 @@ def register(sub: Any) -> None:
     parser.add_argument("--dataset", default=None, metavar="FILE",
                         help="the runs' dataset: the targets to score a run that lacks a --score scorer, the prompts of the page")
     parser.add_argument("--title", default=None, help="the comparison page's title")
-    parser.set_defaults(func=main, prices=None, group_by=None)
+    parser.set_defaults(func=main, paths=paths, prices=None, group_by=None)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The inputs and the page, by flag (checked before anything is written)."""
+    inputs = {"BASE": args.base, "CANDIDATE": args.candidate, "--dataset": args.dataset, "--scoring": args.scoring}
+    return inputs, {"--out": args.out}, {}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

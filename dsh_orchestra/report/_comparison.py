@@ -242,13 +242,16 @@ def write_compare(
     ``dataset`` adds the prompts.
 
     Raises:
+        PathConflictError: ``out`` is one of the inputs (nothing is written).
         ReportInputError: a file is missing or malformed.
         CompareInputError: nothing to pair, or a named scorer in neither run.
         OSError: ``out`` cannot be written.
     """
+    from .._paths import check_paths
     from ._build import write_page
     from ._data import load_prompts, page_payload
 
+    check_paths({"base": base, "candidate": candidate, "dataset": dataset}, {"out": out})
     prompts = load_prompts(dataset) if dataset is not None else None
     cmp = build_comparison(base, candidate, doc=comparison, base_lines=base_lines, candidate_lines=candidate_lines,
                            prompts=prompts, scorers=scorers, seed=seed, max_text=max_text)

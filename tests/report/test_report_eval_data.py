@@ -142,11 +142,11 @@ def test_report_finds_the_dataset_the_summary_names(tmp_path: Path) -> None:
     write(tmp_path / "data" / "set.jsonl", [{"id": "a", "prompt": "named prompt"}])
     results = write(tmp_path / "r.jsonl", [scored("a", {"exact": 1})])
     summary = tmp_path / "s.json"
-    summary.write_bytes(orjson.dumps({"total": 1, "run": {"dataset": {"path": "data/set.jsonl", "sha256": "x", "items": 1}}}))
+    summary.write_bytes(orjson.dumps({"total": 1, "ok": 1, "error": 0, "run": {"dataset": {"path": "data/set.jsonl", "sha256": "x", "items": 1}}}))
     payload = build_payload(results=results, summary=summary)
     assert payload["batch"]["details"][0]["prompt"] == "named prompt"
     assert "named by the summary" in payload["sources"]["dataset"]
-    summary.write_bytes(orjson.dumps({"total": 1, "run": {"dataset": {"path": "data/missing.jsonl"}}}))
+    summary.write_bytes(orjson.dumps({"results": 1, "items": 1, "ok": 1, "error": 0, "run": {"dataset": {"path": "data/missing.jsonl"}}}))
     assert build_payload(results=results, summary=summary)["batch"]["has_prompts"] is False
 
 
@@ -212,3 +212,17 @@ def test_compare_scores_unscored_runs_with_the_dataset(eval_runs: EvalRuns, tmp_
     assert missing.returncode == 2 and "give --dataset DATASET" in missing.stderr
     unknown = cli("compare", base_raw, candidate_raw, "--score", "nonsense-scorer", "--dataset", eval_runs.dataset)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+
+
+def test_compare_never_writes_over_an_input(tmp_path: Path) -> None:
+    base = write(tmp_path / "base.jsonl", [scored("a", {"exact": 1})])
+    cand = write(tmp_path / "cand.jsonl", [scored("a", {"exact": 0})])
+    before = cand.read_bytes()
+    done = cli("compare", base, cand, "--out", cand)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stdout == ""
+    assert cand.read_bytes() == before
+    from dsh_orchestra.report import write_compare
+
+    with pytest.raises(ValueError):
+        write_compare(base, base=base, candidate=cand)
+    assert orjson.loads(base.read_bytes().splitlines()[0])["id"] == "a"

@@ -8,8 +8,8 @@
   var data = source ? JSON.parse(source.textContent) : null;
   if (!data) return;
   var $ = function (id) { return document.getElementById(id); };
-  var names = data.names, pairs = data.pairs, byId = Object.create(null);  // ids like "__proto__" are plain keys
-  pairs.forEach(function (p, i) { byId[p.id] = i; });
+  var names = data.names, pairs = data.pairs, byId = new Map();  // ids such as "__proto__" are ids like any other
+  pairs.forEach(function (p, i) { byId.set(p.id, i); });
   var PAGE = 200, state = { only: false, query: "", page: 0 }, view = [];
 
   function el(name, attrs, text) {
@@ -72,7 +72,7 @@
   }
 
   function openPair(id) {
-    var i = byId[id];
+    var i = byId.get(id);
     if (i === undefined) return;
     var p = pairs[i];
     clear(panelBody);
