@@ -26,7 +26,7 @@ from ._events import EventHub
 from ._fingerprint import declared_output, fingerprint
 from ._graph import Step, Workflow
 from ._interrupts import APPROVE, InterruptPending, Interrupts, decision_of
-from ._journal import PLAIN, Journal, encode
+from ._journal import PLAIN, Journal, encode, expand_item
 from ._output import OUTPUT_CONVERTER, OutputParseError, parse_output, repair_prompt
 from ._result import RESULT_CONVERTER, ApprovalNote, Interrupt, ItemResult, StepError, StepFailedError as StepFailedError, StepResult
 
@@ -380,7 +380,7 @@ class _Engine:
     def _restore_item(self, step: Step, raw: dict[str, Any]) -> ItemResult | None:
         """A journaled item, its output structured back into the step's declared type."""
         try:
-            item = RESULT_CONVERTER.structure(raw, ItemResult)
+            item = RESULT_CONVERTER.structure(expand_item(raw), ItemResult)
             kind = declared_output(step)
             output = item.output
             if kind is not None and kind is not Any and kind is not type(None):
@@ -448,7 +448,7 @@ class _Engine:
         if journal is None or step.subworkflow is not None:  # a subworkflow's steps are journaled themselves
             return result
         try:
-            record = encode(RESULT_CONVERTER.unstructure(result))
+            record = encode(_slim(RESULT_CONVERTER.unstructure(result)))
         except TypeError as exc:
             error = StepError(
                 type="TypeError",
@@ -758,6 +758,15 @@ def _pending(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_pending(e) for e in exc.exceptions)
     return isinstance(exc, InterruptPending)
+
+
+def _slim(record: dict[str, Any]) -> dict[str, Any]:
+    """An item's journal row: the output stored once (an untyped prompt step's final response
+    is its output), empty and default fields left out (structuring puts them back)."""
+    if record.get("final_response") is not None and record.get("final_response") == record.get("output"):
+        record["final_response"] = None
+        record["final_response_is_output"] = True
+    return {k: v for k, v in record.items() if k in ("index", "output") or v not in (None, [], (), 0)}
 
 
 def orjson_safe(value: Any) -> Any:

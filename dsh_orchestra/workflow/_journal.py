@@ -67,6 +67,15 @@ class StepRecord:
     record: dict[str, Any]
 
 
+def expand_item(raw: dict[str, Any]) -> dict[str, Any]:
+    """An item row as ItemResult JSON (the engine stores an untyped prompt step's final
+    response once, as its output; fields left out take their defaults)."""
+    out = {k: v for k, v in raw.items() if k != "final_response_is_output"}
+    if raw.get("final_response_is_output"):
+        out["final_response"] = raw.get("output")
+    return out
+
+
 def encode(value: Any) -> bytes:
     """Compact JSON (orjson). Raises TypeError for a value JSON cannot hold."""
     return orjson.dumps(value)
@@ -245,7 +254,7 @@ class Journal:
         """One step's StepResult as JSON, from its row and its items' rows."""
         row = self.steps[path]
         rows = self.items.get(path, {})
-        items = [rows[i][1] for i in sorted(rows)]
+        items = [expand_item(rows[i][1]) for i in sorted(rows)]
         plain = PLAIN in rows
         status = row.status
         ok = status == "ok"
