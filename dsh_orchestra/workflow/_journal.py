@@ -284,6 +284,9 @@ class Journal:
         result["steps"] = {
             path: {k: v for k, v in step.items() if k not in derived} for path, step in result["steps"].items()
         }
+        for path, step in result["steps"].items():  # the items as stored: each output once
+            if step["status"] == "ok" and path in self.items:
+                step["items"] = [self.items[path][i][1] for i in sorted(self.items[path])]
         fingerprints = {path: row.fingerprint for path, row in self.steps.items()}
         with self._db:
             for table in ("steps", "items", "interrupts", "sessions", "result"):
