@@ -64,6 +64,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     'replay': ('approvals', 'replay'),
     'run_batch': ('batch', 'run_batch'),
     'run_workflow': ('workflow', 'run_workflow'),
+    'open_workflow': ('workflow', 'open_workflow'),
+    'escalate': ('workflow', 'escalate'),
+    'load_recipe': ('workflow', 'load_recipe'),
+    'CheckpointError': ('workflow', 'CheckpointError'),
 }
 
 if TYPE_CHECKING:
@@ -79,6 +83,7 @@ if TYPE_CHECKING:
     from .session import CommandResult as CommandResult, Runtime as Runtime, Session as Session, SubagentResult as SubagentResult, TurnResult as TurnResult, open_runtime as open_runtime
     from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription
     from .workflow import StepContext as StepContext, StepResult as StepResult, Workflow as Workflow, WorkflowResult as WorkflowResult, run_workflow as run_workflow
+    from .workflow import CheckpointError as CheckpointError, escalate as escalate, load_recipe as load_recipe, open_workflow as open_workflow
 
 
 def __getattr__(name: str) -> Any:
@@ -98,4 +103,4 @@ def __dir__() -> list[str]:
 
 _install_logging()
 
-__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'EvalItem', 'EvalResult', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'Score', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'replay', 'run_batch', 'run_workflow']
+__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'EvalItem', 'EvalResult', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'Score', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'replay', 'run_batch', 'run_workflow', 'open_workflow', 'escalate', 'load_recipe', 'CheckpointError']

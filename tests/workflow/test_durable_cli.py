@@ -144,7 +144,41 @@ def completed(checkpoint: Path) -> set[tuple[str, int]]:
         return set(db.execute("SELECT path, idx FROM items"))
 
 
+def run_and_kill(argv: list[str], fifo: Path, after: int, cwd: Path) -> tuple[list[str], bool]:
+    """Run ``argv`` (its wire tap writing to the named pipe ``fifo``); SIGKILL its whole process
+    group right after the ``after``-th prompt crossed the wire. Returns the prompts seen and
+    whether it was killed (False: it finished first)."""
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a reader (and a writer: never end of file)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+    seen: list[str] = []
+    buffer = b""
+    killed = False
+    deadline = time.monotonic() + 120
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while not killed:
+                assert time.monotonic() < deadline, "the run neither finished nor reached its kill point"
+                if selector.select(timeout=0.2):
+                    buffer += os.read(fd, 1 << 16)
+                    *lines, buffer = buffer.split(b"\n")
+                    seen += [json.loads(line)["params"]["contentBlocks"][0]["text"] for line in lines if line]
+                    if len(seen) >= after:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        killed = True
+                elif proc.poll() is not None:
+                    break
+        proc.wait(timeout=30)
+    finally:
+        os.close(fd)
+    return seen, killed
+
+
 def test_five_sigkills_at_random_moments_then_resume_equal_an_uninterrupted_run(tmp_path: Path) -> None:
+    """Five rounds, each SIGKILLed (the CLI, the wire tap and the simulator: the process group)
+    at a random point of its progress: right after the k-th prompt it sends, k drawn with a
+    fixed seed among the prompts still to send; each round resumes the last one."""
     recipe = tmp_path / "fifty.py"
     recipe.write_text(FIFTY)
     (tmp_path / "scenario.toml").write_text(FIFTY_SCENARIO)
@@ -152,34 +186,29 @@ def test_five_sigkills_at_random_moments_then_resume_equal_an_uninterrupted_run(
     home.mkdir()
     base = [*CLI, "run", str(recipe), "--json", "--no-progress", "--dsh-home", str(home)]
 
-    started = time.monotonic()
     baseline = subprocess.run(base, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    took = time.monotonic() - started
     assert baseline.returncode == 0, baseline.stderr
     expected = comparable(json.loads(baseline.stdout))
     assert len(expected["steps"]) == 50
 
     checkpoint = tmp_path / "fifty.ckpt"
     rng = random.Random(20261201)
-    killed = 0
+    total = 10 + 38 + 9  # prompts: the fan-out items, the chain, the side steps
     done_before: set[tuple[str, int]] = set()
+    all_sent: list[tuple[str, int]] = []
     for round_ in range(5):
-        log = tmp_path / f"wire-{round_}.jsonl"
-        resume = ["--resume"] if checkpoint.exists() else []  # a kill during start-up left none
-        argv = [*base, "--checkpoint", str(checkpoint), *resume, *tapped(log, tmp_path / "scenario.toml")]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, start_new_session=True)
-        moment = rng.uniform(0.3, 0.9) * took  # a random moment (start-up included), not a synchronisation
-        try:
-            proc.wait(timeout=moment)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            killed += 1
-        proc.communicate(timeout=30)
+        resume = ["--resume"] if checkpoint.exists() else []
+        fifo = tmp_path / f"wire-{round_}.fifo"
+        argv = [*base, "--checkpoint", str(checkpoint), *resume, *tapped(fifo, tmp_path / "scenario.toml")]
+        left = total - len(done_before)
+        seen, killed = run_and_kill(argv, fifo, rng.randint(1, max(1, left // 3)), tmp_path)
+        assert killed, f"round {round_} finished before its kill point"
         reap(str(tmp_path))
-        sent = [key_of(p) for p in prompts(log)]
+        sent = [key_of(p) for p in seen]
         assert not set(sent) & done_before, f"round {round_} sent completed prompts again: {set(sent) & done_before}"
+        all_sent += sent
         done_before = completed(checkpoint)
-    assert killed >= 3, "most rounds should have been killed mid-run"
+    assert 0 < len(done_before) < total
 
     log = tmp_path / "wire-final.jsonl"
     final = subprocess.run(
@@ -191,7 +220,7 @@ def test_five_sigkills_at_random_moments_then_resume_equal_an_uninterrupted_run(
     assert not set(sent) & done_before
     assert len(sent) == len(set(sent))
     assert comparable(json.loads(final.stdout)) == expected
-    all_sent = [key_of(p) for r in range(5) for p in prompts(tmp_path / f"wire-{r}.jsonl")] + sent
+    all_sent += sent
     assert set(all_sent) == {("work", i) for i in range(10)} | {(f"c{n:02d}", -1) for n in range(1, 39)} | {
         (f"s{n}", -1) for n in range(1, 10)
     }
