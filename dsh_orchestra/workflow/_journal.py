@@ -119,6 +119,8 @@ class Journal:
             db = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            if exists and db.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,):
+                exists = False  # created by a run killed before its first commit: start it afresh
             if not exists:
                 with db:
                     db.executescript(_SCHEMA)

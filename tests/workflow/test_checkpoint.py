@@ -282,3 +282,14 @@ async def test_a_named_session_is_resumed_from_the_store_on_resume(
     assert second.ok, second.summary()
     assert second.steps["second"].items[0].session_id == first.steps["first"].items[0].session_id
     assert meter.prompts == 1
+
+
+async def test_resuming_a_checkpoint_killed_before_its_first_commit_starts_afresh(
+    tmp_path: Path, sim_spec: SpecFactory, autojump_clock: MockClock
+) -> None:
+    path = tmp_path / "run.ckpt"
+    sqlite3.connect(path).close()  # the file exists, with no table yet
+    path.touch()
+    result = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True)
+    assert result.ok, result.summary()
+    assert checkpoint_changes(review_workflow(), path).reusable == ("files", "review", "summary", "other", "final")
