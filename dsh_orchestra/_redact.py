@@ -8,7 +8,7 @@ and transcripts all redact through ``Redactor``.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 REDACTED = "***"
 SECRET_LOOKING = re.compile(
@@ -65,6 +65,19 @@ class Redactor:
     def optional(self, text: str | None, *, patterns: bool | None = None) -> str | None:
         """As ``text``; None stays None."""
         return None if text is None else self.text(text, patterns=patterns)
+
+    def value(self, value: Any) -> Any:
+        """A JSON-like ``value`` with every string in it redacted (keys too); a new object when
+        anything changed, ``value`` itself when there is nothing to redact."""
+        if not self:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
 
     def bytes(self, data: bytes) -> bytes:
         """UTF-8 ``data`` redacted (returned as is when there is nothing to redact)."""

@@ -20,6 +20,8 @@ from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsag
 from ._progress import Counters as Counters, Progress as Progress
 from ._results import (
     ResultsFileError as ResultsFileError,
+    ResultsLock as ResultsLock,
+    ResultsLockedError as ResultsLockedError,
     ResultsWriter as ResultsWriter,
     read_results as read_results,
     result_line as result_line,
@@ -34,7 +36,7 @@ from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile a
 __all__ = [
     "OK_FINISH_REASONS", "PLACE_LOST", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
     "BatchUsageError", "Counters", "DatasetCheck", "DatasetError", "Executor", "PoolExecutor", "PoolRunner", "Progress",
-    "ResultsFileError", "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
+    "ResultsFileError", "ResultsLock", "ResultsLockedError", "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
     "load_dataset", "parse_shard", "percentile", "read_results", "result_line", "result_problem", "run_batch", "scan_results",
     "stable_hash", "summarize",
 ]

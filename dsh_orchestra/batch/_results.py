@@ -8,14 +8,21 @@ file it refuses.
 
 from __future__ import annotations
 
+import datetime as dt
+import fcntl
+import logging
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
 import orjson
 
 from ..session import TurnResult
+from ._options import BatchUsageError
+
+log = logging.getLogger("dsh_orchestra.batch")
 
 
 def result_line(
@@ -222,3 +229,81 @@ class ResultsWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class ResultsLockedError(BatchUsageError):
+    """Another batch holds the results file's lock; ``holder`` says who (pid, host, since)."""
+
+    def __init__(self, path: str, holder: dict[str, Any]) -> None:
+        who = ", ".join(f"{key} {holder[key]}" for key in ("pid", "host", "since") if key in holder) or "unknown"
+        super().__init__(f"results file {path!r} is in use by another batch ({who}); "
+                         "wait for it to finish, or give another results file")
+        self.path = path
+        self.holder = holder
+
+
+class ResultsLock:
+    """An advisory lock on a results file, held by one batch for its whole run.
+
+    ``flock`` on the results file itself (created when missing), so every path that names it
+    (a symlink, a hard link) meets the same lock; the holder's pid, host and start time go to
+    ``<results>.lock`` beside it, for the message of the batch that is refused. The kernel
+    drops the lock when its holder dies (even by SIGKILL), so nothing stale blocks the next
+    run; the holder removes its note when it releases. Taken before the results file is read
+    or repaired.
+    """
+
+    def __init__(self, results: str | os.PathLike[str]) -> None:
+        self.results = Path(results)
+        self.note = Path(os.path.realpath(self.results) + ".lock")
+        self._fd = -1
+
+    def acquire(self) -> ResultsLock:
+        """Take the lock now (never waits).
+
+        Raises:
+            ResultsLockedError: another process holds it.
+            OSError: the results file cannot be opened or created.
+        """
+        fd = os.open(self.results, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ResultsLockedError(str(self.results), _read_holder(self.note)) from None
+        self._fd = fd
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}
+        try:
+            temporary = self.note.with_name(f".{self.note.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(orjson.dumps(holder) + b"\n")
+            os.replace(temporary, self.note)
+        except OSError as exc:  # the note is only for messages
+            log.warning("cannot write the lock note %s: %s", self.note, exc)
+        return self
+
+    def release(self) -> None:
+        """Remove the note and drop the lock. Idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            self.note.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> ResultsLock:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def _read_holder(note: Path) -> dict[str, Any]:
+    try:
+        value = orjson.loads(note.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}

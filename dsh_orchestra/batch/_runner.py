@@ -20,6 +20,7 @@ import attrs
 import orjson
 import trio
 
+from .._redact import Redactor
 from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
@@ -30,7 +31,7 @@ from ._local import PoolExecutor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
-from ._results import ResultsWriter, result_line, scan_results
+from ._results import ResultsLock, ResultsWriter, result_line, scan_results
 from ._summary import BatchSummary, Tally
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -48,6 +49,7 @@ class _Run:
     progress: Progress
     tally: Tally
     backoff: Backoff
+    redactor: Redactor = attrs.field(factory=Redactor)
     _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
     _serial: Iterator[int] = attrs.field(factory=itertools.count, init=False)
 
@@ -104,7 +106,7 @@ async def _run_item(run: _Run, item: BatchItem) -> dict[str, Any]:
 
 @observed(ITEM_SPAN, lambda run, item: {"item": item.id})
 async def _process(run: _Run, item: BatchItem) -> None:
-    line = await _run_item(run, item)
+    line = run.redactor.value(await _run_item(run, item))  # a runtime may echo a secret anywhere
     run.writer.write(line)
     run.tally.add_line(line)
     run.counters.done += 1
@@ -141,15 +143,18 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
-def _prepare_resume(dataset: str | os.PathLike[str], out: Path, options: BatchOptions) -> tuple[DatasetCheck, Tally, set[str]]:
-    """Validate the dataset (nothing runs on a bad one), check the output paths, and scan the
-    results already in ``out`` (repairing a torn tail): the check, the tally of the results
-    kept, and the ids already done."""
+def _prepare_resume(
+    dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock
+) -> tuple[DatasetCheck, Tally, set[str]]:
+    """Validate the dataset (nothing runs on a bad one), check the output paths, take ``lock``
+    and scan the results already in ``out`` (repairing a torn tail): the check, the tally of
+    the results kept, and the ids already done."""
     check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
         log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
     _check_paths(out, options)
+    lock.acquire()  # before the results are read or repaired; held for the run
     tally = Tally()
     done: set[str] = set()
 
@@ -192,7 +197,8 @@ async def run_batch(
     Raises:
         DatasetError: the dataset is malformed (nothing ran).
         BatchUsageError: results exist without ``resume``, they are corrupt, or an output
-            cannot be written (nothing ran); or the executor cannot run as asked.
+            cannot be written (nothing ran); another batch holds the results file
+            (``ResultsLockedError``, naming it); or the executor cannot run as asked.
         RuntimeStartError: no runtime could be started (raised bare; nothing ran).
         ExceptionGroup: the batch stopped part-way (every runtime kept failing to start, a
             write failed, the dataset changed underneath); the results so far are kept.
@@ -203,7 +209,19 @@ async def run_batch(
     # Validate the whole file first (nothing runs on a bad dataset), keeping only the ids; the
     # items are streamed from the file again as places free up: memory stays flat in size.
     out = Path(out)
-    check, tally, done = _prepare_resume(dataset, out, options)
+    lock = ResultsLock(out)
+    try:
+        return await _run_locked(dataset, out, spec, options, executor, backoff, lock)
+    finally:
+        lock.release()
+
+
+async def _run_locked(
+    dataset: str | os.PathLike[str], out: Path, spec: RuntimeSpec | None, options: BatchOptions,
+    executor: Executor, backoff: Backoff, lock: ResultsLock,
+) -> BatchSummary:
+    check, tally, done = _prepare_resume(dataset, out, options, lock)
+    redactor = Redactor(spec.secrets() if spec is not None else ())
     total = len(check.ids)
     resumed = len(done)
     todo = total - resumed
@@ -215,7 +233,7 @@ async def run_batch(
             if todo:
                 async with executor.open(spec, options) as runner:
                     counters.pending_approvals = runner.pending_approvals
-                    run = _Run(runner, writer, options, counters, progress, tally, backoff)
+                    run = _Run(runner, writer, options, counters, progress, tally, backoff, redactor)
                     send, receive = trio.open_memory_channel[BatchItem](0)
                     async with trio.open_nursery() as outer:
                         outer.start_soon(progress.run)
@@ -234,5 +252,6 @@ async def run_batch(
         total=total, resumed=resumed, processed=todo, duration_s=duration, retries=counters.retries
     )
     if options.summary is not None:
-        Path(options.summary).write_bytes(orjson.dumps(summary.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+        data = redactor.value(summary.to_json())
+        Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     return summary

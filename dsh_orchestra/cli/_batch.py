@@ -16,7 +16,8 @@ from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, ru
 from ..protocol import OrchestraError, RuntimeStartError
 from .._paths import PathConflictError
 from ..batch._transcripts import may_write
-from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option
+from .._logging import redact
+from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option, say
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
 
@@ -110,8 +111,7 @@ def main(args: argparse.Namespace) -> int:
                 return fail(f"{cause}; results written so far are kept: run again with --resume")
             if not isinstance(cause, (OrchestraError, OSError)):
                 raise
-            print(f"dsh-orchestra: the batch stopped: {cause}; results written so far are kept: "
-                  "run again with --resume", file=sys.stderr)
+            say(f"the batch stopped: {cause}; results written so far are kept: run again with --resume")
             return 1
         except (KeyboardInterrupt, BaseExceptionGroup) as exc:
             if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is None:
@@ -119,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
             print("dsh-orchestra: interrupted; results written so far are kept: run again with --resume",
                   file=sys.stderr)
             return 130
-    print(json.dumps(summary.to_json(), indent=2))
+    print(redact(json.dumps(summary.to_json(), indent=2)))
     return 0 if summary.error == 0 else 1
 
 

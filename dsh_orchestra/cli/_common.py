@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
+from .._logging import redact, register_secrets
 from ..approvals import LoadedPolicy, PolicyFileError, load_policy
 from ..approvals._rules import import_object
 from ..questions import DISMISS, Answerer, QuestionsRequest, by_rule, first_option
@@ -80,6 +81,12 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
             route[key] = value
     if args.script is not None:
         check_script(args.script)
+    spec = _build(args, kind, home, workspace, route)
+    register_secrets(spec.secrets())  # every message the CLI prints is redacted with them
+    return spec
+
+
+def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, route: dict[str, Any]) -> RuntimeSpec:
     try:
         if kind == "sim":
             return RuntimeSpec.simulator(script=args.script, dsh_home=home, cwd=workspace, **route)
@@ -174,6 +181,11 @@ def answerer_option(value: str | None) -> Answerer | None:
 
 
 def fail(message: str) -> int:
-    """Print a usage problem and return exit status 2."""
-    print(f"dsh-orchestra: {message}", file=sys.stderr)
+    """Print a usage problem (secrets redacted) and return exit status 2."""
+    say(message)
     return 2
+
+
+def say(message: str) -> None:
+    """Print ``dsh-orchestra: message`` on stderr, with every known secret redacted."""
+    print(redact(f"dsh-orchestra: {message}"), file=sys.stderr)
