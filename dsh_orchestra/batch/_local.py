@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import tempfile
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import attrs
 import trio
 
+from .._scratch import scratch_dir
 from ..approvals import AuditLog
 from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
 from ..protocol import OrchestraError, SessionExistsError, SessionOwnedError
@@ -115,7 +115,7 @@ class PoolExecutor:
         in_flight = self.concurrency or options.concurrency or runtimes * 4
         with contextlib.ExitStack() as stack:
             if spec is None:
-                home = stack.enter_context(tempfile.TemporaryDirectory(prefix="dsh-orchestra-batch-"))
+                home = stack.enter_context(scratch_dir("batch"))
                 spec = RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
             audit = stack.enter_context(AuditLog(options.audit, secrets=spec.secrets())) if options.audit is not None else None
             transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None

@@ -6,20 +6,32 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 from functools import partial
 from typing import Any
 
 import trio
 
-from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
-from ..protocol import OrchestraError, RuntimeStartError
-from .._paths import PathConflictError
-from ..batch._transcripts import may_write
 from .._logging import redact
-from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option, say
+from .._paths import PathConflictError
+from .._scratch import scratch_dir
+from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
+from ..batch._transcripts import may_write
+from ..protocol import OrchestraError, RuntimeStartError
+from ._common import (
+    UsageError,
+    add_runtime_options,
+    answerer_option,
+    build_spec,
+    check_numbers,
+    fail,
+    policy_option,
+    say,
+)
 from ._paths import Paths, describe_flag, file_option
-from ._ray_options import add_ray_options, ray_options  # --ray: scale-out (imports no Ray)
+from ._ray_options import (  # --ray: scale-out (imports no Ray)
+    add_ray_options,
+    ray_options,
+)
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -66,7 +78,7 @@ def paths(args: argparse.Namespace) -> Paths:
 
 def main(args: argparse.Namespace) -> int:
     """Run the batch command; returns the exit status."""
-    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
+    with scratch_dir("home") as temp_home:
         try:
             check_numbers(args, NUMBERS)
             spec = build_spec(args, temp_home=temp_home)

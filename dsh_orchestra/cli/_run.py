@@ -15,32 +15,44 @@ what a Python user would call.
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from .._scratch import scratch_dir
 from ..protocol import OrchestraError
 from ..workflow import (
     RECIPE_FILE,
     CheckpointError,
     Interrupt,
-    Recipe as Recipe,
     RecipeError,
     Workflow,
     WorkflowResult,
     answer_on_terminal,
     checkpoint_changes,
     compact_checkpoint,
-    load_recipe as load_recipe,
     open_workflow,
 )
-from ._common import UsageError, add_runtime_options, answerer_option, build_spec, check_numbers, fail, policy_option
+from ..workflow import (
+    Recipe as Recipe,
+)
+from ..workflow import (
+    load_recipe as load_recipe,
+)
+from ._common import (
+    UsageError,
+    add_runtime_options,
+    answerer_option,
+    build_spec,
+    check_numbers,
+    fail,
+    policy_option,
+)
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
@@ -134,7 +146,7 @@ def paths(args: argparse.Namespace) -> Paths:
 
 def main(args: argparse.Namespace) -> int:
     """Run the ``run`` command; returns the exit status."""
-    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
+    with scratch_dir("home") as temp_home:
         try:
             check_numbers(args, {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--runtime-limit": ("int", 1)})
             recipe = load_recipe(args.recipe)

@@ -10,8 +10,19 @@ from typing import Any
 
 import trio
 
+from .._scratch import scratch_dir
 from ..batch import DatasetError, load_dataset
-from ..eval import PricesError, RescoreError, ScoringError, load_prices, load_scoring, make_plan, parse_reducer, rescore, sha256_file
+from ..eval import (
+    PricesError,
+    RescoreError,
+    ScoringError,
+    load_prices,
+    load_scoring,
+    make_plan,
+    parse_reducer,
+    rescore,
+    sha256_file,
+)
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._common import UsageError, add_runtime_options, build_spec, fail
@@ -75,11 +86,10 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the score command; returns the exit status."""
-    import tempfile
-
+    
     if not args.score and not args.scoring:
         return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
-    with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-") as temp_home:
+    with scratch_dir("home") as temp_home:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Callable
 import trio
 
 from .._logging import SessionContexts, log_context, register_secrets
+from .._scratch import scratch_dir
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService, AuditLog
 from ..protocol import (
@@ -216,7 +217,7 @@ class _default_home:
     def __enter__(self) -> RuntimeSpec:
         if self._spec is not None:
             return self._spec
-        self._tmp = tempfile.TemporaryDirectory(prefix="dsh-orchestra-")
+        self._tmp = scratch_dir("runtime")
         return RuntimeSpec.simulator(dsh_home=self._tmp.name, cwd=self._tmp.name)
 
     def __exit__(self, *exc_info: object) -> None:
