@@ -7,8 +7,8 @@ interrupt or a second resume do not grow the file), the resume reads are indexed
 compaction is a transaction plus VACUUM on the same file. With ``synchronous=NORMAL`` a commit
 is in the WAL (in the OS page cache) when ``commit`` returns, so a SIGKILL at any instant loses
 nothing committed; only an OS crash or power cut can drop the last commits (never corrupting
-the file: those steps simply run again). ``synchronous=FULL`` would fsync every record, about
-100x slower here (4 ms against 0.04 ms per commit, see docs/benchmarks.md).
+the file: those steps simply run again). ``synchronous=FULL`` would fsync every record, tens of
+times slower (7.1 ms against 0.13 ms per commit on the shared test machine, docs/benchmarks.md).
 
 Tables: ``meta`` (format, workflow name, inputs digest), ``steps`` (one row per step path:
 fingerprint, status, timings, inputs by reference), ``items`` (one row per completed item:
