@@ -138,6 +138,7 @@ class DatasetCheck:
     unknown: tuple[str, ...]
     fingerprint: tuple[int, int, int]  # (inode, size, mtime in ns) when checked
     data: bytes | None = attrs.field(default=None, repr=False)  # a pipe's content: it cannot be read twice
+    session_ids: int = 0  # items (of the whole file) with their own session_id
 
 
 def _fingerprint(path: Path) -> tuple[int, int, int]:
@@ -162,7 +163,7 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
     first_line: dict[str, int] = {}
     ids: set[str] = set()
     unknown: set[str] = set()
-    count = 0
+    count = own = 0
     for number, item, problem, extra in _scan(path, data):
         if problem is not None or item is None:
             problems.append((number, problem or "invalid item"))
@@ -173,6 +174,7 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
         first_line[item.id] = number
         count += 1
         unknown.update(extra)
+        own += item.session_id is not None
         if in_shard(item.id, shard):
             ids.add(item.id)
     if problems:
@@ -180,7 +182,7 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
     if not count:
         raise DatasetError(str(path), [(1, "the dataset holds no items")])
     return DatasetCheck(path=path, ids=frozenset(ids), items=count, unknown=tuple(sorted(unknown)),
-                        fingerprint=fingerprint, data=data)
+                        fingerprint=fingerprint, data=data, session_ids=own)
 
 
 def iter_dataset(check: DatasetCheck, *, skip: Container[str] = frozenset()) -> Iterator[BatchItem]:

@@ -75,10 +75,11 @@ class AttemptRunner(Protocol):
         """How often one item may lose its place (``Attempt.lost``) before it is given up."""
         ...
 
-    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
-        """Run one attempt at ``item`` in the session ``session_id``; never raises for the
-        item's own failures (they are in the Attempt). Raises only when the executor itself
-        can go on no more (the run stops; results so far are kept)."""
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
+        """Run one attempt at ``item`` in the session ``session_id`` (with ``workspace`` as the
+        session's working directory, when given); never raises for the item's own failures
+        (they are in the Attempt). Raises only when the executor itself can go on no more
+        (the run stops; results so far are kept)."""
         ...
 
     def pending_approvals(self) -> int:

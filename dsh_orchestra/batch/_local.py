@@ -21,29 +21,36 @@ from ..approvals import AuditLog
 from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
 from ..protocol import OrchestraError, SessionExistsError, SessionOwnedError
 from ..runtime import RuntimeSpec
-from ..session import Runtime, TurnResult
+from ..session import Runtime, Session, TurnResult
 from ._dataset import BatchItem
 from ._executor import Attempt
 from ._options import BatchOptions
 from ._transcripts import TranscriptWriter
 
 
-async def _run_session(runtime: Runtime, item: BatchItem, session_id: str) -> TurnResult:
-    """Run the item's prompt in ``session_id``.
+async def _run_session(runtime: Runtime, item: BatchItem, session_id: str, workspace: str | None = None) -> TurnResult:
+    """Run the item's prompt in ``session_id`` (in ``workspace``, when given: the session's
+    working directory is set there before the prompt).
 
     A generated id is always new. An item's own ``session_id`` may already be persisted (by an
     earlier attempt, or by a run that was killed): then it is resumed first (PROTOCOL.md 5.4).
     """
     if item.session_id is None:
-        return await runtime.session(session_id).run(item.prompt)
+        return await _prompt(runtime.session(session_id), item, workspace)
     try:
-        return await runtime.session(session_id).run(item.prompt)
+        return await _prompt(runtime.session(session_id), item, workspace)
     except SessionExistsError:
         pass  # persisted by an earlier attempt or run: resume it
     try:
         session = await runtime.resume(session_id)
     except SessionOwnedError as exc:  # a runtime being recycled holds it
         raise SessionBusyError(f"session {session_id!r} is still held by another runtime: {exc.message}") from exc
+    return await _prompt(session, item, workspace)
+
+
+async def _prompt(session: Session, item: BatchItem, workspace: str | None) -> TurnResult:
+    if workspace is not None:
+        await session.set_working_directory(workspace)
     return await session.run(item.prompt)
 
 
@@ -54,10 +61,12 @@ async def attempt_on_pool(
     *,
     timeout: float | None = None,
     transcripts: TranscriptWriter | None = None,
+    workspace: str | None = None,
 ) -> Attempt:
     """One attempt at ``item`` on ``pool``: a place on the least-loaded runtime, then the
     session under ``timeout``; the item's transcript is written (to ``transcripts``) before
-    this returns, so a result line always implies its transcript.
+    this returns, so a result line always implies its transcript. ``workspace``: the
+    session's working directory (an item's own copy of a workspace template).
 
     The timeout covers the session's work only, not the wait for a place (a runtime that is
     restarting delays items without burning their retries).
@@ -66,7 +75,7 @@ async def attempt_on_pool(
         async with pool.lease() as runtime:
             try:
                 with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                    turn = await _run_session(runtime, item, session_id)
+                    turn = await _run_session(runtime, item, session_id, workspace)
             finally:
                 runtime.forget(session_id)  # the batch never uses this session again
     except trio.TooSlowError:
@@ -90,8 +99,9 @@ class PoolRunner:
     transcripts: TranscriptWriter | None = None
     max_lost: int = 1  # a local place is never "lost": a dead runtime is a retryable failure
 
-    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
-        return await attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts)
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
+        return await attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts,
+                                     workspace=workspace)
 
     def pending_approvals(self) -> int:
         return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)

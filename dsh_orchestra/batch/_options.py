@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import attrs
 from attrs import validators as v
@@ -40,6 +40,12 @@ class BatchOptions:
     bounds each attempt's session work; ``retries`` more attempts for retryable failures,
     after ``retry_backoff`` seconds doubling each time (at most ``retry_backoff_max``,
     jittered by up to ``retry_jitter`` of the pause, downward).
+
+    Evaluation (docs/evaluation.md): ``scorers`` (``--score``), ``scoring`` (a scoring file),
+    ``epochs`` sessions per item reduced by ``epoch_reducer``, ``group_by`` a metadata key,
+    ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
+    ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
+    (kept with ``keep_workspaces``).
     """
 
     runtimes: int = attrs.field(default=1, validator=_count(1))
@@ -57,6 +63,19 @@ class BatchOptions:
     summary: str | os.PathLike[str] | None = None
     progress: str = "auto"
     transcripts: str | os.PathLike[str] | None = None  # a directory: per-item notifications (see _transcripts)
+    # evaluation (docs/evaluation.md): scorers are SPEC strings, eval.ScorerSpec or callables
+    scorers: Sequence[Any] = attrs.field(default=(), converter=tuple)
+    scoring: str | os.PathLike[str] | None = None
+    epochs: int = attrs.field(default=1, validator=_count(1))
+    epoch_reducer: str = "mean"
+    group_by: str | None = None
+    seed: int = attrs.field(default=0, validator=_count(0))
+    prices: Any = None  # a prices TOML path, or an eval.Prices
+    max_total_tokens: int | None = attrs.field(default=None, validator=v.optional(_count(0)))
+    max_total_cost: float | None = attrs.field(default=None, validator=v.optional(_non_negative))
+    workspace_template: str | os.PathLike[str] | None = None
+    keep_workspaces: bool = False
+    argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

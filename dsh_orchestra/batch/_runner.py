@@ -14,7 +14,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import attrs
 import orjson
@@ -26,8 +26,10 @@ from ..pool import Backoff
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
+from ..eval import EvalPlan, EvalTally
+from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor
-from ._local import PoolExecutor
+from ._local import PoolExecutor, PoolRunner
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
@@ -49,6 +51,7 @@ class _Run:
     progress: Progress
     tally: Tally
     backoff: Backoff
+    evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
     _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
     _serial: Iterator[int] = attrs.field(factory=itertools.count, init=False)
@@ -67,15 +70,23 @@ def _turn_error(attempt: Attempt) -> dict[str, str] | None:
     return {"type": "TurnFailed", "message": message}
 
 
-async def _run_item(run: _Run, item: BatchItem) -> dict[str, Any]:
-    """Attempts at ``item`` until one settles, retries are spent, or its place was lost too
-    often; its result line (not written)."""
+async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
+    """Attempts at ``item`` (its ``epoch``) until one settles, retries are spent, or its place
+    was lost too often; its result line, scored (not written)."""
     options = run.options
     started = trio.current_time()
     attempts = retried = lost = 0
+    workspace = None
     while True:
         attempts += 1
-        attempt = await run.runner.attempt(item, item.session_id or run.new_session_id())
+        workspace = await run.evaluation.prepare(item, epoch)  # a fresh copy for every attempt
+        session_id = item.session_id or run.new_session_id()
+        # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
+        unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
+        if workspace is None:  # runners that predate workspaces keep working
+            attempt = await run.runner.attempt(unit, session_id)
+        else:
+            attempt = await run.runner.attempt(unit, session_id, workspace=str(workspace))
         if attempt.lost:
             lost += 1
             reason = (attempt.error or {}).get("message", "")
@@ -92,33 +103,41 @@ async def _run_item(run: _Run, item: BatchItem) -> dict[str, Any]:
             retried += 1
         run.counters.retries += 1
     ok = attempt.turn is not None and attempt.turn.finish_reason in OK_FINISH_REASONS
-    return result_line(
+    duration = trio.current_time() - started
+    fields = await run.evaluation.finish(item, epoch, "ok" if ok else "error", attempt.turn, workspace)
+    line = result_line(
         item.id,
         status="ok" if ok else "error",
         session_id=attempt.session_id,
         turn=attempt.turn,
         attempts=attempts,
-        duration_s=trio.current_time() - started,
+        duration_s=duration,
         error=None if ok else _turn_error(attempt),
         metadata=item.metadata,
     )
+    line.update(fields)
+    return line
 
 
-@observed(ITEM_SPAN, lambda run, item: {"item": item.id})
-async def _process(run: _Run, item: BatchItem) -> None:
-    line = run.redactor.value(await _run_item(run, item))  # a runtime may echo a secret anywhere
+@observed(ITEM_SPAN, lambda run, unit: {"item": unit[0].id})
+async def _process(run: _Run, unit: tuple[BatchItem, int]) -> None:
+    line = run.redactor.value(await _run_item(run, *unit))  # a runtime may echo a secret anywhere
     run.writer.write(line)
     run.tally.add_line(line)
+    run.evaluation.add_line(line, this_run=True)
     run.counters.done += 1
     if line["status"] != "ok":
         run.counters.failed += 1
     run.progress.update()
 
 
-async def _worker(run: _Run, receive: trio.MemoryReceiveChannel[BatchItem]) -> None:
+async def _worker(run: _Run, receive: trio.MemoryReceiveChannel[tuple[BatchItem, int]]) -> None:
     async with receive:
-        async for item in receive:
-            await _process(run, item)
+        async for unit in receive:
+            if run.evaluation.budget.reached:  # checked as the item would start: it does not
+                run.evaluation.budget.skipped += 1
+                continue
+            await _process(run, unit)
 
 
 def _check_paths(out: Path, options: BatchOptions) -> None:
@@ -143,26 +162,40 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
+def _epoch_of(line: dict[str, Any]) -> int:
+    epoch = line.get("epoch", 1)
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1
+
+
 def _prepare_resume(
-    dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock
-) -> tuple[DatasetCheck, Tally, set[str]]:
+    dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock,
+    on_resumed: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[DatasetCheck, Tally, set[tuple[str, int]]]:
     """Validate the dataset (nothing runs on a bad one), check the output paths, take ``lock``
     and scan the results already in ``out`` (repairing a torn tail): the check, the tally of
-    the results kept, and the ids already done."""
+    the results kept, and the (id, epoch) pairs already done (epochs above ``options.epochs``
+    are not counted). ``on_resumed`` is called with each kept line."""
     check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
         log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
+    if options.epochs > 1 and check.session_ids:
+        raise BatchUsageError(
+            f"--epochs {options.epochs} runs each item in {options.epochs} sessions of their own, but "
+            f"{check.session_ids} dataset item(s) name a session_id; drop session_id or use --epochs 1"
+        )
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
     tally = Tally()
-    done: set[str] = set()
+    done: set[tuple[str, int]] = set()
 
     def resumed_line(line: dict[str, Any]) -> None:
-        item_id = line["id"]
-        if item_id in check.ids and item_id not in done:
-            done.add(item_id)
+        key = (line["id"], _epoch_of(line))
+        if key[0] in check.ids and key[1] <= options.epochs and key not in done:
+            done.add(key)
             tally.add_line(line)
+            if on_resumed is not None:
+                on_resumed(line)
 
     try:
         _, torn = scan_results(out, resumed_line, repair=True)
@@ -209,49 +242,97 @@ async def run_batch(
     # Validate the whole file first (nothing runs on a bad dataset), keeping only the ids; the
     # items are streamed from the file again as places free up: memory stays flat in size.
     out = Path(out)
+    plan = plan_of(options, spec)
+    check_workspace_template(options)  # before anything runs
     lock = ResultsLock(out)
     try:
-        return await _run_locked(dataset, out, spec, options, executor, backoff, lock)
+        return await _run_locked(dataset, out, spec, options, executor, backoff, lock, plan)
     finally:
         lock.release()
 
 
 async def _run_locked(
     dataset: str | os.PathLike[str], out: Path, spec: RuntimeSpec | None, options: BatchOptions,
-    executor: Executor, backoff: Backoff, lock: ResultsLock,
+    executor: Executor, backoff: Backoff, lock: ResultsLock, plan: EvalPlan,
 ) -> BatchSummary:
-    check, tally, done = _prepare_resume(dataset, out, options, lock)
+    started_at = now_iso()
+    evaluation = EvalTally(plan)
+    check, tally, done = _prepare_resume(dataset, out, options, lock, evaluation.add_line)
     redactor = Redactor(spec.secrets() if spec is not None else ())
-    total = len(check.ids)
+    epochs = options.epochs
+    total = len(check.ids) * epochs
     resumed = len(done)
     todo = total - resumed
     counters = Counters(total=total, done=resumed, resumed=resumed)
     progress = Progress(counters, mode=options.progress, clock=trio.current_time)
     started = trio.current_time()
+    stopped: str | None = None
+    server_version: str | None = None
+    processed = 0
     try:
         with ResultsWriter(out) as writer:
             if todo:
                 async with executor.open(spec, options) as runner:
-                    counters.pending_approvals = runner.pending_approvals
-                    run = _Run(runner, writer, options, counters, progress, tally, backoff, redactor)
-                    send, receive = trio.open_memory_channel[BatchItem](0)
-                    async with trio.open_nursery() as outer:
-                        outer.start_soon(progress.run)
-                        async with trio.open_nursery() as nursery:
-                            for _ in range(min(max(1, runner.capacity), todo)):
-                                nursery.start_soon(_worker, run, receive.clone())
-                            receive.close()
-                            async with send:
-                                for item in iter_dataset(check, skip=done):
-                                    await send.send(item)
-                        outer.cancel_scope.cancel(reason="every item finished")
+                    server_version = _server_version(runner)
+                    lease = runner.pool.lease if isinstance(runner, PoolRunner) else None
+                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=evaluation) as batch_eval:
+                        counters.pending_approvals = runner.pending_approvals
+                        run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
+                        send, receive = trio.open_memory_channel[tuple[BatchItem, int]](0)
+                        async with trio.open_nursery() as outer:
+                            outer.start_soon(progress.run)
+                            async with trio.open_nursery() as nursery:
+                                for _ in range(min(max(1, runner.capacity), todo)):
+                                    nursery.start_soon(_worker, run, receive.clone())
+                                receive.close()
+                                async with send:
+                                    stopped = await _feed(send, check, done, epochs, batch_eval)
+                            outer.cancel_scope.cancel(reason="every item finished")
+                        processed = batch_eval.budget.lines
+                        if batch_eval.budget.skipped:
+                            stopped = "budget"
     finally:
         progress.close()
     duration = trio.current_time() - started
     summary = tally.summary(
-        total=total, resumed=resumed, processed=todo, duration_s=duration, retries=counters.retries
+        total=total, resumed=resumed, processed=processed if stopped else todo, duration_s=duration,
+        retries=counters.retries,
     )
+    info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
+                    started=started_at, ended=now_iso())
+    summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped)
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     return summary
+
+
+async def _feed(
+    send: trio.MemorySendChannel[tuple[BatchItem, int]], check: DatasetCheck, done: set[tuple[str, int]],
+    epochs: int, batch_eval: BatchEval,
+) -> str | None:
+    """Send every (item, epoch) not done yet to the workers, in file order, epochs together;
+    stop early (returning ``"budget"``) once the run's budget is reached."""
+    skip = {item_id for item_id, _ in done if all((item_id, e) in done for e in range(1, epochs + 1))}
+    for item in iter_dataset(check, skip=skip):
+        for epoch in range(1, epochs + 1):
+            if (item.id, epoch) in done:
+                continue
+            if batch_eval.budget.reached:
+                log.warning("the budget is reached (%s): no new item starts; run again with --resume to continue",
+                            batch_eval.budget.describe())
+                return "budget"
+            await send.send((item, epoch))
+    return None
+
+
+def _server_version(runner: AttemptRunner) -> str | None:
+    """The runtime's ``serverInfo.version`` (local pool only; Ray actors greet on their nodes)."""
+    if not isinstance(runner, PoolRunner):
+        return None
+    for runtime in runner.pool.runtimes:
+        info = getattr(runtime.actor, "server_info", None)
+        server = getattr(info, "server_info", None)
+        if server is not None and server.version is not None:
+            return str(server.version)
+    return None

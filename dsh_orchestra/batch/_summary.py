@@ -66,6 +66,33 @@ class BatchSummary:
     approval_outcomes: dict[str, int]
     retries: int = 0
     processed: int = 0
+    evaluation: dict[str, Any] = attrs.field(factory=dict)  # scores, groups, usage, cost_usd, judge_usage
+    run: dict[str, Any] | None = None
+    stopped: str | None = None  # "budget": a --max-total-* limit stopped scheduling
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """Metrics per scorer (``{}`` without scorers)."""
+        value: dict[str, Any] = self.evaluation.get("scores", {})
+        return value
+
+    @property
+    def groups(self) -> dict[str, Any] | None:
+        """Metrics per group and scorer (with ``group_by``)."""
+        value: dict[str, Any] | None = self.evaluation.get("groups")
+        return value
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """Token totals over every result line."""
+        value: dict[str, int] = self.evaluation.get("usage", {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+        return value
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The total cost (with prices)."""
+        value: float | None = self.evaluation.get("cost_usd")
+        return value
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the summary file."""
@@ -82,6 +109,10 @@ class BatchSummary:
             "approval_outcomes": self.approval_outcomes,
             "retries": self.retries,
             "processed": self.processed,
+            "usage": self.usage,
+            **{k: v for k, v in self.evaluation.items() if k != "usage"},
+            "stopped": self.stopped,
+            **({"run": self.run} if self.run is not None else {}),
         }
 
 

@@ -32,11 +32,13 @@ from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
     ray_options,
 )
+from ._score import add_scoring_options
 
 log = logging.getLogger("dsh_orchestra.batch")
 
 
-NUMBERS = {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--retries": ("int", 0), "--timeout": ("seconds", 0)}
+NUMBERS = {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--retries": ("int", 0), "--timeout": ("seconds", 0),
+           "--epochs": ("int", 1), "--seed": ("int", 0), "--max-total-tokens": ("int", 0)}
 
 
 def register(sub: Any) -> None:
@@ -44,8 +46,9 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "batch",
         help="run every prompt of a JSON Lines dataset in its own session; results as JSON Lines",
-        description="Run a dataset (JSONL: id, prompt, optional session_id and metadata) over a pool of "
-        "runtimes. Exit status: 0 every item ok, 1 some item ended in error, 2 bad arguments or input.",
+        description="Run a dataset (JSONL: id, prompt, optional session_id, metadata, target, choices) over a "
+        "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status: 0 every item ok, "
+        "1 some item ended in error or a budget stopped the run, 2 bad arguments or input.",
     )
     parser.add_argument("dataset", help="the dataset (JSON Lines)")
     parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
@@ -63,6 +66,12 @@ def register(sub: Any) -> None:
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
+    add_scoring_options(parser, epochs=True)  # --score --scoring --epochs --epoch-reducer --group-by --seed --prices
+    budget = parser.add_argument_group("budgets and workspaces")
+    budget.add_argument("--max-total-tokens", type=int, default=None, metavar="N", help="start no new item once this run's items used N tokens (exit 1; --resume continues)")
+    budget.add_argument("--max-total-cost", type=float, default=None, metavar="USD", help="start no new item once this run's items cost USD (needs --prices; exit 1)")
+    budget.add_argument("--workspace-template", default=None, metavar="DIR", help="give each item's session a fresh copy of DIR as its working directory")
+    budget.add_argument("--keep-workspaces", action="store_true", help="keep the copies (in RESULTS.workspaces/) instead of removing them after scoring")
     parser.set_defaults(func=main, paths=paths)
 
 
@@ -70,7 +79,7 @@ def paths(args: argparse.Namespace) -> Paths:
     """The batch's inputs, outputs and output directory, by flag (checked before anything runs)."""
     return (
         {"DATASET": args.dataset, "--script": args.script, "--policy": file_option(args.policy),
-         "--answerer": file_option(args.answerer)},
+         "--answerer": file_option(args.answerer), "--scoring": args.scoring, "--prices": args.prices},
         {"--out": args.out, "--summary": args.summary, "--audit": args.audit},
         {"--transcripts": (args.transcripts, may_write)},
     )
@@ -95,6 +104,18 @@ def main(args: argparse.Namespace) -> int:
                 summary=args.summary,
                 transcripts=args.transcripts,
                 progress="none" if args.no_progress else "auto",
+                scorers=args.score,
+                scoring=args.scoring,
+                epochs=args.epochs,
+                epoch_reducer=args.epoch_reducer,
+                group_by=args.group_by,
+                seed=args.seed,
+                prices=args.prices,
+                max_total_tokens=args.max_total_tokens,
+                max_total_cost=args.max_total_cost,
+                workspace_template=args.workspace_template,
+                keep_workspaces=args.keep_workspaces,
+                argv=sys.argv,
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
         except (UsageError, ValueError) as exc:
@@ -132,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 130
     print(redact(json.dumps(summary.to_json(), indent=2)))
-    return 0 if summary.error == 0 else 1
+    return 0 if summary.error == 0 and summary.stopped is None else 1
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

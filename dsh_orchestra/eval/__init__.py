@@ -40,7 +40,7 @@ from ._config import (
     parse_scoring as parse_scoring,
     resolve_scorers as resolve_scorers,
 )
-from ._judge import GRADES as GRADES, Judge as Judge, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
+from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
     Reducer as Reducer,
@@ -86,7 +86,7 @@ from ._usage import (
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES", "F1", "GRADES", "AttemptScores", "BoundScorer", "Choice", "CompareInputError", "EvalItem", "EvalPlan",
-    "EvalResult", "EvalTally", "Exact", "Includes", "ItemLike", "Judge", "JudgeError", "Numeric", "Price", "Prices",
+    "EvalResult", "EvalTally", "Exact", "Includes", "ItemLike", "Judge", "JudgeError", "Lease", "Numeric", "Price", "Prices",
     "PricesError", "Reducer", "Regex", "RescoreError", "Score", "ScoreTally", "ScoreValueError", "ScorerSpec",
     "ScoringError", "ScoringFile", "Usage", "Verdict", "bind_scorers", "bootstrap_ci", "check_scorers",
     "choice_answer", "compare_runs", "error_scores", "events_usage", "group_key", "judge_prompt", "last_number", "line_fields",

@@ -138,7 +138,7 @@ class PoolHost:
         return HostInfo(slot=self.config.slot, pid=os.getpid(), hostname=socket.gethostname(),
                         startup_s=self._startup_s, runtimes=self.config.runtimes)
 
-    def process(self, item: BatchItem, session_id: str) -> Attempt:
+    def process(self, item: BatchItem, session_id: str, workspace: str | None = None) -> Attempt:
         """One attempt at ``item`` in ``session_id`` on the pool (``attempt_on_pool``).
 
         Raises:
@@ -149,15 +149,15 @@ class PoolHost:
             why = f": {self._failure}" if self._failure is not None else ""
             raise HostFailedError(f"host {self.config.slot} is not running ({self._state}{why})")
         try:
-            return trio.from_thread.run(self._attempt, item, session_id, trio_token=token)
+            return trio.from_thread.run(self._attempt, item, session_id, workspace, trio_token=token)
         except (trio.RunFinishedError, trio.Cancelled) as exc:  # another thread: converted, not swallowed
             raise HostFailedError(f"host {self.config.slot} stopped while item {item.id!r} was running") from exc
 
-    async def _attempt(self, item: BatchItem, session_id: str) -> Attempt:
+    async def _attempt(self, item: BatchItem, session_id: str, workspace: str | None) -> Attempt:
         runner = self._runner
         if runner is None:
             raise HostFailedError(f"host {self.config.slot} has no pool")
-        attempt = await runner.attempt(item, session_id)
+        attempt = await runner.attempt(item, session_id, workspace=workspace)
         if attempt.error is not None and attempt.error["type"] == "PoolClosedError":
             # the pool is closing under the item (it gave up): not the item's answer
             raise HostFailedError(f"host {self.config.slot}: {attempt.error['message']}")

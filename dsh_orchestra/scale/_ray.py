@@ -212,11 +212,11 @@ class RayRunner:
 
     # ---- attempts ----------------------------------------------------------------------
 
-    async def attempt(self, item: BatchItem, session_id: str) -> Attempt:
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
         slot = await self._acquire()
         actor = slot.actor
         try:
-            return await _wait_ref(actor.process.remote(item, session_id))  # type: ignore[no-any-return]
+            return await _wait_ref(actor.process.remote(item, session_id, workspace))  # type: ignore[no-any-return]
         except Exception as exc:
             kind, cause = self._classify(exc)
             if kind == "error":

@@ -80,7 +80,7 @@ question = { id = "q1", question = "Which one?", options = ["alpha", "beta"] }
 
 RESULT_KEYS = [
     "id", "status", "session_id", "final_response", "finish_reason", "subagents", "approvals",
-    "attempts", "duration_s", "error", "metadata",
+    "attempts", "duration_s", "error", "metadata", "usage",
 ]
 SUMMARY_KEYS = {
     "total", "ok", "error", "resumed", "duration_s", "items_per_s", "p50_s", "p95_s", "finish_reasons",

@@ -101,6 +101,26 @@ async def test_usage_includes_subagents_on_the_real_runtime(
     assert turn_usage(turn).total_tokens > events_usage(turn.events).total_tokens  # the children count
 
 
+@pytest.mark.integration
+async def test_a_batch_line_counts_the_whole_tree_on_the_real_runtime(
+    tmp_path: Path, fake_model: FakeModelServer, dsh_spec: Callable[..., RuntimeSpec]
+) -> None:
+    """A result line's usage is 10 and 5 tokens times the model requests its tree made."""
+    from dsh_orchestra.batch import BatchOptions, run_batch
+
+    from eval_support import lines_of, write_jsonl
+
+    dataset = write_jsonl(tmp_path / "ds.jsonl", [{"id": "tree", "prompt": "SPAWN two", "target": "children done"}])
+    out = tmp_path / "results.jsonl"
+    with trio.fail_after(120):
+        summary = await run_batch(dataset, out, dsh_spec(), BatchOptions(progress="none", timeout=90, scorers=["exact"]))
+    [line] = lines_of(out)
+    steps = len(fake_model.requests)
+    assert line["status"] == "ok" and len(line["subagents"]) == 2 and steps >= 4
+    assert line["usage"]["input_tokens"] == 10 * steps and line["usage"]["output_tokens"] == 5 * steps
+    assert summary.usage == line["usage"] and line["scores"]["exact"]["value"] == 1.0
+
+
 def test_prices(tmp_path: Path) -> None:
     path = tmp_path / "prices.toml"
     path.write_text('["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 0.27\noutput_per_mtok = 1.1\n')

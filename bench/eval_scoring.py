@@ -1,0 +1,171 @@
+"""Scoring cost next to the batch's own CPU per item (issue 15: under 5 %).
+
+Three measurements, each trial in a fresh process, the medians of ``--runs`` trials:
+
+* ``batch``: ``run_batch`` over ``--items`` items on 2 simulator *processes* (fresh DSH_HOME,
+  telemetry off) without scorers; the orchestrator's CPU (``time.process_time``: this process,
+  every thread; the simulators are other processes) per item. The baseline.
+* ``batch+score``: the same batch with the six built-in text scorers (``exact``, ``includes``,
+  ``choice``, ``numeric``, ``f1``, ``regex:NAME``) and ``--epochs 1``: its CPU per item.
+* ``score-10k``: 10,000 results scored in one process: per result, ``turn_usage`` of a real
+  ``TurnResult`` (recorded from the simulator: 12 root events, two of them model steps) and
+  ``score_attempt`` with the six scorers; then the summary (``EvalTally``: reduce, mean,
+  stderr, a 10,000-resample bootstrap per scorer). CPU per result.
+
+Reported: each CPU per item, ``score-10k`` / ``batch`` and (``batch+score`` − ``batch``) /
+``batch`` as percentages.
+
+    python bench/eval_scoring.py --runs 3 --items 1000
+    python bench/eval_scoring.py --one batch --items 1000          # one trial, one JSON line
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from _common import machine  # noqa: E402
+
+SCORERS = ["exact", "includes", "choice", "numeric", "f1", "regex:digits"]
+SCORING = '[regex.digits]\npattern = "[0-9]+"\n'
+SCRIPT = 'default_reply = "The answer is 42. ANSWER: B"\n'
+RESULTS = 10_000
+
+
+def _dataset(path: Path, items: int) -> None:
+    import orjson
+
+    with open(path, "wb") as handle:
+        for i in range(items):
+            row = {"id": f"item-{i:06d}", "prompt": f"question {i}: what is 6 x 7?", "target": ["42", "forty-two"],
+                   "choices": ["41", "42", "43", "44"], "metadata": {"level": ["easy", "hard"][i % 2]}}
+            handle.write(orjson.dumps(row) + b"\n")
+
+
+def batch_trial(items: int, scored: bool) -> dict[str, Any]:
+    import trio
+
+    from dsh_orchestra.batch import BatchOptions, run_batch
+    from dsh_orchestra.runtime import RuntimeSpec
+
+    with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
+        root = Path(tmp)
+        dataset = root / "ds.jsonl"
+        _dataset(dataset, items)
+        (root / "script.toml").write_text(SCRIPT)
+        (root / "scoring.toml").write_text(SCORING)
+        home = root / "home"
+        home.mkdir()
+        spec = RuntimeSpec.simulator(script=root / "script.toml", dsh_home=home, cwd=root, env={"DSH_TELEMETRY_MODE": "DISABLED"})
+        extra: dict[str, Any] = {"scorers": SCORERS, "scoring": root / "scoring.toml", "group_by": "level"} if scored else {}
+        options = BatchOptions(runtimes=2, progress="none", retries=0, **extra)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        summary = trio.run(run_batch, dataset, root / "results.jsonl", spec, options)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        assert summary.ok == items, summary
+        return {"kind": "batch+score" if scored else "batch", "items": items, "cpu_per_item_us": cpu / items * 1e6, "wall_s": wall}
+
+
+async def _record_turns(count: int) -> list[Any]:
+    from dsh_orchestra.runtime import RuntimeSpec
+    from dsh_orchestra.session import open_runtime
+    from dsh_orchestra.testing._script import parse_script
+    from dsh_orchestra.testing._simulator import open_simulator_stream
+    import tomllib
+
+    script = parse_script(tomllib.loads(SCRIPT), source="<bench>")
+    spec = RuntimeSpec(connect=lambda: open_simulator_stream(script), name="sim")
+    async with open_runtime(spec) as runtime:
+        return [await runtime.session(f"s{i}").run(f"question {i}") for i in range(count)]
+
+
+def score_trial() -> dict[str, Any]:
+    import trio
+
+    from dsh_orchestra.eval import (
+        EvalItem, EvalResult, bind_scorers, EvalTally, line_fields, make_plan, parse_scoring, score_attempt, turn_usage,
+    )
+    import tomllib
+
+    turns = trio.run(_record_turns, 50)
+    plan = make_plan(SCORERS, scoring=parse_scoring(tomllib.loads(SCORING)), group_by="level")
+    scorers = bind_scorers(plan.scorers)
+    items = [EvalItem(id=f"item-{i:06d}", prompt="q", target=["42", "forty-two"], choices=["41", "42", "43", "44"],
+                      metadata={"level": ["easy", "hard"][i % 2]}) for i in range(RESULTS)]
+
+    async def score_all() -> list[dict[str, Any]]:
+        lines = []
+        for index, item in enumerate(items):
+            turn = turns[index % len(turns)]
+            usage = turn_usage(turn)
+            response = f"Item {index:06d}: {turn.final_response}"  # every response distinct: no cache hits across items
+            result = EvalResult(final_response=response, events=turn.events, notifications=turn.notifications,
+                                subagents=turn.subagents, usage=usage)
+            scored = await score_attempt(scorers, item, result)
+            line = {"id": item.id, "metadata": item.metadata, **line_fields(plan, usage, scored.scores, None, 1, None)}
+            lines.append(line)
+        return lines
+
+    import numpy  # noqa: F401  (imported by the first bootstrap: a one-off cost, not per result)
+
+    cpu0 = time.process_time()
+    lines = trio.run(score_all)
+    scoring = time.process_time() - cpu0
+    tally = EvalTally(plan)
+    for line in lines:
+        tally.add_line(line)
+    summary = tally.to_json()
+    total = time.process_time() - cpu0
+    assert summary["scores"]["numeric"]["mean"] == 1.0 and summary["scores"]["numeric"]["n"] == RESULTS
+    return {"kind": "score-10k", "items": RESULTS, "cpu_per_item_us": total / RESULTS * 1e6,
+            "scoring_only_per_item_us": scoring / RESULTS * 1e6, "summary_cpu_s": total - scoring}
+
+
+def one(kind: str, items: int) -> dict[str, Any]:
+    if kind == "score-10k":
+        return score_trial()
+    return batch_trial(items, kind == "batch+score")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--items", type=int, default=1000)
+    parser.add_argument("--one", choices=("batch", "batch+score", "score-10k"), default=None)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.items)))
+        return
+    trials: dict[str, list[dict[str, Any]]] = {"batch": [], "batch+score": [], "score-10k": []}
+    for _ in range(args.runs):  # interleaved: load changes hit every kind alike
+        for kind in trials:
+            done = subprocess.run([sys.executable, __file__, "--one", kind, "--items", str(args.items)],
+                                  capture_output=True, text=True, check=True, env={**os.environ, "DSH_TELEMETRY_MODE": "DISABLED"})
+            trials[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    median = {kind: statistics.median(t["cpu_per_item_us"] for t in runs) for kind, runs in trials.items()}
+    report = {
+        "machine": machine(),
+        "load_average": os.getloadavg(),
+        "runs": args.runs,
+        "batch_items": args.items,
+        "cpu_per_item_us": {k: round(v, 1) for k, v in median.items()},
+        "score_10k_over_batch_pct": round(100 * median["score-10k"] / median["batch"], 2),
+        "batch_score_overhead_pct": round(100 * (median["batch+score"] - median["batch"]) / median["batch"], 2),
+        "trials": trials,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
