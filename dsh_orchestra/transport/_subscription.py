@@ -117,14 +117,10 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
                 self._served = 0
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return item
-        while True:
-            try:
-                item = self.receive_nowait()
-            except trio.WouldBlock:
-                await self._waiters.park()  # the schedule point
-                continue
-            self._served = 0
-            return item
+        while not (items or self._closed or self._error is not None):
+            await self._waiters.park()  # the schedule point (no WouldBlock raised per wait)
+        self._served = 0
+        return self.receive_nowait()
 
     async def receive_batch(self, max_items: int | None = None) -> list[Notification]:
         """Wait for at least one notification and return all buffered (up to ``max_items``).
