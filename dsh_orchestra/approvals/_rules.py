@@ -6,16 +6,16 @@ decides. Imports only the protocol layer.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from .._objects import import_object as _import_object
+from .._params import Param, ParamError
 from ._model import OUTCOMES, REJECTED, Policy
 from ._policies import Rule, budget, first_match
 
@@ -23,26 +23,27 @@ _TOP_KEYS = {"default", "deadline", "rules"}
 _RULE_KEYS = {"name", "outcome", "tools", "sessions", "reason", "budget", "note"}
 
 
-class PolicyFileError(ValueError):
+class PolicyFileError(ParamError, ValueError):
     """A rules file or a ``policy=`` value is wrong; the message says what to fix.
 
-    ``parameter`` names what was given (``policy``, or ``answerer`` for a ``module:attr``
-    answerer) and ``value`` the value, when the problem is with the value as a whole
-    (``value`` is None for a problem inside a rules file, whose message names the file).
+    ``.param``/``.parameter`` names what was given (``policy``, or ``answerer`` for a
+    ``module:attr`` answerer) and ``.value`` the value, when the problem is with the value as
+    a whole (None for a problem inside a rules file, whose message names the file).
     """
 
-    def __init__(self, problem: str, *, value: str | None = None, parameter: str = "policy") -> None:
-        self.problem = problem
-        self.value = value
-        self.parameter = parameter
-        super().__init__(self.format())
+    def __init__(self, *parts: str | Param, value: str | None = None, parameter: str = "policy") -> None:
+        if value is not None:
+            parts = (Param(parameter, value), ": ", *parts)
+        named = next((part for part in parts if isinstance(part, Param)), None)
+        self.parameter = named.name if named is not None else parameter
+        self.problem = "".join(part for part in parts if isinstance(part, str)).removeprefix(": ")
+        super().__init__(*parts)
 
     def format(self, name: str | None = None) -> str:
         """The message, naming the parameter as ``name`` (a CLI flag; default ``policy=``)."""
-        if self.value is None:
-            return self.problem
-        where = f"{name} {self.value!r}" if name is not None else f"{self.parameter}={self.value!r}"
-        return f"{where}: {self.problem}"
+        if name is None:
+            return str(self)
+        return self.render(lambda param: f"{name} {param.value!r}" if param.shows_value else name)
 
 
 @attrs.frozen
@@ -149,24 +150,26 @@ def load_rules_file(path: str | os.PathLike[str]) -> LoadedPolicy:
     return parse_rules(data, source=str(path))
 
 
-def load_policy(spec: str) -> LoadedPolicy:
+def load_policy(spec: str, *, param: str = "policy") -> LoadedPolicy:
     """``FILE`` (a TOML rules file) or ``module:attr`` (a policy object or callable).
+
+    ``param`` is the name of the parameter ``spec`` came in (errors name it).
 
     Raises:
         PolicyFileError: the file or object cannot be loaded; the message says why.
     """
     if not isinstance(spec, str) or not spec:
-        raise PolicyFileError("needs a FILE or module:attr", value=spec if isinstance(spec, str) else repr(spec))
+        raise PolicyFileError("needs a FILE or module:attr", value=spec if isinstance(spec, str) else repr(spec), parameter=param)
     if os.path.exists(spec) or spec.endswith(".toml"):
         return load_rules_file(spec)
-    value = import_object(spec)
+    value = import_object(spec, parameter=param)
     if not callable(value):
-        raise PolicyFileError(f"{type(value).__name__} is not a callable policy", value=spec)
+        raise PolicyFileError(f"{type(value).__name__} is not a callable policy", value=spec, parameter=param)
     if isinstance(value, LoadedPolicy):
         return value
     deadline = getattr(value, "deadline", None)  # honoured as a rules file's deadline is
     if deadline is not None and not valid_deadline(deadline):
-        raise PolicyFileError(f"its deadline attribute must be a positive number of seconds (finite), not {deadline!r}", value=spec)
+        raise PolicyFileError(f"its deadline attribute must be a positive number of seconds (finite), not {deadline!r}", value=spec, parameter=param)
     return LoadedPolicy(policy=value, deadline=float(deadline) if deadline is not None else None, source=spec)
 
 
@@ -177,22 +180,4 @@ def import_object(spec: str, *, parameter: str = "policy") -> Any:
         PolicyFileError: not of that form, or the module cannot be imported (it is missing,
             has a syntax error, or raised while importing), or it has no such attribute.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise PolicyFileError("no such file, and not of the form module:attr", value=spec, parameter=parameter)
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 (ImportError, SyntaxError, or whatever the module raised)
-        problem = f"{type(exc).__name__}: {exc}"
-        raise PolicyFileError(f"cannot import module {module_name!r}: {problem}", value=spec, parameter=parameter) from exc
-    value: Any = module
-    for part in attr.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError as exc:
-            raise PolicyFileError(f"module {module_name!r} has no attribute {attr!r}", value=spec, parameter=parameter) from exc
-        except Exception as exc:  # noqa: BLE001 (a module __getattr__ that raised)
-            raise PolicyFileError(f"getting {attr!r} raised {type(exc).__name__}: {exc}", value=spec, parameter=parameter) from exc
-    return value
+    return _import_object(spec, param=parameter, error=PolicyFileError)

@@ -14,7 +14,9 @@ from typing import Any, Container, Iterator
 import attrs
 import orjson
 
+from .._params import Param
 from ..session import content_blocks
+from ._options import BatchUsageError
 
 KNOWN_KEYS = frozenset({"id", "prompt", "session_id", "metadata", "target", "choices"})
 MAX_REPORTED = 20
@@ -214,7 +216,7 @@ def parse_shard(value: str) -> tuple[int, int]:
     """``"I/N"`` -> (I, N) with 0 <= I < N.
 
     Raises:
-        ValueError: not of that form.
+        BatchUsageError: not of that form (a ValueError; ``.param`` is ``"shard"``).
     """
     index, sep, count = value.partition("/")
     try:
@@ -222,7 +224,7 @@ def parse_shard(value: str) -> tuple[int, int]:
     except ValueError:
         i = n = -1
     if not sep or n < 1 or not 0 <= i < n:
-        raise ValueError(f"--shard must be I/N with 0 <= I < N (for example 0/4), not {value!r}")
+        raise BatchUsageError(Param("shard", value, spelled="shard"), f" must be I/N with 0 <= I < N (for example 0/4), not {value!r}")
     return i, n
 
 

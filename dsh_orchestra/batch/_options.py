@@ -9,27 +9,37 @@ from typing import Any, Sequence
 import attrs
 from attrs import validators as v
 
+from .._params import Param, ParamError
 
-class BatchUsageError(ValueError):
-    """The batch cannot start as asked (for example: results exist and ``resume`` is False)."""
+
+class BatchUsageError(ParamError, ValueError):
+    """The batch cannot start as asked (for example: results exist and ``resume`` is False).
+
+    ``.param`` names the parameter at fault (``out``, ``summary``, ``audit``, ``shard``, ...)
+    and ``.value`` its value, when the message is about one.
+    """
+
+
+def _bad(attribute: attrs.Attribute[Any], value: Any, expected: str) -> BatchUsageError:
+    return BatchUsageError(Param(attribute.name, value, spelled=attribute.name), f" must be {expected}, not {value!r}")
 
 
 def _count(minimum: int) -> Any:
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, not {value!r}")
+            raise _bad(attribute, value, f"an integer >= {minimum}")
 
     return check
 
 
 def _seconds(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{attribute.name} must be a positive number of seconds (finite), not {value!r}")
+        raise _bad(attribute, value, "a positive number of seconds (finite)")
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{attribute.name} must be a finite number >= 0, not {value!r}")
+        raise _bad(attribute, value, "a finite number >= 0")
 
 
 @attrs.frozen(kw_only=True)
@@ -79,7 +89,8 @@ class BatchOptions:
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:
-            raise ValueError(f"retry_jitter must be a fraction between 0 and 1, not {self.retry_jitter!r}")
+            raise BatchUsageError(Param("retry_jitter", self.retry_jitter, spelled="retry_jitter"),
+                                  f" must be a fraction between 0 and 1, not {self.retry_jitter!r}")
 
     @property
     def in_flight(self) -> int:

@@ -21,6 +21,7 @@ import orjson
 import trio
 
 from .._redact import Redactor
+from .._params import Param
 from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
@@ -142,23 +143,20 @@ async def _worker(run: _Run, receive: trio.MemoryReceiveChannel[tuple[BatchItem,
 
 def _check_paths(out: Path, options: BatchOptions) -> None:
     """Refuse, before anything runs, outputs that could not be written at the end."""
-    if out.is_dir():
-        raise BatchUsageError(f"--out {str(out)!r} is a directory; give a file path for the results")
-    if not out.parent.is_dir():
-        raise BatchUsageError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist; create it first")
-    for name, value in (("--summary", options.summary), ("--audit", options.audit)):
+    for name, value in (("out", out), ("summary", options.summary), ("audit", options.audit)):
         if value is None:
             continue
         path = Path(value)
         if path.is_dir():
-            raise BatchUsageError(f"{name} {str(path)!r} is a directory; give a file path")
+            raise BatchUsageError(Param(name, str(path)), " is a directory; give a file path")
         if not path.parent.is_dir():
-            raise BatchUsageError(f"{name} {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+            raise BatchUsageError(Param(name, str(path)), f": directory {str(path.parent)!r} does not exist; create it first")
     if options.transcripts is not None and Path(options.transcripts).exists() and not Path(options.transcripts).is_dir():
-        raise BatchUsageError(f"--transcripts {str(options.transcripts)!r} is a file, not a directory; give a directory")
+        raise BatchUsageError(Param("transcripts", str(options.transcripts)), " is a file, not a directory; give a directory")
     if out.exists() and out.stat().st_size and not options.resume:
         raise BatchUsageError(
-            f"results file {str(out)!r} already has results; pass --resume to finish it, or choose another --out"
+            f"results file {str(out)!r} already has results; pass ", Param("resume", spelled="resume=True"),
+            " to finish it, or choose another ", Param("out"),
         )
 
 

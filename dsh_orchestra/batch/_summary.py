@@ -48,7 +48,7 @@ class Outcome:
 
 @attrs.frozen(kw_only=True)
 class BatchSummary:
-    """The summary of a batch run, as written to ``--summary`` and printed.
+    """The summary of a batch run, as written to the summary file and printed.
 
     ``ok``/``error``/percentiles/counts cover every result of the dataset (resumed included);
     ``items_per_s`` is the items finished by this run over its ``duration_s``.

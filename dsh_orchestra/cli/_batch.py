@@ -27,6 +27,7 @@ from ._common import (
     policy_option,
     say,
 )
+from ._errors import message
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
@@ -119,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
         except (UsageError, ValueError) as exc:
-            return fail(str(exc))
+            return fail(exc)
         try:
             executor = None
             if scale is not None:  # --ray: the same batch, its items run on Ray actors
@@ -128,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
                 executor = RayExecutor(**scale)
             summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
         except (DatasetError, BatchUsageError) as exc:
-            return fail(str(exc))
+            return fail(exc)
         except PathConflictError as exc:
             return fail(exc.format(describe_flag))
         except OSError as exc:  # before any work: the dataset or an output cannot be opened
@@ -141,10 +142,10 @@ def main(args: argparse.Namespace) -> int:
         except (OrchestraError, ExceptionGroup) as exc:  # stopped part-way (e.g. the pool gave up)
             cause = _first_leaf(exc)
             if isinstance(cause, (DatasetError, BatchUsageError)):  # e.g. the dataset changed underneath
-                return fail(f"{cause}; results written so far are kept: run again with --resume")
+                return fail(f"{message(cause)}; results written so far are kept: run again with --resume")
             if not isinstance(cause, (OrchestraError, OSError)):
                 raise
-            say(f"the batch stopped: {cause}; results written so far are kept: run again with --resume")
+            say(f"the batch stopped: {message(cause)}; results written so far are kept: run again with --resume")
             return 1
         except (KeyboardInterrupt, BaseExceptionGroup) as exc:
             if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is None:

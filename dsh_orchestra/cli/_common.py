@@ -7,15 +7,14 @@ import math
 import os
 import shlex
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
 from .._logging import redact, register_secrets
 from ..approvals import LoadedPolicy, PolicyFileError, load_policy
-from ..approvals._rules import import_object
-from ..questions import DISMISS, Answerer, QuestionsRequest, by_rule, first_option
+from ..questions import Answerer, AnswererFileError, load_answerer
 from ..runtime import RuntimeSpec
+from ._errors import message
 
 
 class UsageError(ValueError):
@@ -104,7 +103,7 @@ def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, rout
     except (ValueError, TypeError) as exc:
         if isinstance(exc, UsageError):
             raise
-        raise UsageError(str(exc)) from exc
+        raise UsageError(message(exc)) from exc
 
 
 def check_script(path: str) -> None:
@@ -125,64 +124,28 @@ def check_script(path: str) -> None:
 
 
 def policy_option(value: str | None) -> LoadedPolicy | None:
-    """``--policy FILE|module:attr``."""
+    """``--policy FILE|module:attr`` (``load_policy``)."""
     if value is None:
         return None
     try:
         return load_policy(value)
     except PolicyFileError as exc:
-        raise UsageError(exc.format("--policy")) from exc
+        raise UsageError(message(exc)) from exc
 
 
 def answerer_option(value: str | None) -> Answerer | None:
-    """``--answerer first-option|FILE|module:attr``.
-
-    FILE is TOML: ``default = "first-option"`` or ``"dismiss"``, and an ``[answers]`` table
-    mapping question ids to the option label to select.
-    """
+    """``--answerer first-option|FILE|module:attr`` (``load_answerer``)."""
     if value is None:
         return None
-    if value == "first-option":
-        return first_option
-    if os.path.exists(value) or value.endswith(".toml"):
-        try:
-            data = tomllib.loads(Path(value).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise UsageError(f"--answerer {value!r}: cannot read it: {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"--answerer {value!r}: the file is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"--answerer {value!r}: cannot read it as TOML: {exc}") from exc
-        unknown = set(data) - {"default", "answers"}
-        if unknown:
-            raise UsageError(f"--answerer {value!r}: unknown key(s) {sorted(unknown)}; expected default and [answers]")
-        default = data.get("default", "first-option")
-        answers = data.get("answers", {})
-        if default not in ("first-option", "dismiss"):
-            raise UsageError(f"--answerer {value!r}: default must be first-option or dismiss, not {default!r}")
-        if not isinstance(answers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in answers.items()):
-            raise UsageError(f"--answerer {value!r}: [answers] maps question ids to option labels (strings)")
-
-        def dismiss(request: QuestionsRequest) -> Any:
-            return DISMISS
-
-        if default == "dismiss" and not answers:
-            return dismiss
-        return by_rule(answers, fallback=first_option if default == "first-option" else None)
-    if ":" not in value:
-        raise UsageError(f"--answerer must be first-option, a TOML FILE or module:attr, not {value!r}")
     try:
-        answerer = import_object(value, parameter="answerer")
-    except PolicyFileError as exc:
-        raise UsageError(exc.format("--answerer")) from exc
-    if not callable(answerer):
-        raise UsageError(f"--answerer {value!r}: {type(answerer).__name__} is not a callable answerer")
-    return answerer  # type: ignore[no-any-return]
+        return load_answerer(value)
+    except AnswererFileError as exc:
+        raise UsageError(message(exc)) from exc
 
 
-def fail(message: str) -> int:
-    """Print a usage problem (secrets redacted) and return exit status 2."""
-    say(message)
+def fail(problem: BaseException | str) -> int:
+    """Print a usage problem (an error's parameters as flags, secrets redacted); return exit status 2."""
+    say(message(problem))
     return 2
 
 

@@ -20,6 +20,7 @@ from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report._data import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
+from ._errors import message
 from ._common import UsageError, fail
 from ._paths import Paths
 from ._score import scoring_plan
@@ -134,10 +135,10 @@ def main(args: argparse.Namespace) -> int:
             names = [spec.name for spec in scoring_plan(args, (DEFAULT_PROVIDER, DEFAULT_MODEL)).scorers] if args.dataset else args.score
         doc = compare_runs(base, candidate, scorers=names, reducer=args.epoch_reducer, seed=args.seed)
     except (ReportInputError, CompareInputError, UsageError, DatasetError, RescoreError, ScoringError, ValueError) as exc:
-        message = str(exc)
-        if isinstance(exc, CompareInputError) and "in neither run" in message and args.dataset is None:
-            message += "; give --dataset DATASET to score the runs with it"
-        return fail(message)
+        text = message(exc)
+        if isinstance(exc, CompareInputError) and "in neither run" in text and args.dataset is None:
+            text += "; give --dataset DATASET to score the runs with it"
+        return fail(text)
     except OSError as exc:
         return fail(f"{exc.filename or args.base}: {exc.strerror or exc}")
     except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
@@ -149,7 +150,7 @@ def main(args: argparse.Namespace) -> int:
             path = write_compare(args.out, base=args.base, candidate=args.candidate, comparison=doc, dataset=args.dataset,
                                  title=args.title, base_lines=base, candidate_lines=candidate)
         except (ReportInputError, ValueError) as exc:
-            return fail(str(exc))
+            return fail(exc)
         except OSError as exc:
             return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
         print(f"dsh-orchestra: wrote {path}", file=sys.stderr)

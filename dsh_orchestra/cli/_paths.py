@@ -12,22 +12,14 @@ import os
 from typing import Any, Callable
 
 from .._paths import PathConflictError, check_paths, existing_file
-
-FLAGS = {
-    "dataset": "DATASET", "out": "--out", "summary": "--summary", "audit": "--audit",
-    "transcripts": "--transcripts", "policy": "--policy", "answerer": "--answerer", "script": "--script",
-    "log_file": "--log-file", "results": "RESULTS", "workflow": "--workflow", "mermaid": "--mermaid",
-    "recipe": "RECIPE", "timeout": "--timeout", "retries": "--retries", "runtimes": "--runtimes",
-    "concurrency": "--concurrency", "shard": "--shard", "dsh_home": "--dsh-home", "workspace": "--workspace",
-}
-"""Library parameter names and the flags that set them (for messages of library errors)."""
+from ._errors import flag
 
 Paths = tuple[dict[str, Any], dict[str, Any], dict[str, tuple[Any, Callable[[str], bool]]]]
 
 
 def flag_of(parameter: str) -> str:
     """The flag (or positional name) that sets a library parameter."""
-    return FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
+    return flag(parameter)
 
 
 def describe_flag(name: str, path: str) -> str:

@@ -67,11 +67,11 @@ def replay_main(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"cannot read the audit log {args.audit!r}: {exc.strerror or exc}")
     except ValueError as exc:
-        return fail(str(exc))
+        return fail(exc)
     try:
         policy = load_policy(args.policy)
     except PolicyFileError as exc:
-        return fail(exc.format("--policy"))
+        return fail(exc)
     report = trio.run(lambda: replay(records, policy, deadline=args.deadline))
     if args.json:
         print(json.dumps({"audit": args.audit, "policy": args.policy, **report.to_json()}, indent=2))

@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except (ReportInputError, ValueError) as exc:
-        return fail(str(exc))
+        return fail(exc)
     except OSError as exc:
         return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
     print(f"dsh-orchestra: wrote {path}", file=sys.stderr)

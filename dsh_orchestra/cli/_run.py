@@ -53,12 +53,11 @@ from ._common import (
     fail,
     policy_option,
 )
+from ._errors import flag
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
 EXIT_PENDING = 3
-FLAGS = {"checkpoint": "--checkpoint", "resume": "--resume", "inputs": "--input", "answers": "--answer"}
-"""Library parameter -> the flag that sets it (for CheckpointError.parameter)."""
 
 def parse_inputs(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; a VALUE that parses as JSON is used as JSON, else as text.
@@ -165,17 +164,17 @@ def main(args: argparse.Namespace) -> int:
                 checkpoint=args.checkpoint, resume=args.resume, answers=answers,
             )
         except (UsageError, RecipeError) as exc:
-            return fail(str(exc))
+            return fail(exc)
         except CheckpointError as exc:
-            return fail(f"{FLAGS.get(exc.parameter, exc.parameter)}: {exc}")
+            return fail(f"{flag(exc.parameter)}: {exc}")
         try:
             result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
         except Exception as exc:  # noqa: BLE001 (sorted into exit statuses; anything else re-raised)
             cause = _first_leaf(exc)
             if isinstance(cause, CheckpointError):
-                return fail(f"{FLAGS.get(cause.parameter, cause.parameter)}: {cause}")
+                return fail(f"{flag(cause.parameter)}: {cause}")
             if isinstance(cause, ValueError):  # contradictory numbers (run_workflow checks them first)
-                return fail(str(cause))
+                return fail(cause)
             if not isinstance(cause, OrchestraError):
                 raise
             print(f"dsh-orchestra: the workflow could not run: {cause}", file=sys.stderr)

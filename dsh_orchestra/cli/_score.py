@@ -25,6 +25,7 @@ from ..eval import (
 )
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
+from ._errors import message
 from ._common import UsageError, add_runtime_options, build_spec, fail
 
 
@@ -62,7 +63,7 @@ def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
         if prices is not None:
             plan.price()  # the route must have a price before anything runs
     except (ScoringError, PricesError, ValueError) as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(message(exc)) from exc
     return plan
 
 
@@ -101,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
                 judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
             ))
         except (UsageError, DatasetError, RescoreError, ScoringError, PricesError) as exc:
-            return fail(str(exc))
+            return fail(exc)
         except OSError as exc:
             return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
         except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed

@@ -1,4 +1,4 @@
-"""The scoring file (TOML) and ``--score SPEC`` resolution into picklable ``ScorerSpec``s.
+"""The scoring file (TOML) and scorer SPEC resolution into picklable ``ScorerSpec``s.
 
 A scoring file holds ``[scorers.NAME]`` tables (``kind`` plus the kind's settings), the
 built-ins' defaults (``[numeric] rel_tol``, ``[judge] rubric``/``runtime``/...) and named
@@ -18,6 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
+from .._params import Param, ParamError
+
 BUILTIN = ("exact", "includes", "choice", "numeric", "f1", "judge")
 KINDS = (*BUILTIN, "regex", "python")
 _SETTINGS: dict[str, frozenset[str]] = {
@@ -30,8 +32,8 @@ _SETTINGS: dict[str, frozenset[str]] = {
 _TOP = ("scorers", "numeric", "judge", "regex")
 
 
-class ScoringError(ValueError):
-    """A scoring file or a ``--score`` SPEC is wrong; the message says what to fix."""
+class ScoringError(ParamError, ValueError):
+    """A scoring file or a scorer SPEC (``score=``) is wrong; the message says what to fix."""
 
 
 @attrs.frozen
@@ -148,7 +150,7 @@ def load_scoring(path: str | os.PathLike[str]) -> ScoringFile:
 
 
 def resolve_scorers(specs: Sequence[str], scoring: ScoringFile | None = None) -> tuple[ScorerSpec, ...]:
-    """The scorers ``--score SPEC ...`` names, in order (every ``[scorers.NAME]`` of the file
+    """The scorers the SPECs name, in order (every ``[scorers.NAME]`` of the file
     when ``specs`` is empty). A SPEC is a name of the scoring file, a built-in (``exact``,
     ``includes``, ``choice``, ``numeric``, ``f1``, ``judge``), ``regex:NAME`` or ``module:attr``.
 
@@ -161,9 +163,9 @@ def resolve_scorers(specs: Sequence[str], scoring: ScoringFile | None = None) ->
     out: list[ScorerSpec] = []
     for spec in specs:
         if not isinstance(spec, str) or not spec:
-            raise ScoringError(f"--score needs a SPEC, not {spec!r}")
+            raise ScoringError(Param("score", spec, spelled="score"), f" needs a SPEC, not {spec!r}")
         if any(s.name == spec for s in out):
-            raise ScoringError(f"--score {spec!r} is given twice; each scorer once")
+            raise ScoringError(Param("score", spec), " is given twice; each scorer once")
         out.append(_resolve(spec, scoring))
     return tuple(out)
 
@@ -180,12 +182,13 @@ def _resolve(spec: str, scoring: ScoringFile) -> ScorerSpec:
         named = scoring.scorers.get(name)
         if named is not None and named.kind == "regex":
             return ScorerSpec(spec, "regex", dict(named.settings))
-        where = f"scoring file {scoring.source!r}" if scoring.source else "no --scoring file was given"
-        raise ScoringError(f"--score {spec!r}: no pattern named {name!r} ({where}); define [regex.{name}] pattern = \"...\" in --scoring FILE")
+        where = f"scoring file {scoring.source!r}" if scoring.source else "no scoring file was given"
+        raise ScoringError(Param("score", spec), f": no pattern named {name!r} ({where}); define [regex.{name}] pattern = \"...\" in a scoring file (",
+                           Param("scoring"), ")")
     module, sep, attr = spec.partition(":")
     if sep and module and attr:
         return ScorerSpec(spec, "python", {"function": spec})
     raise ScoringError(
-        f"--score {spec!r} is not a scorer: use exact, includes, choice, numeric, f1, judge, regex:NAME, "
-        "module:attr, or a [scorers.NAME] of --scoring FILE"
+        Param("score", spec), " is not a scorer: use exact, includes, choice, numeric, f1, judge, regex:NAME, "
+        "module:attr, or a [scorers.NAME] of the scoring file (", Param("scoring"), ")"
     )

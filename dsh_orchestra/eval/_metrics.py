@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import attrs
 
+from .._params import Param, ParamValueError
+
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
 DEFAULT_REDUCER = "mean"
@@ -71,9 +73,9 @@ def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
     if name == "pass" and sep and number.isdigit() and int(number) >= 1:
         k = int(number)
         if epochs is not None and k > epochs:
-            raise ValueError(f"--epoch-reducer {value!r} needs k <= the epochs ({epochs}); raise --epochs or lower k")
+            raise ParamValueError(Param("epoch_reducer", value), f" needs k <= the epochs ({epochs}); raise ", Param("epochs"), " or lower k")
         return Reducer(value, k)
-    raise ValueError(f"--epoch-reducer must be mean, max, min, mode or pass@k (k >= 1), not {value!r}")
+    raise ParamValueError(Param("epoch_reducer", value, spelled="epoch_reducer"), f" must be mean, max, min, mode or pass@k (k >= 1), not {value!r}")
 
 
 def reduce_epochs(values: Sequence[float | None], reducer: str | Reducer = DEFAULT_REDUCER) -> float | None:

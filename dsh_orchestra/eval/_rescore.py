@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 import orjson
 import trio
 
+from .._params import Param, ParamError
 from .._version import __version__
 from ..runtime import RuntimeSpec
 from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, score_attempt
@@ -31,7 +32,7 @@ log = logging.getLogger("dsh_orchestra.eval")
 CHUNK = 64  # result lines scored concurrently (their order is kept)
 
 
-class RescoreError(ValueError):
+class RescoreError(ParamError, ValueError):
     """RESULTS, the dataset or RESCORED cannot be used as given; the message says what to fix."""
 
 
@@ -84,15 +85,16 @@ def _result_of(line: dict[str, Any]) -> EvalResult:
 
 
 def _check_out(results: Path, out: Path, summary: Path | None) -> None:
-    for flag, path in (("--out", out), ("--summary", summary)):
+    for name, path in (("out", out), ("summary", summary)):
         if path is None:
             continue
+        named = Param(name, str(path))
         if path.is_dir():
-            raise RescoreError(f"{flag} {str(path)!r} is a directory; give a file path")
+            raise RescoreError(named, " is a directory; give a file path")
         if not path.parent.is_dir():
-            raise RescoreError(f"{flag} {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+            raise RescoreError(named, f": directory {str(path.parent)!r} does not exist; create it first")
         if path.exists() and os.path.samefile(path, results):
-            raise RescoreError(f"{flag} {str(path)!r} is RESULTS itself; score never modifies RESULTS: choose another file")
+            raise RescoreError(named, " is RESULTS itself; score never modifies RESULTS: choose another file")
 
 
 async def rescore(
@@ -137,7 +139,7 @@ async def rescore(
         lines.append(line)
     epochs = max((line.get("epoch", 1) for line in lines), default=1)
     if plan.reducer.k is not None and plan.reducer.k > epochs:
-        raise RescoreError(f"--epoch-reducer {plan.reducer.name!r} needs k <= the epochs in RESULTS ({epochs})")
+        raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     price = plan.price()
     tally = EvalTally(plan)
     ok = 0

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from .._params import Param, ParamValueError
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
 from ._usage import Price, Prices, Usage
@@ -69,7 +70,8 @@ class EvalPlan:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, not {self.seed!r}")
         if self.reducer.k is not None and self.reducer.k > self.epochs:
-            raise ValueError(f"--epoch-reducer {self.reducer.name!r} needs k <= the epochs ({self.epochs}); raise --epochs or lower k")
+            raise ParamValueError(Param("epoch_reducer", self.reducer.name), f" needs k <= the epochs ({self.epochs}); raise ",
+                                  Param("epochs"), " or lower k")
         if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by):
             raise ValueError(f"group_by must be a metadata key (a non-empty string), not {self.group_by!r}")
 

@@ -15,7 +15,16 @@ from ._answerers import (
     validate_answers as validate_answers,
 )
 
+from ._loading import (
+    AnswererFile as AnswererFile,
+    AnswererFileError as AnswererFileError,
+    answerer_of as answerer_of,
+    load_answerer as load_answerer,
+    load_answerer_file as load_answerer_file,
+)
+
 __all__ = [
-    "DISMISS", "Answerer", "QuestionAnswerError", "QuestionService", "QuestionsRequest",
-    "ask_terminal", "by_rule", "first_option", "validate_answers",
+    "DISMISS", "Answerer", "AnswererFile", "AnswererFileError", "QuestionAnswerError", "QuestionService",
+    "QuestionsRequest", "answerer_of", "ask_terminal", "by_rule", "first_option", "load_answerer", "load_answerer_file",
+    "validate_answers",
 ]

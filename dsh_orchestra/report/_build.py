@@ -32,7 +32,7 @@ def write_report(
 
     Give ``results`` (a batch's JSON Lines) and/or ``workflow`` (``WorkflowResult.to_json()``
     as JSON). ``summary``, ``audit`` and ``dataset`` (for the prompts) add to a batch report;
-    ``transcripts`` is the ``--transcripts`` directory of the batch, linked relative to ``out``,
+    ``transcripts`` is the batch's transcripts directory, linked relative to ``out``,
     each item's conversation embedded (at most ``max_transcript`` characters of it). Texts
     longer than ``max_text`` characters are cut (the report says so). ``group_by`` (a metadata
     key) adds per-group metrics; ``compare`` (a baseline's results file) adds the comparison of

@@ -1,4 +1,4 @@
-"""The comparison page (``compare --out``, ``report --compare BASE``): per scorer the mean
+"""The comparison page (of ``compare``, or ``report`` with a base run): per scorer the mean
 difference with its interval, the regressions and improvements as tables (every row in the
 page as loaded, up to ``MAX_ROWS`` per table) that open both items side by side, and a table
 of every pair with "only different" filtering.
@@ -55,7 +55,7 @@ def comparison_payload(
     prompts: Mapping[str, str] | None = None,
     max_text: int = DEFAULT_MAX_TEXT,
 ) -> dict[str, Any]:
-    """The comparison page's data: the ``compare --json`` document, and every pair's texts."""
+    """The comparison page's data: the comparison document (``compare`` as JSON), and every pair's texts."""
     from ..eval._compare import reduce_items
 
     names = list(doc["scorers"])
@@ -111,7 +111,7 @@ def _pair_table(cmp: Mapping[str, Any], name: str, ids: Sequence[str], kind: str
                tag("table", {"class": "plain pairs", "data-kind": kind, "data-scorer": name},
                    tag("thead", None, tag("tr", None, [tag("th", None, h) for h in head])), tag("tbody", None, rows))
                if ids else tag("p", {"class": "muted"}, "None."),
-               tag("p", {"class": "muted"}, f"… and {more} more (`compare --json` lists them all)") if more > 0 else None)
+               tag("p", {"class": "muted"}, f"… and {more} more (the comparison as JSON lists them all)") if more > 0 else None)
 
 
 def comparison_section(cmp: Mapping[str, Any]) -> Markup:

@@ -2,7 +2,7 @@
 with its arguments and result, approvals where they happened, subagents nested under the call
 that spawned them.
 
-Built from a ``--transcripts`` file (``transcript_entries``) when there is one, else from the
+Built from a transcript file (``transcript_entries``) when there is one, else from the
 result line alone (``line_entries``: prompt, subagents, approvals, final response). The
 entries are plain JSON; the page renders them with ``textContent``. A conversation is bounded
 (``max_chars`` of text per item): past the bound the entries stop and ``cut`` says so.

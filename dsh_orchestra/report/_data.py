@@ -519,9 +519,9 @@ def build_payload(
             ``compare`` has no item in common with ``results``).
     """
     if compare is not None and results is None:
-        raise ReportInputError("--compare BASE needs the candidate's results file as RESULTS")
+        raise ReportInputError("a comparison with a base run needs the candidate's results file as RESULTS")
     if results is None and workflow is None:
-        raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or --workflow RESULT.json")
+        raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or a workflow result (JSON)")
     if isinstance(max_text, bool) or not isinstance(max_text, int) or max_text < 1:
         raise ValueError(f"max_text must be an integer >= 1, not {max_text!r}")
     if isinstance(max_transcript, bool) or not isinstance(max_transcript, int) or max_transcript < 1:

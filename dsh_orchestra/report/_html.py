@@ -65,7 +65,7 @@ def _summary_section(batch: dict[str, Any]) -> Markup:
             cards.append(_card(label, seconds(summary[key]) if key == "duration_s" else _number(summary[key])))
     known = {"total", "ok", "error", "p50_s", "p95_s", "duration_s", "items_per_s", "retries", "resumed", "finish_reasons", "approval_outcomes"}
     extra = [(k, v) for k, v in summary.items() if k not in known and isinstance(v, (str, int, float, bool)) and v is not None]
-    note = "from the summary file" if batch["summary_source"] == "file" else "computed from the results (no --summary given)"
+    note = "from the summary file" if batch["summary_source"] == "file" else "computed from the results (no summary given)"
     return _section(
         "summary", "Run summary",
         tag("div", {"class": "cards"}, cards),
@@ -136,7 +136,7 @@ def _approvals_section(batch: dict[str, Any]) -> Markup:
     if not approvals["total"]:
         return _section("approvals", "Approvals", tag("p", {"class": "muted"}, "No approval was requested."))
     outcomes = list(approvals["by_outcome"])
-    source = "the audit log" if approvals["source"] == "audit" else "the results (pass --audit FILE for latency and errors)"
+    source = "the audit log" if approvals["source"] == "audit" else "the results (an audit log gives latency and errors)"
     latency = approvals.get("latency")
     parts: list[Any] = [
         tag("div", {"class": "cards"}, _card("decisions", _number(approvals["total"])),

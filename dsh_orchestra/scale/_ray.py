@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 import attrs
 import trio
 
+from .._params import Param
 from ..batch import Attempt, BatchItem, BatchOptions, BatchSummary, BatchUsageError, run_batch
 from ..pool import Backoff, Ended, Supervisor, serving
 from ..protocol import OrchestraError
@@ -104,7 +105,7 @@ def connect(address: str | None, *, num_cpus: int | None = None, **init_options:
                 options["address"] = connection.local.start()
             except LocalRayError as exc:
                 connection.close()
-                raise BatchUsageError(f"--ray: cannot start a local Ray instance: {exc}") from exc
+                raise BatchUsageError(f"cannot start a local Ray instance: {exc}") from exc
             _share_auth_mode(connection.local.auth_mode)
         else:
             options.update(address="local", include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE)
@@ -117,8 +118,10 @@ def connect(address: str | None, *, num_cpus: int | None = None, **init_options:
         ray.init(**options)
     except Exception as exc:  # a bad address, no cluster there, a version mismatch: say which
         connection.close()
-        where = f"connect to Ray at {address!r}" if address else "connect to the local Ray instance"
-        raise BatchUsageError(f"--ray: cannot {where}: {type(exc).__name__}: {exc}") from exc
+        problem = f"{type(exc).__name__}: {exc}"
+        if address:
+            raise BatchUsageError("cannot connect to Ray at ", Param("address", address), f": {problem}") from exc
+        raise BatchUsageError(f"cannot connect to the local Ray instance: {problem}") from exc
     connection.initialized = True
     return connection
 
@@ -287,7 +290,7 @@ class RayRunner:
                         f"no Ray actor could start: {type(first).__name__}: {first}")
                 elif all(s.supervisor.gave_up for s in self.slots):
                     failure = ScaleError(f"every Ray actor slot failed {self.executor.max_start_failures} starts "
-                                         "in a row; results written so far are kept: run again with --resume")
+                                         "in a row; results written so far are kept: run again to resume")
                 if failure is not None:
                     self.close()
                     nursery.cancel_scope.cancel(reason=str(failure))
@@ -403,7 +406,7 @@ def _check_portable(ray: Any, options: BatchOptions) -> None:
             ray.cloudpickle.dumps(value)
         except Exception as exc:
             raise BatchUsageError(
-                f"{name}= {getattr(value, 'source', '') or value!r} cannot be sent to Ray actors ({type(exc).__name__}: "
+                Param(name, getattr(value, "source", "") or value), f" cannot be sent to Ray actors ({type(exc).__name__}: "
                 f"{exc}); use a TOML file or a module:attr that the actors can import"
             ) from exc
 

@@ -177,7 +177,7 @@ def escalate(policy: Callable[[ApprovalRequest], Any], *, timeout: float) -> Esc
     Give it to the runtimes as their policy (``run_workflow(approvals=...)``, ``open_runtime``,
     ``open_pool``); the workflows running on them answer its interrupts. With no answer source
     in the run the request is rejected at once and the step ends interrupted, so a resume with
-    ``--answer ID=allow`` runs it again and the answer decides.
+    answering ``ID=allow`` runs it again and the answer decides.
     """
     return Escalation(policy, timeout)
 

@@ -168,7 +168,7 @@ async def test_resume_skips_done_ids_and_repairs_a_torn_tail(autojump_clock: Moc
     ]
     kept = b"".join(orjson.dumps(x) + b"\n" for x in earlier)
     out.write_bytes(kept + b'{"id": "item-00007", "status": "o')
-    with pytest.raises(BatchUsageError, match="--resume"):
+    with pytest.raises(BatchUsageError, match="resume=True"):
         await run_batch(dataset, out, in_process(), **QUIET)
     assert out.read_bytes().startswith(kept)
     summary = await run_batch(dataset, out, in_process(), resume=True, **QUIET)

@@ -131,7 +131,7 @@ def test_reducers() -> None:
 
 @pytest.mark.parametrize("bad", ["median", "pass@0", "pass@", "pass@x", "pass@-1", ""])
 def test_bad_reducer_names(bad: str) -> None:
-    with pytest.raises(ValueError, match="epoch-reducer"):
+    with pytest.raises(ValueError, match="epoch_reducer"):
         parse_reducer(bad)
 
 

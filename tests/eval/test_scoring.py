@@ -120,7 +120,7 @@ def test_bad_specs(tmp_path: Path, specs: list[str], message: str) -> None:
 
 
 def test_regex_without_a_scoring_file() -> None:
-    with pytest.raises(ScoringError, match="no --scoring file was given"):
+    with pytest.raises(ScoringError, match="no scoring file was given"):
         resolve_scorers(["regex:x"])
 
 
