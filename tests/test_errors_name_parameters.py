@@ -89,7 +89,7 @@ def test_load_answerer_reads_the_answerer_format(tmp_path: Path) -> None:
 def test_every_flag_in_the_table_exists() -> None:
     """The table only holds flags the CLI really has."""
     parser = build_parser()
-    known: set[str] = set()
+    known: set[str] = {s for option in parser._actions for s in option.option_strings}
     for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
         for sub in action.choices.values():  # type: ignore[union-attr]
             for option in sub._actions:
