@@ -3,14 +3,8 @@
 Imports only the protocol layer. Fails closed: anything but a valid decision is ``rejected``.
 """
 
-from ._audit import (
-    AuditLog as AuditLog,
-    ReplayChange as ReplayChange,
-    ReplayReport as ReplayReport,
-    read_audit as read_audit,
-    redact_text as redact_text,
-    replay as replay,
-)
+from ._audit import AuditLog as AuditLog, read_audit as read_audit, redact_text as redact_text
+from ._replay import ReplayChange as ReplayChange, ReplayReport as ReplayReport, replay as replay
 from ._model import (
     ALLOWED_ONCE as ALLOWED_ONCE,
     CANCELLED as CANCELLED,

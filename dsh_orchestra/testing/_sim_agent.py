@@ -87,10 +87,10 @@ from ._sim_content import (
     unsupported,
 )
 from ._sim_store import SessionRecord, SessionStore
+from ._sim_tools import QuestionReply, execute, plan_calls
 
 if TYPE_CHECKING:
     from ._sim_outbox import Outbox
-    from ._sim_tools import QuestionReply
 
 CONTEXT_WINDOW = 1_000_000
 _JITTER = random.Random(0x5EED)
@@ -364,8 +364,6 @@ class Agent:
         return Intent(kind="prompt", behaviour=behaviour, prompt=text, rule=rule.name if rule else None)
 
     async def _run_turn(self, turn: int, notices: list[UserMessage], message: UserMessage, intent: Intent) -> TurnEndReason:
-        from ._sim_tools import execute, plan_calls  # the tools call back into agents
-
         behaviour, options = intent.behaviour, self.host.options
         await self.host.outbox.wait_writable()
         self._prelude(turn, 1, notices, message)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -32,7 +32,9 @@ from ..protocol import (
 )
 from ._script import ApprovalSpec, Behaviour, QuestionSpec, SpawnSpec
 from ._sim_content import QUESTION_TOOL, REQUIRED_ARGS, TOOL_NAMES
-from ._sim_agent import Agent, Intent
+
+if TYPE_CHECKING:  # the agents call the tools, and the tools call back into the agents
+    from ._sim_agent import Agent, Intent
 
 READ_LIMIT = 2000
 NO_CHANNEL = 'Error: sandbox escalation to "{mode}" requires approval, but no approval channel is available'
