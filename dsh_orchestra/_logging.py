@@ -13,7 +13,7 @@ arguments and the exception text before any handler sees the record. A turn's fi
 also bound, for work done on its behalf in other tasks, in the :class:`SessionContexts` of the
 runtime that owns the session (nothing here is keyed by bare session ids process-wide).
 
-Imports nothing from dsh_orchestra but ``_redact`` (every layer may use it).
+Imports nothing from dsh_orchestra but ``_redact`` and ``_params`` (every layer may use it).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
+from ._params import Param, ParamValueError
 from ._redact import Redactor
 
 ROOT = "dsh_orchestra"
@@ -308,7 +309,7 @@ def configure_logging(
     *,
     stream: Any = None,
 ) -> None:
-    """What ``--log-level`` and ``--log-file`` do (the CLI calls it before dispatching).
+    """What the CLI's log level and log file options do (it calls this before dispatching).
 
     Records of ``level`` and above are written as JSON Lines to ``file`` when given, and
     stderr (or ``stream``) shows warnings and above; without a file stderr shows ``level``
@@ -355,13 +356,13 @@ def unconfigure_logging() -> None:
     root.setLevel(logging.NOTSET)
 
 
-def configure_cli_logging(level: str | None, file: str | None) -> str | None:
-    """``configure_logging`` for the CLI's ``--log-level``/``--log-file``: None when done, else
-    the problem to report (exit status 2)."""
+def configure_cli_logging(level: str | None, file: str | None) -> ParamValueError | None:
+    """``configure_logging`` for the CLI: None when done, else the problem to report (exit
+    status 2), naming the parameter (``level`` is ``log_level``, ``file`` is ``log_file``)."""
     try:
         configure_logging(level, file)
     except ValueError as exc:
-        return f"--log-level: {exc}"
+        return ParamValueError(Param("log_level", level, spelled="log_level"), f": {exc}")
     except OSError as exc:
-        return f"--log-file {file!r}: {exc.strerror or exc}"
+        return ParamValueError(Param("log_file", file), f": {exc.strerror or exc}")
     return None

@@ -7,7 +7,7 @@ yet, as resolved paths (case-folded where the directory folds case). An output d
 (a batch's transcripts) also collides with any input or output file inside it whose name it
 may write. Character devices (``/dev/null``) never collide.
 
-Used by the batch, the report and the CLI (which adds ``--log-file``) before anything is
+Used by the batch, the report and the CLI (which adds its log file) before anything is
 written or started. Imports nothing from dsh_orchestra.
 """
 

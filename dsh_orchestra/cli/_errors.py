@@ -20,6 +20,7 @@ FLAGS = {
     "epoch_reducer": "--epoch-reducer",
     "inputs": "--input",
     "log_file": "--log-file",
+    "log_level": "--log-level",
     "mermaid": "--mermaid",
     "out": "--out",
     "policy": "--policy",

@@ -85,9 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"dsh-orchestra: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    problem = configure_cli_logging(args.log_level, args.log_file)
-    if problem is not None:
-        print(f"dsh-orchestra: {problem}", file=sys.stderr)
+    failure = configure_cli_logging(args.log_level, args.log_file)
+    if failure is not None:
+        from ._errors import message
+
+        print(f"dsh-orchestra: {message(failure)}", file=sys.stderr)
         return EXIT_USAGE
     return func(args)
 

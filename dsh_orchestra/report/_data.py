@@ -184,7 +184,7 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     data = load_json(path, "summary")
     if not isinstance(data, dict):
         raise ReportInputError(f"the summary {os.fspath(path)!r} is not a JSON object")
-    # `batch --summary` counts "total"; `score --summary` counts "items" (and "results" lines)
+    # a batch summary counts "total"; a score summary counts "items" (and "results" lines)
     for key in ("total" if "total" in data or "items" not in data else "items", "ok", "error"):
         value = data.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
