@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Sequence
 import attrs
 import trio
 
+from .._params import Param
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
@@ -65,9 +66,9 @@ def plan_of(options: BatchOptions, spec: RuntimeSpec | None) -> EvalPlan:
     except (ScoringError, PricesError, ValueError) as exc:
         raise BatchUsageError(str(exc)) from exc
     if options.max_total_cost is not None and not math.isfinite(options.max_total_cost):
-        raise BatchUsageError(f"--max-total-cost must be a finite number of USD >= 0, not {options.max_total_cost!r}")
+        raise BatchUsageError(Param("max_total_cost", options.max_total_cost, spelled="max_total_cost"), f" must be a finite number of USD >= 0, not {options.max_total_cost!r}")
     if options.max_total_cost is not None and plan.prices is None:
-        raise BatchUsageError("--max-total-cost needs --prices FILE (the cost of a token is unknown without it)")
+        raise BatchUsageError(Param("max_total_cost"), " needs ", Param("prices"), " (a prices file: the cost of a token is unknown without it)")
     return plan
 
 
@@ -133,11 +134,11 @@ def check_workspace_template(options: BatchOptions) -> Path | None:
     """
     if options.workspace_template is None:
         if options.keep_workspaces:
-            raise BatchUsageError("--keep-workspaces needs --workspace-template DIR")
+            raise BatchUsageError(Param("keep_workspaces", spelled="keep_workspaces=True"), " needs ", Param("workspace_template"), " (a directory)")
         return None
     template = Path(options.workspace_template).absolute()
     if not template.is_dir():
-        raise BatchUsageError(f"--workspace-template {str(options.workspace_template)!r} is not a directory")
+        raise BatchUsageError(Param("workspace_template", str(options.workspace_template)), " is not a directory")
     return template
 
 

@@ -51,7 +51,7 @@ class BatchOptions:
     after ``retry_backoff`` seconds doubling each time (at most ``retry_backoff_max``,
     jittered by up to ``retry_jitter`` of the pause, downward).
 
-    Evaluation (docs/evaluation.md): ``scorers`` (``--score``), ``scoring`` (a scoring file),
+    Evaluation (docs/evaluation.md): ``scorers`` (scorer SPECs), ``scoring`` (a scoring file),
     ``epochs`` sessions per item reduced by ``epoch_reducer``, ``group_by`` a metadata key,
     ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``

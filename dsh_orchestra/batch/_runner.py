@@ -179,8 +179,8 @@ def _prepare_resume(
         log.warning("dataset keys %s are not part of the contract and are ignored (use metadata)", list(check.unknown))
     if options.epochs > 1 and check.session_ids:
         raise BatchUsageError(
-            f"--epochs {options.epochs} runs each item in {options.epochs} sessions of their own, but "
-            f"{check.session_ids} dataset item(s) name a session_id; drop session_id or use --epochs 1"
+            Param("epochs", options.epochs), f" runs each item in {options.epochs} sessions of their own, but "
+            f"{check.session_ids} dataset item(s) name a session_id; drop session_id or use ", Param("epochs", 1)
         )
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
@@ -317,7 +317,7 @@ async def _feed(
             if (item.id, epoch) in done:
                 continue
             if batch_eval.budget.reached:
-                log.warning("the budget is reached (%s): no new item starts; run again with --resume to continue",
+                log.warning("the budget is reached (%s): no new item starts; run again to resume and continue",
                             batch_eval.budget.describe())
                 return "budget"
             await send.send((item, epoch))

@@ -210,7 +210,7 @@ async def test_budget_stops_scheduling_then_resume_continues(tmp_path: Path) -> 
 
 
 async def test_cost_budget_needs_prices(tmp_path: Path) -> None:
-    with pytest.raises(BatchUsageError, match="--max-total-cost needs --prices"):
+    with pytest.raises(BatchUsageError, match="max_total_cost= needs prices="):
         await batch(tmp_path, max_total_cost=1.0)
     prices = tmp_path / "prices.toml"
     prices.write_text(PRICES)
@@ -238,7 +238,7 @@ async def test_bad_scoring_options_refused_before_anything_runs(tmp_path: Path) 
         ({"scorers": ["exact"], "epoch_reducer": "median"}, "--epoch-reducer must be"),
         ({"prices": tmp_path / "absent.toml"}, "cannot read prices file"),
         ({"workspace_template": tmp_path / "absent"}, "is not a directory"),
-        ({"keep_workspaces": True}, "--keep-workspaces needs --workspace-template"),
+        ({"keep_workspaces": True}, "keep_workspaces=True needs workspace_template="),
     ]:
         with pytest.raises(BatchUsageError, match=message):
             await batch(tmp_path, **options)
