@@ -88,6 +88,8 @@ async def replay(records: Iterable[DecisionRecord], policy: Policy, *, deadline:
     changed = []
     total = 0
     for record in records:
+        if record.rule == "refused" and record.via == "relay":
+            continue  # refused before any policy was asked: nothing to decide again
         total += 1
         decision, error = await decide(policy, record.request(), limit)
         outcome = decision.outcome if decision is not None else REJECTED

@@ -31,6 +31,10 @@ DEFAULT_DEADLINE = 30.0
 VIA_RPC = "approval/request"
 """``DecisionRecord.via`` of a request that came as a JSON-RPC ``approval/request``."""
 
+REFUSED_RULE = "refused"
+"""``DecisionRecord.rule`` of a request refused before any policy was asked (a relay
+connection from a process that is not the runtime, a frame that does not parse)."""
+
 _CLOSED_ERROR = "the connection closed before the decision was sent"
 
 
@@ -146,8 +150,19 @@ class ApprovalService:
         for scope in list(self._scopes):
             scope.cancel(reason="approval service closed")
 
+    def record_refused(self, error: str, *, via: str, session_id: str = "", tool_name: str = "") -> None:
+        """Audit a request refused before the policy was asked (rule ``refused``, ``rejected``).
+
+        Such records are written to the audit log only: no ``TurnResult`` collects them and
+        ``replay`` skips them (no policy decided them).
+        """
+        request = ApprovalRequest(session_id=session_id, tool_name=tool_name, call_id=None, reason=None, runtime=self.runtime)
+        decision = Decision(outcome=REJECTED, rule=REFUSED_RULE, note="refused before asking the policy")
+        self._record(request, decision, 0.0, error, trio.current_time(), via, keep=False)
+
     def _record(
-        self, request: ApprovalRequest, decision: Decision, latency: float, error: str | None, started: float, via: str
+        self, request: ApprovalRequest, decision: Decision, latency: float, error: str | None, started: float, via: str,
+        *, keep: bool = True,
     ) -> None:
         plain, prose = self._redactor.optional, partial(self._redactor.optional, patterns=True)
         record = DecisionRecord(
@@ -165,8 +180,9 @@ class ApprovalService:
             via=via,
             time_monotonic=started,
         )
-        self.decided += 1
-        self._by_session[request.session_id].append(record)
+        self.decided += keep
+        if keep:
+            self._by_session[request.session_id].append(record)
         if self.audit is not None:
             try:
                 self.audit.write(record)

@@ -7,8 +7,10 @@ from ._answerers import (
     DISMISS as DISMISS,
     Answerer as Answerer,
     QuestionAnswerError as QuestionAnswerError,
+    QuestionRecord as QuestionRecord,
     QuestionService as QuestionService,
     QuestionsRequest as QuestionsRequest,
+    answerer_name as answerer_name,
     ask_terminal as ask_terminal,
     by_rule as by_rule,
     first_option as first_option,
@@ -24,7 +26,7 @@ from ._loading import (
 )
 
 __all__ = [
-    "DISMISS", "Answerer", "AnswererFile", "AnswererFileError", "QuestionAnswerError", "QuestionService",
-    "QuestionsRequest", "answerer_of", "ask_terminal", "by_rule", "first_option", "load_answerer", "load_answerer_file",
-    "validate_answers",
+    "DISMISS", "Answerer", "AnswererFile", "AnswererFileError", "QuestionAnswerError", "QuestionRecord", "QuestionService",
+    "QuestionsRequest", "answerer_name", "answerer_of", "ask_terminal", "by_rule", "first_option", "load_answerer",
+    "load_answerer_file", "validate_answers",
 ]

@@ -8,10 +8,11 @@ Imports only the protocol layer (and trio).
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import logging
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
 import attrs
@@ -26,6 +27,9 @@ from ..protocol import (
 )
 
 log = logging.getLogger("dsh_orchestra.questions")
+
+VIA_ASK = "user-question/ask"
+"""``QuestionRecord.via`` of a question that came as a JSON-RPC ``user-question/ask``."""
 
 _REMEMBERED_CANCELS = 1024
 """Cancellations kept for asks not seen yet (a cancel can overtake its ask's handler task)."""
@@ -215,6 +219,52 @@ def ask_terminal(*, stream_in: TextIO | None = None, stream_out: TextIO | None =
 # ---- the service ----------------------------------------------------------------------
 
 
+@attrs.frozen(kw_only=True)
+class QuestionRecord:
+    """One question as it was asked and answered (``TurnResult.questions``, result lines).
+
+    ``outcome``: ``answered``, ``dismissed`` (the answerer dismissed), ``cancelled`` (the
+    runtime stopped waiting) or ``failed`` (the answerer raised or answered invalidly: nothing
+    was sent, ``error`` says why). ``answered_by`` names the answerer.
+    """
+
+    time: str
+    runtime: str
+    session_id: str
+    request_id: str
+    question_id: str
+    question: str
+    options: tuple[str, ...]
+    outcome: str
+    selected: tuple[str, ...] = ()
+    custom: str | None = None
+    answered_by: str = ""
+    error: str | None = None
+    via: str = VIA_ASK
+    time_monotonic: float = attrs.field(default=0.0, eq=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result-line form (no monotonic clock)."""
+        return {
+            "time": self.time, "runtime": self.runtime, "session": self.session_id,
+            "request_id": self.request_id, "id": self.question_id, "question": self.question,
+            "options": list(self.options), "outcome": self.outcome, "selected": list(self.selected),
+            "custom": self.custom, "answered_by": self.answered_by, "error": self.error, "via": self.via,
+        }
+
+
+def answerer_name(answerer: Any) -> str:
+    """A short name for ``answerer`` in records: its ``name`` attribute, else its qualified name."""
+    name = getattr(answerer, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return str(getattr(answerer, "__qualname__", None) or type(answerer).__name__)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class QuestionService:
     """Answers ``user-question/ask`` with ``answerer``; honours ``user-question.cancelled``.
 
@@ -224,21 +274,67 @@ class QuestionService:
     QuestionAnswerError instead (logged, and answered as a JSON-RPC error by the connection).
     """
 
-    def __init__(self, answerer: Answerer, *, runtime: str = "") -> None:
+    def __init__(self, answerer: Answerer, *, runtime: str = "", name: str | None = None) -> None:
         self.answerer = answerer
         self.runtime = runtime
+        self.name = name or answerer_name(answerer)
+        self._by_session: dict[str, list[QuestionRecord]] = defaultdict(list)
         self._scopes: dict[str, trio.CancelScope] = {}
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self.answered = 0
         self.cancelled = 0
         self.failed = 0
 
-    async def handle(self, params: UserQuestionAskParams) -> UserQuestionAskResult | None:
+    async def handle(self, params: UserQuestionAskParams, *, via: str = VIA_ASK) -> UserQuestionAskResult | None:
         """The ``user-question/ask`` handler; None means "cancelled: send nothing".
+
+        Every question is recorded (``take``) with what was answered, or why nothing was.
 
         Raises:
             QuestionAnswerError: the answerer failed or its answers were invalid (not sent).
         """
+        started = trio.current_time()
+        outcome, result, error = "cancelled", None, None
+        try:
+            result = await self._handle(params)
+        except QuestionAnswerError as exc:
+            outcome, error = "failed", str(exc)
+            raise
+        else:
+            if result is not None:
+                outcome = "dismissed" if result.cancelled else "answered"
+            return result
+        finally:  # also when cancelled (the connection went away): recorded, never answered
+            self._record(params, outcome, result, error, started, via)
+
+    def _record(
+        self, params: UserQuestionAskParams, outcome: str, result: UserQuestionAskResult | None,
+        error: str | None, started: float, via: str,
+    ) -> None:
+        answers = {a.id: a for a in (result.answers or ())} if result is not None else {}
+        records = self._by_session[params.session_id]
+        for question in params.questions:
+            answer = answers.get(question.id)
+            records.append(QuestionRecord(
+                time=_now(), runtime=self.runtime, session_id=params.session_id,
+                request_id=params.request_id, question_id=question.id, question=question.question,
+                options=tuple(o.label for o in question.options or ()), outcome=outcome,
+                selected=tuple(answer.selected) if answer is not None else (),
+                custom=answer.custom if answer is not None else None,
+                answered_by=self.name, error=error, via=via, time_monotonic=started,
+            ))
+
+    def take(self, session_ids: Any, since: float | None = None) -> tuple[QuestionRecord, ...]:
+        """Remove and return these sessions' records, oldest first (as ``ApprovalService.take``)."""
+        out: list[QuestionRecord] = []
+        for session_id in session_ids:
+            out.extend(self._by_session.pop(session_id, ()))
+        if since is not None:
+            out = [r for r in out if r.time_monotonic >= since]
+        out.sort(key=lambda r: r.time_monotonic)
+        return tuple(out)
+
+    async def _handle(self, params: UserQuestionAskParams) -> UserQuestionAskResult | None:
         request = QuestionsRequest(
             request_id=params.request_id,
             session_id=params.session_id,

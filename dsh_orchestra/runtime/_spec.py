@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, AsyncContextManager, Callable, Mapping
 
@@ -19,6 +20,11 @@ from ..protocol import ClientCapabilities, InitializeParams
 
 Connector = Callable[[], AsyncContextManager[Any]]
 """Opens an in-process stream to a runtime (for example the simulator over memory streams)."""
+
+APPROVAL_RELAY_MODES = ("auto", "on", "off")
+"""``approval_relay`` values: ``auto`` relays when a policy or an answerer is given and the
+runtime loads ``--patch`` files (the bundled dsh); ``on`` insists (an error where it cannot
+work); ``off`` never relays."""
 
 DEFAULT_PROVIDER = "deepseek-official"
 DEFAULT_MODEL = "deepseek-v4-flash"
@@ -126,9 +132,12 @@ class RuntimeSpec:
     exit_wait: float = 5.0
     stderr_tail_lines: int = 200
     name: str | None = None
-    relay_approvals: bool = False
-    """Answer the real runtime's internal approval chain through the ``approvals`` policy of
-    ``open_runtime`` (a ``--patch`` plugin and a private Unix socket; docs/approvals.md)."""
+    approval_relay: str = "auto"
+    """Answer the real runtime's internal approval and question chains with the ``approvals``
+    policy and the ``answerer`` of ``open_runtime`` (a ``--patch`` plugin and a private Unix
+    socket; docs/approvals.md): ``auto`` (default), ``on`` or ``off`` (APPROVAL_RELAY_MODES)."""
+    relay_approvals: bool | None = attrs.field(default=None, repr=False)
+    """Deprecated alias: ``True`` is ``approval_relay="on"``, ``False`` is ``"off"`` (warns)."""
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
@@ -155,9 +164,18 @@ class RuntimeSpec:
             raise ValueError(f"handshake_attempts must be an integer >= 1, not {self.handshake_attempts!r}")
         if self.base_url is not None:
             _non_empty("base_url", self.base_url)
-        if self.relay_approvals and (self.connect is not None or (self.command is not None and not self.append_profile)):
+        if self.relay_approvals is not None:
+            warnings.warn(
+                "RuntimeSpec(relay_approvals=...) is deprecated: use approval_relay='on' | 'off' | 'auto'",
+                DeprecationWarning, stacklevel=3,
+            )
+            object.__setattr__(self, "approval_relay", "on" if self.relay_approvals else "off")
+            object.__setattr__(self, "relay_approvals", None)
+        if self.approval_relay not in APPROVAL_RELAY_MODES:
+            raise ValueError(f"approval_relay must be one of 'auto', 'on', 'off', not {self.approval_relay!r}")
+        if self.approval_relay == "on" and not self.loads_patches:
             raise ValueError(
-                "relay_approvals needs a runtime that loads --patch files: the bundled dsh "
+                "approval_relay='on' needs a runtime that loads --patch files: the bundled dsh "
                 "(command=None), or a dsh command with append_profile=True"
             )
 
@@ -183,6 +201,17 @@ class RuntimeSpec:
         return cls(command=tuple(command), **kwargs)
 
     # ---- derived values ----------------------------------------------------------------
+
+    @property
+    def loads_patches(self) -> bool:
+        """True when the launched runtime gets ``--profile`` and ``--patch`` (a dsh)."""
+        return self.connect is None and (self.command is None or bool(self.append_profile))
+
+    def relays(self, *, approvals: bool, answerer: bool) -> bool:
+        """Whether the approval relay runs, given whether a policy / an answerer is configured."""
+        if self.approval_relay == "off" or not (approvals or answerer):
+            return False
+        return self.approval_relay == "on" or self.loads_patches
 
     @property
     def display_name(self) -> str:

@@ -1,30 +1,36 @@
-"""The approval relay: the real runtime's internal approval chain, answered by our ApprovalService.
+"""The relay: the real runtime's internal approval and question chains, answered by our services.
 
-The real runtime 0.2.1-rc.2 never sends ``approval/request`` to the client; it decides every
-approval through an internal waterfall that nobody answers in the ``sdk`` profile
-("unavailable"). With ``RuntimeSpec(relay_approvals=True)`` and a policy, ``open_runtime``:
+The real runtime 0.2.1-rc.2 never sends ``approval/request`` or ``user-question/ask``; it
+decides approvals through an internal waterfall that nobody answers in the ``sdk`` profile
+("unavailable"), its ``sdk`` profile mounts no question tool, and it pins delegated children
+to approval policy ``never``. With a policy or an answerer and ``approval_relay`` ``auto`` or
+``on`` (``RuntimeSpec.relays``), ``open_runtime``:
 
-1. makes a private directory (mode 0700, owned by us) and copies the relay's two files into
-   it: ``patch.yml`` (a ``--patch`` overlay) and ``answerer.mjs`` (the plugin it mounts),
-   both shipped in ``dsh_orchestra/runtime/relay/``;
-2. listens on a Unix socket there and passes its path to the child in
-   ``DSH_ORCHESTRA_APPROVAL_SOCKET``, and the patch copy in ``spec.patches``;
-3. answers each relayed request (one connection, one JSON line each way) with the same
-   ApprovalService as ``approval/request``: same policy, deadline, audit log, fail-closed rules
-   and ``TurnResult.approvals``; records say ``via="relay"``.
+1. makes a private directory (mode 0700, owned by us) and copies the relay's files into it:
+   ``patch.yml`` (a ``--patch`` overlay mounting the plugin ``answerer.mjs``) and, when an
+   answerer is relayed, ``ask-user.yml`` (mounts the runtime's own question tool);
+2. listens on a Unix socket there and passes its path and the relayed features to the child
+   (``DSH_ORCHESTRA_APPROVAL_SOCKET``, ``DSH_ORCHESTRA_RELAY_FEATURES``);
+3. accepts connections only from the runtime process it launched or its descendants (the
+   peer pid from ``SO_PEERCRED``); anything else is closed and audited as refused, and so
+   is a frame that does not parse;
+4. answers each relayed approval with the same ApprovalService as ``approval/request`` and
+   each relayed question with the same QuestionService as ``user-question/ask``; records
+   say ``via="relay"``.
 
-Limits: subagents never reach it (the runtime pins delegated children to approval policy
-``never``); the relay depends on an internal runtime interface (pin the runtime version).
-Owns: the directory, the listener and the relay's framing. Must not know about pools or graphs.
+Owns: the directory, the listener, the peer check and the relay's framing. Must not know
+about pools or graphs.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import socket as stdlib_socket
 import struct
+import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -36,7 +42,8 @@ import trio
 from .._logging import SessionContexts
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService
-from ..protocol import ApprovalRequestParams
+from ..protocol import USER_QUESTION_CANCELLED, ApprovalRequestParams, UserQuestionAskParams, structure, unstructure
+from ..questions import QuestionAnswerError, QuestionService
 from ..runtime import RuntimeSpec
 
 log = logging.getLogger("dsh_orchestra.session.relay")
@@ -44,21 +51,50 @@ log = logging.getLogger("dsh_orchestra.session.relay")
 SOCKET_ENV = "DSH_ORCHESTRA_APPROVAL_SOCKET"
 """The child's environment variable naming the relay socket (read by patch.yml)."""
 
-VIA_RELAY = "relay"
-"""``DecisionRecord.via`` of a relayed decision."""
+FEATURES_ENV = "DSH_ORCHESTRA_RELAY_FEATURES"
+"""The child's environment variable listing what the plugin relays: approvals, subagents, questions."""
 
-RELAY_FILES = ("patch.yml", "answerer.mjs")
-MAX_FRAME = 64 * 1024
+VIA_RELAY = "relay"
+"""``DecisionRecord.via`` / ``QuestionRecord.via`` of a relayed request."""
+
+RELAY_FILES = ("patch.yml", "answerer.mjs", "ask-user.yml")
+MAX_FRAME = 256 * 1024
 """Longest request line accepted from the plugin (bytes)."""
 FRAME_TIMEOUT = 10.0
 """Seconds the plugin has to send its request line after connecting."""
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+_MAX_ANCESTRY = 64  # parent links followed from a peer towards the runtime
 
 
 def relay_source_files() -> dict[str, bytes]:
     """The shipped relay files (package data of ``dsh_orchestra.runtime``), by name."""
     folder = resources.files("dsh_orchestra.runtime").joinpath("relay")
     return {name: folder.joinpath(name).read_bytes() for name in RELAY_FILES}
+
+
+def relay_warnings(spec: RuntimeSpec, *, approvals: bool, answerer: bool) -> list[str]:
+    """What is configured but cannot take effect on ``spec``'s runtime (one sentence each).
+
+    Only the bundled real runtime (0.2.1-rc.2) is known: a runtime given by ``command``
+    without ``append_profile`` may implement the newest protocol (as the simulator does).
+    """
+    if not spec.loads_patches or spec.relays(approvals=approvals, answerer=answerer):
+        return []
+    out = []
+    if approvals:
+        out.append(
+            "the approval policy cannot take effect: the real runtime 0.2.1-rc.2 never sends "
+            "approval/request and the approval relay is off, so every approval (subagents' "
+            "included) is decided 'unavailable' (denied) inside the runtime; use --approval-relay "
+            "auto (approval_relay='auto')"
+        )
+    if answerer:
+        out.append(
+            "the answerer cannot take effect: the real runtime 0.2.1-rc.2 never sends "
+            "user-question/ask and without the approval relay its sdk profile has no question tool, "
+            "so no question can arrive; use --approval-relay auto (approval_relay='auto')"
+        )
+    return out
 
 
 def _private_dir() -> Path:
@@ -75,25 +111,81 @@ def _private_dir() -> Path:
     return path
 
 
+def peer_pid(connection: Any) -> int | None:
+    """The connecting process's pid and whether it is our user: (pid or None).
+
+    Linux ``SO_PEERCRED``; None when the platform cannot tell or the peer is another user.
+    """
+    option = getattr(stdlib_socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        raw = connection.getsockopt(stdlib_socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return int(pid) if uid == os.getuid() and pid > 0 else None
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses; split after the last ")".
+    fields = stat[stat.rfind(")") + 2:].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def is_descendant(pid: int, ancestor: int) -> bool:
+    """True when ``pid`` is ``ancestor`` or one of its descendants (Linux ``/proc``)."""
+    current: int | None = pid
+    for _ in range(_MAX_ANCESTRY):
+        if current is None or current <= 1:
+            return False
+        if current == ancestor:
+            return True
+        current = _parent_of(current)
+    return False
+
+
+def peer_problem(connection: Any, runtime_pid: int | None) -> str | None:
+    """Why a relay connection must be refused, or None when it comes from the runtime's tree."""
+    if not sys.platform.startswith("linux"):
+        return None  # no SO_PEERCRED: the private 0700 directory is the only fence (documented)
+    pid = peer_pid(connection)
+    if pid is None:
+        return "the peer is another user, or its credentials are unavailable"
+    if runtime_pid is None:
+        return f"the peer (pid {pid}) connected while no runtime process was running"
+    if not is_descendant(pid, runtime_pid):
+        return f"the peer (pid {pid}) is neither the runtime (pid {runtime_pid}) nor one of its descendants"
+    return None
+
+
 class ApprovalRelay:
     """One runtime's relay: the private directory, the socket listener, the per-request tasks.
 
-    ``prepare(spec)`` makes the directory and returns the spec to launch (env var and patch
-    added); ``await nursery.start(relay.run, service)`` listens; ``close()`` stops listening
-    (pending requests are left to the service's own close) and ``cleanup()`` removes the
-    directory. Both are idempotent.
+    ``prepare(spec, questions=...)`` makes the directory and returns the spec to launch;
+    ``await nursery.start(relay.run, approvals, questions, runtime_pid)`` listens; ``close()``
+    stops listening and ``cleanup()`` removes the directory. Both are idempotent.
     """
 
     def __init__(self) -> None:
         self.directory: Path | None = None
         self.socket_path: str | None = None
         self.relayed = 0
+        self.refused = 0
         self._scope = trio.CancelScope()
+        self._ids = itertools.count(1)
         # Set by open_runtime: the owning runtime's turn contexts and session-tree roots.
         self.contexts: SessionContexts | None = None
         self.root_of: Callable[[str], str] = lambda session: session
 
-    def prepare(self, spec: RuntimeSpec) -> RuntimeSpec:
+    def prepare(self, spec: RuntimeSpec, *, approvals: bool = True, questions: bool = False) -> RuntimeSpec:
         """Make the private directory with the relay files; the spec that mounts them.
 
         Raises:
@@ -111,10 +203,19 @@ class ApprovalRelay:
             self.cleanup()
             raise
         self.socket_path = str(self.directory / "approvals.sock")
-        patch = str(self.directory / "patch.yml")
-        return spec.evolve(env={**spec.env, SOCKET_ENV: self.socket_path}, patches=(*spec.patches, patch))
+        features = [*(("approvals", "subagents") if approvals else ()), *(("questions",) if questions else ())]
+        patches = [str(self.directory / "patch.yml"), *([str(self.directory / "ask-user.yml")] if questions else [])]
+        env = {**spec.env, SOCKET_ENV: self.socket_path, FEATURES_ENV: ",".join(features)}
+        return spec.evolve(env=env, patches=(*spec.patches, *patches))
 
-    async def run(self, service: ApprovalService, *, task_status: trio.TaskStatus[ApprovalRelay] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self,
+        approvals: ApprovalService | None,
+        questions: QuestionService | None,
+        runtime_pid: Callable[[], int | None],
+        *,
+        task_status: trio.TaskStatus[ApprovalRelay] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Listen until ``close()``; started() once the socket accepts connections."""
         if self.socket_path is None:
             raise RuntimeError("ApprovalRelay.run() needs prepare() first")
@@ -128,10 +229,10 @@ class ApprovalRelay:
                     task_status.started(self)
                     while True:
                         connection, _ = await sock.accept()
-                        nursery.start_soon(self._serve, service, connection)
+                        nursery.start_soon(self._serve, approvals, questions, runtime_pid, connection)
 
     def close(self) -> None:
-        """Stop listening and drop the connections still open (their plugin answers unavailable)."""
+        """Stop listening and drop the connections still open (their plugin fails closed)."""
         self._scope.cancel(reason="approval relay closed")
 
     def cleanup(self) -> None:
@@ -140,48 +241,82 @@ class ApprovalRelay:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-    async def _serve(self, service: ApprovalService, connection: trio.socket.SocketType) -> None:
+    async def _serve(
+        self, approvals: ApprovalService | None, questions: QuestionService | None,
+        runtime_pid: Callable[[], int | None], connection: trio.socket.SocketType,
+    ) -> None:
         stream = trio.SocketStream(connection)
         async with stream:
-            if not _same_user(connection):
-                log.error("approval relay: refused a connection from another user")
-                return
+            problem = peer_problem(connection, runtime_pid())
+            if problem is not None:
+                self._refuse(approvals, f"relay connection refused: {problem}")
+                return  # closed without a word: the peer learns nothing
             line: bytes | None = None
             with trio.move_on_after(FRAME_TIMEOUT):
                 line = await _read_line(stream)
-            params = _parse(line) if line is not None else None
-            if params is None:
-                # Not a request we can attribute to a session: fail closed, record nothing.
-                log.error("approval relay: malformed request from the runtime plugin: %r", (line or b"")[:200])
-                await _reply(stream, "rejected")
+            frame = _parse(line) if line is not None else None
+            if frame is None:
+                # Not a request we can attribute to a session: fail closed, audit it.
+                shown = (line or b"")[:200]
+                self._refuse(approvals, f"relay frame refused: not a valid request: {shown!r}")
+                await _send(stream, {"outcome": "rejected"})
                 return
             self.relayed += 1
-            result = None
-            with trio.CancelScope() as asker:
-                async with trio.open_nursery() as nursery:
-                    # The plugin closes the connection when the runtime aborts the request: then
-                    # the decision is cancelled (recorded as rejected) and no late answer goes out.
-                    nursery.start_soon(_cancel_on_hangup, stream, asker)
-                    result = await observed_approvals(
-                        lambda p: service.handle(p, via=VIA_RELAY), runtime=service.runtime,
-                        root_of=self.root_of, contexts=self.contexts,
-                    )(params)
-                    nursery.cancel_scope.cancel()
-            if result is not None and not asker.cancel_called:
-                await _reply(stream, result.outcome)
+            if isinstance(frame, ApprovalRequestParams):
+                await self._approval(stream, approvals, frame)
+            else:
+                await self._question(stream, questions, frame)
 
+    def _refuse(self, approvals: ApprovalService | None, error: str) -> None:
+        self.refused += 1
+        log.error("approval relay: %s", error)
+        if approvals is not None:
+            approvals.record_refused(error, via=VIA_RELAY)
 
-def _same_user(connection: trio.socket.SocketType) -> bool:
-    """True when the peer runs as our user (Linux SO_PEERCRED); the 0700 directory is the main fence."""
-    option = getattr(stdlib_socket, "SO_PEERCRED", None)
-    if option is None:
-        return True
-    try:
-        raw = connection.getsockopt(stdlib_socket.SOL_SOCKET, option, struct.calcsize("3i"))
-    except OSError:
-        return False
-    _pid, uid, _gid = struct.unpack("3i", raw)
-    return bool(uid == os.getuid())
+    async def _approval(self, stream: trio.SocketStream, service: ApprovalService | None, params: ApprovalRequestParams) -> None:
+        if service is None:  # the plugin relays approvals only when we have a policy
+            await _send(stream, {"outcome": "rejected"})
+            return
+        result = None
+        with trio.CancelScope() as asker:
+            async with trio.open_nursery() as nursery:
+                # The plugin closes the connection when the runtime aborts the request: then
+                # the decision is cancelled (recorded as rejected) and no late answer goes out.
+                nursery.start_soon(_cancel_on_hangup, stream, asker.cancel)
+                result = await observed_approvals(
+                    lambda p: service.handle(p, via=VIA_RELAY), runtime=service.runtime,
+                    root_of=self.root_of, contexts=self.contexts,
+                )(params)
+                nursery.cancel_scope.cancel()
+        if result is not None and not asker.cancel_called:
+            await _send(stream, {"outcome": result.outcome})
+
+    async def _question(self, stream: trio.SocketStream, service: QuestionService | None, raw: dict[str, Any]) -> None:
+        request_id = f"relay-{next(self._ids)}"
+        try:
+            params = structure({**raw, "requestId": request_id}, UserQuestionAskParams, method="user-questions/request", what="questions")
+        except Exception as exc:  # noqa: BLE001 (a malformed question set: fail that question)
+            await _send(stream, {"error": f"malformed questions: {exc}"})
+            return
+        if service is None:
+            await _send(stream, {"error": "no answerer is configured"})
+            return
+        reply: dict[str, Any] | None = None
+
+        def withdrawn() -> None:  # the runtime aborted the question: cancel the answerer's work
+            service.on_notification(USER_QUESTION_CANCELLED, {"requestId": request_id})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_hangup, stream, withdrawn)
+            try:
+                result = await service.handle(params, via=VIA_RELAY)
+            except QuestionAnswerError as exc:
+                reply = {"error": str(exc)}
+            else:
+                reply = None if result is None else unstructure(result)
+            nursery.cancel_scope.cancel()
+        if reply is not None:
+            await _send(stream, reply)
 
 
 async def _read_line(stream: trio.SocketStream) -> bytes | None:
@@ -199,33 +334,43 @@ async def _read_line(stream: trio.SocketStream) -> bytes | None:
     return bytes(buffer[: buffer.index(b"\n")])
 
 
-def _parse(line: bytes) -> ApprovalRequestParams | None:
+def _parse(line: bytes) -> ApprovalRequestParams | dict[str, Any] | None:
+    """An approval request, a question frame (its raw dict, checked), or None."""
     try:
         raw: Any = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(raw, dict) or raw.get("v") != 1:
         return None
-    session_id, tool_name = raw.get("sessionId"), raw.get("toolName")
-    call_id, reason = raw.get("callId"), raw.get("reason")
-    if not isinstance(session_id, str) or not session_id or not isinstance(tool_name, str) or not tool_name:
+    kind, session_id = raw.get("kind", "approval"), raw.get("sessionId")
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    if kind == "question":
+        questions = raw.get("questions")
+        if not isinstance(questions, list) or not questions:
+            return None
+        return {"sessionId": session_id, "questions": questions}
+    if kind != "approval":
+        return None
+    tool_name, call_id, reason = raw.get("toolName"), raw.get("callId"), raw.get("reason")
+    if not isinstance(tool_name, str) or not tool_name:
         return None
     if not (call_id is None or isinstance(call_id, str)) or not (reason is None or isinstance(reason, str)):
         return None
     return ApprovalRequestParams(session_id=session_id, tool_name=tool_name, call_id=call_id, reason=reason)
 
 
-async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+async def _cancel_on_hangup(stream: trio.SocketStream, cancel: Callable[[], None]) -> None:
     try:
         while await stream.receive_some(4096):
             pass  # nothing more is expected; ignore it
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
-    scope.cancel(reason="the runtime stopped waiting for this approval")
+    cancel()
 
 
-async def _reply(stream: trio.SocketStream, outcome: str) -> None:
+async def _send(stream: trio.SocketStream, reply: dict[str, Any]) -> None:
     try:
-        await stream.send_all(orjson.dumps({"outcome": outcome}) + b"\n")
+        await stream.send_all(orjson.dumps(reply) + b"\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError):
-        log.info("approval relay: the runtime hung up before the answer %r", outcome)
+        log.info("approval relay: the runtime hung up before the answer %r", reply)

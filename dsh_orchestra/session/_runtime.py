@@ -1,18 +1,20 @@
 """Runtime: the runtime actor composed with session routing; ``open_runtime`` owns one.
 
 Owns: the session router sink, session handles, abandoned sessions, the approval and
-question handlers' registration, and the lifetime of the approval relay (``_relay``) when
-``spec.relay_approvals`` asks for it. Must not know about pools or graphs.
+question handlers' registration, the start-up warnings about configuration that cannot take
+effect, and the lifetime of the relay (``_relay``) when ``spec.approval_relay`` (``auto`` by
+default) calls for it. Must not know about pools or graphs.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import tempfile
 import uuid
-from contextlib import ExitStack, asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import trio
 
@@ -34,12 +36,36 @@ from ..protocol import (
 from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
 from ..transport import Connection, NoReply, Notification
-from ._relay import ApprovalRelay
+from ._relay import ApprovalRelay, relay_warnings
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
 
 log = logging.getLogger("dsh_orchestra.session")
+
+_warned: contextvars.ContextVar[bool] = contextvars.ContextVar("dsh_orchestra_warned", default=False)
+
+
+@contextmanager
+def warnings_reported() -> Iterator[None]:
+    """Inside this block ``open_runtime`` logs no start-up warnings: the caller reported them
+    once already (``run_batch``, ``run_workflow`` and the pool open many runtimes)."""
+    token = _warned.set(True)
+    try:
+        yield
+    finally:
+        _warned.reset(token)
+
+
+def configuration_warnings(spec: RuntimeSpec | None, *, approvals: bool, answerer: bool) -> list[str]:
+    """What is configured for ``spec`` but cannot take effect on its runtime (see ``relay_warnings``)."""
+    return [] if spec is None else relay_warnings(spec, approvals=approvals, answerer=answerer)
+
+
+def log_warnings(messages: list[str]) -> None:
+    """One warning record per message (logger ``dsh_orchestra.session``)."""
+    for message in messages:
+        log.warning("%s", message)
 
 
 class Runtime:
@@ -103,6 +129,12 @@ class Runtime:
             return ()
         return self.approvals.take((collector.session_id, *collector.children), since)
 
+    def questions_for(self, collector: TurnCollector, since: float) -> tuple[Any, ...]:
+        """Take the question records of ``collector``'s session tree."""
+        if self.questions is None:
+            return ()
+        return self.questions.take((collector.session_id, *collector.children), since)
+
     def forget(self, session_id: str) -> None:
         """Drop what this runtime keeps about a settled session tree that will not be used again.
 
@@ -113,6 +145,8 @@ class Runtime:
         dropped = self.router.forget(session_id)
         if self.approvals is not None:
             self.approvals.take((session_id, *dropped))
+        if self.questions is not None:
+            self.questions.take((session_id, *dropped))
 
     async def aclose(self) -> None:
         """Close the runtime (the close ladder); idempotent.
@@ -140,31 +174,42 @@ async def open_runtime(
     approvals: Any = None,
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
+    approval_relay: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime, yield it ready, and close it (the whole ladder) on exit.
 
     With no spec, the simulated runtime runs as a process in a temporary DSH_HOME.
     ``approvals`` (a policy) makes the handshake send ``approvalRequests: true``;
     ``answerer`` sets ``capabilities.userQuestions``. ``audit`` (an AuditLog or a path)
-    receives one JSON line per approval decision. With ``spec.relay_approvals`` the real
-    runtime's internal approval chain is answered by the same policy (see ``_relay``).
+    receives one JSON line per approval decision. ``approval_relay`` (``auto``, ``on``,
+    ``off``; None: the spec's, ``auto`` by default) decides whether the real runtime's
+    internal approval and question chains are answered by the same policy and answerer
+    (see ``_relay``). Configuration that cannot take effect is logged as a warning once.
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.
-        ValueError: ``spec.relay_approvals`` without an ``approvals`` policy.
+        ValueError: ``approval_relay="on"`` without a policy or an answerer, or for a runtime
+            that loads no ``--patch`` files.
         ExceptionGroup: an error inside the block, alongside the actor's own (use except*).
     """
+    if approval_relay is not None and spec is not None:
+        spec = spec.evolve(approval_relay=approval_relay)
     with _default_home(spec) as resolved, ExitStack() as stack:
+        if approval_relay is not None and spec is None:
+            resolved = resolved.evolve(approval_relay=approval_relay)
         relay = None
-        if resolved.relay_approvals:
-            if approvals is None:
-                raise ValueError("RuntimeSpec(relay_approvals=True) needs open_runtime(..., approvals=<policy>)")
+        if resolved.relays(approvals=approvals is not None, answerer=answerer is not None):
             relay = ApprovalRelay()
-            resolved = relay.prepare(resolved)
+            resolved = relay.prepare(resolved, approvals=approvals is not None, questions=answerer is not None)
             stack.callback(relay.cleanup)
+        elif resolved.approval_relay == "on":
+            raise ValueError("approval_relay='on' needs open_runtime(..., approvals=<policy>) or answerer=<answerer>")
+        if not _warned.get():
+            log_warnings(configuration_warnings(resolved, approvals=approvals is not None, answerer=answerer is not None))
         if audit is not None and not isinstance(audit, AuditLog):
             audit = stack.enter_context(AuditLog(audit, secrets=resolved.secrets()))
         register_secrets(resolved.secrets())  # redacted from every dsh_orchestra log record
+        # The real runtime ignores the handshake flags; with the relay they say what we answer.
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter()
         actor.add_sink(router.push)
@@ -177,8 +222,7 @@ async def open_runtime(
         try:
             async with trio.open_nursery() as nursery:
                 if relay is not None:
-                    assert runtime.approvals is not None
-                    await nursery.start(relay.run, runtime.approvals)
+                    await nursery.start(relay.run, runtime.approvals, runtime.questions, lambda: actor.pid)
                 with log_context(runtime=actor.name):  # the actor's tasks inherit the field
                     await nursery.start(actor.run)
                 started = True

@@ -206,7 +206,8 @@ class Session:
         collector = feed.collector()
         duration = trio.current_time() - start
         approvals = self.runtime.decisions_for(collector, start)
-        return collector.result(duration=duration, approvals=approvals)
+        questions = self.runtime.questions_for(collector, start)
+        return collector.result(duration=duration, approvals=approvals, questions=questions)
 
     @observed_turn
     async def run_query(self, input: PromptInput) -> TurnResult | CommandResult:

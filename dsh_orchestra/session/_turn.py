@@ -147,6 +147,7 @@ class TurnResult:
     duration: float
     turns: tuple[int, ...] = ()
     approvals: tuple[Any, ...] = ()
+    questions: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -387,7 +388,7 @@ class TurnCollector:
                 tree.ours.update(tree.pending)
             tree.pending.clear()
 
-    def result(self, *, duration: float, approvals: tuple[Any, ...] = ()) -> TurnResult:
+    def result(self, *, duration: float, approvals: tuple[Any, ...] = (), questions: tuple[Any, ...] = ()) -> TurnResult:
         """The TurnResult of everything fed so far.
 
         Raises:
@@ -417,4 +418,5 @@ class TurnCollector:
             duration=duration,
             turns=tuple(self._owned_turns),
             approvals=approvals,
+            questions=questions,
         )

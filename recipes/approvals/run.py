@@ -49,7 +49,7 @@ async def main(real: bool, audit: Path, work: Path) -> int:
 
             model = await stack.enter_async_context(open_fake_model(load_script(HERE / "scenario.toml")))
             spec = RuntimeSpec(dsh_home=home, cwd=workspace, base_url=model.base_url, api_key="offline-demo",
-                               env={"DSH_TELEMETRY_MODE": "DISABLED"}, relay_approvals=True)
+                               env={"DSH_TELEMETRY_MODE": "DISABLED"})  # approval_relay "auto": relayed
         else:
             spec = RuntimeSpec.simulator(script=HERE / "scenario.toml", dsh_home=home, cwd=workspace)
         runtime = await stack.enter_async_context(open_runtime(spec, approvals=policy, audit=audit))

@@ -1,12 +1,15 @@
-"""Approvals on the real runtime 0.2.1-rc.2 (bundled dsh, fake model on 127.0.0.1).
+"""Approvals and questions on the real runtime 0.2.1-rc.2 (bundled dsh, fake model on 127.0.0.1).
 
 0.2.1-rc.2 sends no ``approval/request``: without the relay it decides every approval
-``unavailable`` itself (fail closed), with or without a policy on our side. With
-``RuntimeSpec(relay_approvals=True)`` the same policy answers its internal chain.
+``unavailable`` itself (fail closed), with or without a policy on our side. With a policy
+the relay is on by default (``approval_relay="auto"``) and the same policy answers its
+internal chain, subagents' escalations included; with an answerer the relay mounts the
+question tool and answers its questions.
 """
 
 from __future__ import annotations
 
+import logging
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -17,14 +20,18 @@ import trio
 from approval_support import events_of, result_text, tool_results
 from dsh_orchestra.approvals import ALLOWED_ONCE, REJECTED, ApprovalRequest, Decision, allow, allow_tools, first_match, read_audit
 from dsh_orchestra.protocol import unstructure
+from dsh_orchestra.questions import DISMISS, first_option
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime, open_runtime
 from dsh_orchestra.session._relay import SOCKET_ENV
-from dsh_orchestra.testing._script import Script, parse_script
+from dsh_orchestra.testing import Script, parse_script
 
 pytestmark = pytest.mark.integration
 
 ESCALATE = {"description": "x", "command": "echo hi", "sandbox_permissions": "danger-full-access", "justification": "test"}
+CHILD_ESCALATE = {**ESCALATE, "command": "echo from-child > child.txt"}
+ASK = {"questions": [{"id": "colour", "question": "Which colour?", "header": "Pick",
+                      "options": [{"label": "red", "description": "warm"}, {"label": "blue"}]}]}
 
 
 @pytest.fixture
@@ -33,7 +40,8 @@ def model_script() -> Script:
         {"name": "escalate", "match": "ESC", "reply": "done", "tools": [{"name": "bash", "input": ESCALATE}]},
         {"name": "delegate", "match": "SPAWN", "reply": "spawned", "after_subagents": "child reported",
          "spawn": [{"description": "child escalates", "prompt": "CHILD wants danger"}]},
-        {"name": "child", "match": "CHILD", "reply": "child done", "tools": [{"name": "bash", "input": ESCALATE}]},
+        {"name": "child", "match": "CHILD", "reply": "child done", "tools": [{"name": "bash", "input": CHILD_ESCALATE}]},
+        {"name": "ask", "match": "QUESTION", "reply": "asked", "tools": [{"name": "ask_user_question", "input": ASK}]},
         {"name": "environment", "match": "ENVIRONMENT", "reply": "looked", "tools": [{"name": "bash", "input": {
             **ESCALATE, "command": 'echo "sock=${DSH_ORCHESTRA_APPROVAL_SOCKET:-unset} key=${DEEPSEEK_API_KEY:-unset}"'}}]},
     ]})
@@ -66,15 +74,19 @@ async def test_without_a_policy_nothing_changes(dsh_spec: Callable[..., RuntimeS
     assert result.approvals == () and result.finish_reason == "completed"
 
 
-async def test_a_policy_alone_cannot_reach_the_real_runtime_it_still_fails_closed(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+async def test_with_the_relay_off_a_policy_cannot_reach_the_runtime_and_says_so(
+    dsh_spec: Callable[..., RuntimeSpec], caplog: pytest.LogCaptureFixture
+) -> None:
     calls: list[ApprovalRequest] = []
 
     def allow_everything(request: ApprovalRequest) -> Decision:
         calls.append(request)
         return allow("everything")
 
+    caplog.set_level(logging.WARNING, logger="dsh_orchestra")
     with trio.fail_after(30):
-        async with open_runtime(dsh_spec(), approvals=allow_everything) as runtime:
+        async with open_runtime(dsh_spec(approval_relay="off"), approvals=allow_everything, answerer=first_option) as runtime:
+            assert runtime.relay is None
             result = await runtime.session().run("ESC now")
             assert sent_initialize(runtime)["approvalRequests"] is True
     (decided,) = events_of(result, "approval/decided")
@@ -82,20 +94,23 @@ async def test_a_policy_alone_cannot_reach_the_real_runtime_it_still_fails_close
     is_error, text = the_tool(result)
     assert is_error and "no approval channel is available" in text
     assert calls == [] and result.approvals == ()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "dsh_orchestra.session"]
+    assert len(warned) == 2
+    assert warned[0].startswith("the approval policy cannot take effect") and warned[1].startswith("the answerer cannot take effect")
 
 
 async def test_relay_allowed_runs_the_escalated_command(dsh_spec: Callable[..., RuntimeSpec], tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
     with trio.fail_after(40):
-        async with open_runtime(dsh_spec(relay_approvals=True), approvals=first_match(allow_tools("bash", name="bash ok")),
-                                audit=audit) as runtime:
+        async with open_runtime(dsh_spec(), approvals=first_match(allow_tools("bash", name="bash ok")),
+                                audit=audit) as runtime:  # approval_relay "auto": on for the bundled dsh
             relay = runtime.relay
             assert relay is not None and relay.directory is not None
             directory = relay.directory
             assert stat.S_IMODE(directory.stat().st_mode) == 0o700
             assert runtime.actor.spec.env[SOCKET_ENV] == str(directory / "approvals.sock")
             assert runtime.actor.spec.patches[-1] == str(directory / "patch.yml")
-            assert sorted(p.name for p in directory.iterdir()) == ["answerer.mjs", "approvals.sock", "patch.yml"]
+            assert sorted(p.name for p in directory.iterdir()) == ["answerer.mjs", "approvals.sock", "ask-user.yml", "patch.yml"]
             assert SOCKET_ENV in runtime.actor.spec.process_env()  # the runtime process has it
             result = await runtime.session("relay-1").run("ESC now")
             environment = await runtime.session("relay-2").run("ENVIRONMENT")
@@ -126,7 +141,7 @@ async def test_relay_rejected_or_failing_policy_is_a_tool_error(dsh_spec: Callab
         return None  # no rule: rejected
 
     with trio.fail_after(30):
-        async with open_runtime(dsh_spec(relay_approvals=True), approvals=policy) as runtime:
+        async with open_runtime(dsh_spec(), approvals=policy) as runtime:
             rejected = await runtime.session("plain").run("ESC now")
             failed = await runtime.session("broken").run("ESC now")
             directory = runtime.relay.directory if runtime.relay else None
@@ -150,7 +165,7 @@ async def test_relay_pending_at_close_is_rejected_and_nothing_is_left(dsh_spec: 
 
     audit = tmp_path / "audit.jsonl"
     with trio.fail_after(30):
-        async with open_runtime(dsh_spec(relay_approvals=True), approvals=forever, audit=audit) as runtime:
+        async with open_runtime(dsh_spec(), approvals=forever, audit=audit) as runtime:
             directory = runtime.relay.directory if runtime.relay else None
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(runtime.session().run, "ESC now")
@@ -161,36 +176,102 @@ async def test_relay_pending_at_close_is_rejected_and_nothing_is_left(dsh_spec: 
     assert directory is not None and not directory.exists()
 
 
-async def test_subagents_never_reach_the_relay(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_subagents_escalations_reach_the_same_policy(dsh_spec: Callable[..., RuntimeSpec], workspace: Path, allowed: bool) -> None:
     calls: list[ApprovalRequest] = []
 
-    def allow_everything(request: ApprovalRequest) -> Decision:
+    def policy(request: ApprovalRequest) -> Decision | None:
         calls.append(request)
-        return allow("everything")
+        return allow("children may") if allowed else None
 
     with trio.fail_after(40):
-        async with open_runtime(dsh_spec(relay_approvals=True), approvals=allow_everything) as runtime:
-            result = await runtime.session().run("SPAWN a child")
+        async with open_runtime(dsh_spec(), approvals=policy) as runtime:
+            result = await runtime.session("parent").run("SPAWN a child")
     (child,) = {s.child_session_id for s in result.subagents}
     child_events = [n.params["event"] for n in result.notifications
                     if n.method == "session.event" and n.params.get("sessionId") == child]
-    # The child's approval/policy "never" (source delegation) is among its first events, which
-    # are never notified (seq 0-2); what shows is the ask rejected without asking anyone.
+    # The runtime pinned the child to "never" (source delegation) at creation; the relay plugin
+    # switched it back to "ask" before its first step, so its escalation was asked of the policy.
+    assert {"policy": "ask"} in [e["data"] for e in child_events if e["type"] == "approval/policy"]
     decided = [e["data"]["outcome"] for e in child_events if e["type"] == "approval/decided"]
-    results = [e["data"] for e in child_events if e["type"] == "tool/result"]
-    assert decided == [REJECTED] and calls == [] and result.approvals == ()
-    assert [result_text(r) for r in results] == [
-        'Error: the user rejected escalating this command to "danger-full-access"; it stays denied, '
-        "so stop and explain instead of working around it"]
+    results = [result_text(e["data"]) for e in child_events if e["type"] == "tool/result"]
+    assert [c.session_id for c in calls] == [child] and [c.tool_name for c in calls] == ["bash"]
+    (record,) = result.approvals  # the parent's run collects its child's decision
+    assert (record.session_id, record.via) == (child, "relay")
+    if allowed:
+        assert decided == [ALLOWED_ONCE] and record.outcome == ALLOWED_ONCE
+        assert (workspace / "child.txt").read_text() == "from-child\n"  # the side effect is on disk
+    else:
+        assert decided == [REJECTED] and record.outcome == REJECTED and not (workspace / "child.txt").exists()
+        assert results and "rejected escalating this command" in results[0]
+
+
+async def test_a_question_is_answered_by_the_answerer_through_the_relay(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+    with trio.fail_after(40):
+        async with open_runtime(dsh_spec(), answerer=first_option) as runtime:
+            assert runtime.relay is not None and runtime.actor.spec.patches[-1].endswith("ask-user.yml")
+            result = await runtime.session("asker").run("QUESTION please")
+    is_error, text = the_tool(result)
+    assert not is_error and orjson_loads(text) == {"answers": [{"id": "colour", "selected": ["red"]}]}
+    (record,) = result.questions
+    assert (record.session_id, record.question_id, record.question, record.options) == ("asker", "colour", "Which colour?", ("red", "blue"))
+    assert (record.outcome, record.selected, record.answered_by, record.via) == ("answered", ("red",), "first_option", "relay")
+    assert result.final_response == "asked"
+
+
+@pytest.mark.parametrize(("answerer", "code"), [(lambda r: DISMISS, "ASK_CANCELLED"), (lambda r: 1 / 0, "PROVIDER_ERROR")])
+async def test_a_dismissed_or_failed_question_fails_the_tool(dsh_spec: Callable[..., RuntimeSpec], answerer: Any, code: str) -> None:
+    with trio.fail_after(40):
+        async with open_runtime(dsh_spec(), answerer=answerer) as runtime:
+            result = await runtime.session().run("QUESTION please")
+    (tool,) = tool_results(result)
+    assert tool["message"]["isError"] and tool.get("error", {}).get("code") == code, tool
+    (record,) = result.questions
+    assert record.outcome == ("dismissed" if code == "ASK_CANCELLED" else "failed")
+
+
+async def test_without_an_answerer_the_question_tool_is_not_mounted(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+    with trio.fail_after(40):
+        async with open_runtime(dsh_spec(), approvals=allow_tools("bash")) as runtime:
+            result = await runtime.session().run("QUESTION please")
+    (tool,) = tool_results(result)
+    assert tool["message"]["isError"] and tool.get("error", {}).get("code") == "UNKNOWN_TOOL", tool
+    assert result.questions == ()
+
+
+def orjson_loads(text: str) -> Any:
+    import orjson
+
+    return orjson.loads(text)
+
+
+def test_relay_approvals_is_a_deprecated_alias_of_approval_relay(tmp_path: Path) -> None:
+    with pytest.warns(DeprecationWarning, match="approval_relay"):
+        spec = RuntimeSpec(dsh_home=tmp_path, relay_approvals=True)
+    assert spec.approval_relay == "on" and spec.relay_approvals is None and spec.evolve(name="x").approval_relay == "on"
+    with pytest.warns(DeprecationWarning):
+        assert RuntimeSpec(dsh_home=tmp_path, relay_approvals=False).approval_relay == "off"
+    with pytest.raises(ValueError, match="approval_relay must be one of"):
+        RuntimeSpec(dsh_home=tmp_path, approval_relay="yes")
+    with pytest.raises(ValueError, match="loads --patch files"):
+        RuntimeSpec(dsh_home=tmp_path, command=["my-runtime"], approval_relay="on")
+    assert RuntimeSpec.simulator(dsh_home=tmp_path).relays(approvals=True, answerer=True) is False
+    assert RuntimeSpec(dsh_home=tmp_path).relays(approvals=False, answerer=False) is False
+
+
+async def test_relay_on_without_a_policy_or_answerer_is_an_error(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+    with pytest.raises(ValueError, match="needs open_runtime"):
+        async with open_runtime(dsh_spec(), approval_relay="on"):
+            pass
 
 
 async def test_a_pool_of_relayed_runtimes(dsh_spec: Callable[..., RuntimeSpec], tmp_path: Path) -> None:
-    """relay_approvals is a spec field: every runtime of a pool gets its own relay."""
+    """approval_relay is a spec field (auto by default): every runtime of a pool gets its own relay."""
     from dsh_orchestra.pool import open_pool
 
     audit = tmp_path / "audit.jsonl"
     with trio.fail_after(40):
-        async with open_pool(dsh_spec(relay_approvals=True), 2, approvals=allow_tools("bash"), audit=audit) as pool:
+        async with open_pool(dsh_spec(), 2, approvals=allow_tools("bash"), audit=audit) as pool:
             await pool.wait_live(2)
             async with trio.open_nursery() as nursery:
                 results: list[Any] = []
@@ -216,6 +297,6 @@ async def test_a_failed_start_with_the_relay_leaves_nothing(dsh_spec: Callable[.
     pattern = str(Path(tempfile.gettempdir()) / "dsh-orchestra-relay-*")
     before = set(glob(pattern))
     with trio.fail_after(30), pytest.raises(RuntimeStartError, match='no adapter registered for provider "nope"'):
-        async with open_runtime(dsh_spec(relay_approvals=True, provider="nope"), approvals=allow_tools("bash")):
+        async with open_runtime(dsh_spec(provider="nope"), approvals=allow_tools("bash")):
             pass
     assert set(glob(pattern)) - before == set()
