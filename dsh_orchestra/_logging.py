@@ -303,6 +303,11 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+def _shown_elsewhere(record: logging.LogRecord) -> bool:
+    """Drop records the CLI already printed as its own ``dsh-orchestra: warning:`` line."""
+    return getattr(record, "dsh_console", True) is not False
+
+
 def configure_logging(
     level: str | int | None = None,
     file: str | os.PathLike[str] | None = None,
@@ -331,6 +336,7 @@ def configure_logging(
     console: logging.Handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     console.setLevel(max(chosen, logging.WARNING) if file is not None else chosen)
     console.setFormatter(TextFormatter())
+    console.addFilter(_shown_elsewhere)
     handlers: list[logging.Handler] = [console]
     if file is not None:
         to_file = logging.FileHandler(os.fspath(file), encoding="utf-8")

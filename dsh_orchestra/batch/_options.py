@@ -86,6 +86,7 @@ class BatchOptions:
     workspace_template: str | os.PathLike[str] | None = None
     keep_workspaces: bool = False
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)
+    approval_relay: str | None = None  # auto | on | off; None: the spec's (auto by default; docs/approvals.md)
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

@@ -51,6 +51,11 @@ def result_line(
             {"tool_name": d.tool_name, "call_id": d.call_id, "outcome": d.outcome, "rule": d.rule}
             for d in (turn.approvals if turn is not None else ())
         ],
+        "questions": [
+            {"id": q.question_id, "question": q.question, "outcome": q.outcome, "selected": list(q.selected),
+             "custom": q.custom, "answered_by": q.answered_by}
+            for q in (turn.questions if turn is not None else ())
+        ],
         "attempts": attempts,
         "duration_s": round(duration_s, 6),
         "error": error,

@@ -25,7 +25,7 @@ from .._params import Param
 from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
-from ..session import OK_FINISH_REASONS
+from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, EvalTally
 from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
@@ -267,8 +267,12 @@ async def _run_locked(
     stopped: str | None = None
     server_version: str | None = None
     processed = 0
+    if spec is not None and options.approval_relay is not None:
+        spec = spec.evolve(approval_relay=options.approval_relay)
+    warnings = configuration_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None)
+    report_warnings(warnings)  # once for the batch, not once per runtime
     try:
-        with ResultsWriter(out) as writer:
+        with ResultsWriter(out) as writer, warnings_reported():
             if todo:
                 async with executor.open(spec, options) as runner:
                     server_version = _server_version(runner)
@@ -298,7 +302,8 @@ async def _run_locked(
     )
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
-    summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped)
+    summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped,
+                           results=os.path.abspath(out), warnings=tuple(warnings))
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

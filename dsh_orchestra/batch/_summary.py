@@ -51,7 +51,9 @@ class BatchSummary:
     """The summary of a batch run, as written to the summary file and printed.
 
     ``ok``/``error``/percentiles/counts cover every result of the dataset (resumed included);
-    ``items_per_s`` is the items finished by this run over its ``duration_s``.
+    ``items_per_s`` is the items finished by this run over its ``duration_s`` (None when
+    this run had nothing left to do; ``note`` says so). ``results`` names the results file,
+    ``warnings`` what was configured but could not take effect.
     """
 
     total: int
@@ -93,9 +95,29 @@ class BatchSummary:
         """The total cost (with prices)."""
         value: float | None = self.evaluation.get("cost_usd")
         return value
+    results: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str | None:
+        """A sentence for a run that had nothing left to do, else None."""
+        if self.processed:
+            return None
+        where = f" already in {self.results}" if self.results else " already done"
+        return f"nothing left to do: all {self.total} items were{where}"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the summary file."""
+        out = self._counts()
+        if not self.processed:
+            out["items_per_s"] = None
+        out["results"] = self.results
+        out["warnings"] = list(self.warnings)
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    def _counts(self) -> dict[str, Any]:
         return {
             "total": self.total,
             "ok": self.ok,

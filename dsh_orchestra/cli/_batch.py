@@ -26,6 +26,7 @@ from ._common import (
     fail,
     policy_option,
     say,
+    start_warnings,
 )
 from ._errors import message
 from ._paths import Paths, describe_flag, file_option
@@ -34,6 +35,7 @@ from ._ray_options import (  # --ray: scale-out (imports no Ray)
     ray_options,
 )
 from ._score import add_scoring_options
+from ..session import warnings_reported
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -119,6 +121,7 @@ def main(args: argparse.Namespace) -> int:
                 argv=sys.argv,
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
+            start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
             return fail(exc)
         try:
@@ -127,7 +130,8 @@ def main(args: argparse.Namespace) -> int:
                 from ..scale import RayExecutor
 
                 executor = RayExecutor(**scale)
-            summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
+            with warnings_reported():  # printed and logged once above: not again per runtime
+                summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
         except (DatasetError, BatchUsageError) as exc:
             return fail(exc)
         except PathConflictError as exc:
@@ -153,8 +157,11 @@ def main(args: argparse.Namespace) -> int:
             print("dsh-orchestra: interrupted; results written so far are kept: run again with --resume",
                   file=sys.stderr)
             return 130
+    if summary.note is not None:
+        print(f"dsh-orchestra: {summary.note}", file=sys.stderr)
     print(redact(json.dumps(summary.to_json(), indent=2)))
     return 0 if summary.error == 0 and summary.stopped is None else 1
+
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

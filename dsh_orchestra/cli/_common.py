@@ -15,6 +15,8 @@ from ..approvals import LoadedPolicy, PolicyFileError, load_policy
 from ..questions import Answerer, AnswererFileError, load_answerer
 from ..runtime import RuntimeSpec
 from ._errors import message
+from ..runtime._spec import APPROVAL_RELAY_MODES
+from ..session import configuration_warnings, report_warnings
 
 
 class UsageError(ValueError):
@@ -51,6 +53,11 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=None)
     group.add_argument("--max-tokens", type=int, default=None, metavar="N")
     group.add_argument("--reasoning-effort", default=None, metavar="E")
+    group.add_argument(
+        "--approval-relay", choices=APPROVAL_RELAY_MODES, default="auto",
+        help="answer the real runtime's internal approvals and questions with --policy/--answerer: auto "
+        "(default: on for --runtime dsh when either is given), on, off",
+    )
 
 
 def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> RuntimeSpec:
@@ -65,15 +72,17 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
         if value is not None and not value.strip():
             raise UsageError(f"{flag} needs a path, not {value!r}")
     workspace = Path(args.workspace).absolute() if args.workspace is not None else Path.cwd()
+    if args.workspace is not None and not workspace.exists():
+        raise UsageError(f"--workspace {args.workspace!r} does not exist; create the directory first")
     if args.workspace is not None and not workspace.is_dir():
-        raise UsageError(f"--workspace {args.workspace!r} is not a directory")
+        raise UsageError(f"--workspace {args.workspace!r} is a file, not a directory")
     home = args.dsh_home or os.environ.get("DSH_HOME") or None
     kind = "command" if args.runtime_command is not None else (args.runtime or "sim")
     if home is None:
         if kind != "sim" or temp_home is None:
             raise UsageError(f"--runtime {kind} needs --dsh-home DIR (or DSH_HOME); dsh_orchestra never uses ~/.dsh")
         home = temp_home
-    route: dict[str, Any] = {}
+    route: dict[str, Any] = {"approval_relay": getattr(args, "approval_relay", None) or "auto"}
     for key in ("provider", "model", "max_tokens", "reasoning_effort"):
         value = getattr(args, key, None)
         if value is not None:
@@ -103,6 +112,8 @@ def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, rout
     except (ValueError, TypeError) as exc:
         if isinstance(exc, UsageError):
             raise
+        if "approval_relay='on'" in str(exc):
+            raise UsageError("--approval-relay on needs --runtime dsh (a runtime that loads --patch files)") from exc
         raise UsageError(message(exc)) from exc
 
 
@@ -111,16 +122,38 @@ def check_script(path: str) -> None:
     here so that a bad one is refused before any process starts.
 
     Raises:
-        UsageError: it cannot be read, is not UTF-8 TOML, or is not a valid scenario.
+        UsageError: missing, not a file, cannot be read, not UTF-8 TOML, or not a valid scenario.
     """
-    from ..testing._script import ScriptError, load_script  # the scenario format lives with them
+    from ..testing import ScriptError, load_script  # the scenario format lives with them
 
+    if not Path(path).exists():
+        raise UsageError(f"--script {path!r} does not exist")
+    if not Path(path).is_file():
+        raise UsageError(f"--script {path!r} is not a file")
     try:
         load_script(path)
     except OSError as exc:
         raise UsageError(f"--script {path!r}: cannot read it: {exc.strerror or exc}") from exc
     except ScriptError as exc:
         raise UsageError(f"--script {path!r}: {exc}") from exc
+
+
+def start_warnings(spec: RuntimeSpec, *, policy: Any, answerer: Any) -> list[str]:
+    """Check ``--approval-relay`` against the other options; print (once) what cannot take effect.
+
+    Each warning is one ``dsh-orchestra: warning: ...`` line on stderr and one warning log
+    record (kept off the console, which shows the line already).
+
+    Raises:
+        UsageError: ``--approval-relay on`` without --policy or --answerer.
+    """
+    if spec.approval_relay == "on" and policy is None and answerer is None:
+        raise UsageError("--approval-relay on needs --policy or --answerer (there is nothing to relay)")
+    messages = configuration_warnings(spec, approvals=policy is not None, answerer=answerer is not None)
+    for message in messages:
+        print(f"dsh-orchestra: warning: {message}", file=sys.stderr)
+    report_warnings(messages, console=False)
+    return messages
 
 
 def policy_option(value: str | None) -> LoadedPolicy | None:
@@ -133,12 +166,23 @@ def policy_option(value: str | None) -> LoadedPolicy | None:
         raise UsageError(message(exc)) from exc
 
 
+class NamedAnswerer:
+    """An answerer named as the command line gave it (``answered_by`` in result lines)."""
+
+    def __init__(self, answerer: Answerer, name: str) -> None:
+        self.answerer = answerer
+        self.name = name
+
+    def __call__(self, request: QuestionsRequest) -> Any:
+        return self.answerer(request)
+
+
 def answerer_option(value: str | None) -> Answerer | None:
-    """``--answerer first-option|FILE|module:attr`` (``load_answerer``)."""
+    """``--answerer first-option|FILE|module:attr`` (``load_answerer``), named as given."""
     if value is None:
         return None
     try:
-        return load_answerer(value)
+        return NamedAnswerer(load_answerer(value), value)
     except AnswererFileError as exc:
         raise UsageError(message(exc)) from exc
 

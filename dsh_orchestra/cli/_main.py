@@ -1,4 +1,8 @@
-"""Argument parsing and dispatch for ``dsh-orchestra``; each subcommand lives in its own module."""
+"""Argument parsing and dispatch for ``dsh-orchestra``; each subcommand lives in its own module.
+
+The global options (``--log-level``, ``--log-file``) are accepted before the command and after
+it. ``sim`` hands everything after it to the simulator's own parser (its stdout is the wire).
+"""
 
 from __future__ import annotations
 
@@ -15,12 +19,34 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 Command = Callable[[argparse.Namespace], int]
+GLOBAL_VALUE_OPTIONS = ("--log-level", "--log-file")
+NO_GLOBAL_OPTIONS = ("sim",)
+"""Commands whose own parser takes every argument after the command name."""
 
 
 def _sim(args: argparse.Namespace) -> int:
     from ..testing._sim_main import sim_main
 
     return int(sim_main(args.rest))
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    parser.add_argument("--log-level", default=default, metavar="LEVEL", help="debug, info, warning (default), error")
+    parser.add_argument("--log-file", default=default, metavar="FILE", help="append log records as JSON Lines (level info unless --log-level)")
+
+
+def _command_index(argv: Sequence[str]) -> int | None:
+    """Where the command name is in ``argv`` (after any global options), or None."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word in GLOBAL_VALUE_OPTIONS:
+            index += 2
+        elif word.startswith("-"):
+            index += 1
+        else:
+            return index
+    return None
 
 
 def _fake_model(args: argparse.Namespace) -> int:
@@ -37,8 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "approval policies. Runs on the built-in simulated runtime unless told otherwise.",
     )
     parser.add_argument("--version", action="version", version=f"dsh-orchestra {__version__}")
-    parser.add_argument("--log-level", default=None, metavar="LEVEL", help="debug, info, warning (default), error; before the command")
-    parser.add_argument("--log-file", default=None, metavar="FILE", help="append log records as JSON Lines (level info unless --log-level)")
+    _add_global_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sim = sub.add_parser(
@@ -61,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _EXTRA_COMMANDS:
         register(sub)
+    for name, command in sub.choices.items():
+        if name not in NO_GLOBAL_OPTIONS:  # also after the command; SUPPRESS keeps one given before
+            _add_global_options(command, default=argparse.SUPPRESS)
     return parser
 
 
@@ -76,7 +104,13 @@ _EXTRA_COMMANDS = _extra_commands()
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dsh-orchestra`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    at = _command_index(words)
+    if at is not None and words[at] in NO_GLOBAL_OPTIONS:
+        args = parser.parse_args(words[:at + 1])  # the global options; the rest is the command's
+        args.rest = words[at + 1:]
+    else:
+        args = parser.parse_args(words)
     func: Command | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -52,8 +52,10 @@ from ._common import (
     check_numbers,
     fail,
     policy_option,
+    start_warnings,
 )
 from ._errors import flag
+from ..session import warnings_reported
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
@@ -163,12 +165,14 @@ def main(args: argparse.Namespace) -> int:
                 inputs=inputs, concurrency=args.concurrency, runtime_limit=args.runtime_limit, failure=args.failure,
                 checkpoint=args.checkpoint, resume=args.resume, answers=answers,
             )
+            start_warnings(spec, policy=approvals, answerer=answerer)
         except (UsageError, RecipeError) as exc:
             return fail(exc)
         except CheckpointError as exc:
             return fail(f"{flag(exc.parameter)}: {exc}")
         try:
-            result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
+            with warnings_reported():  # printed and logged once above
+                result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
         except Exception as exc:  # noqa: BLE001 (sorted into exit statuses; anything else re-raised)
             cause = _first_leaf(exc)
             if isinstance(cause, CheckpointError):

@@ -4,7 +4,13 @@ Knows nothing about pools or workflow graphs.
 """
 
 from ._router import SessionRouter as SessionRouter
-from ._runtime import Runtime as Runtime, open_runtime as open_runtime
+from ._runtime import (
+    Runtime as Runtime,
+    configuration_warnings as configuration_warnings,
+    report_warnings as report_warnings,
+    open_runtime as open_runtime,
+    warnings_reported as warnings_reported,
+)
 from ._session import (
     CommandResult as CommandResult,
     PromptInput as PromptInput,
@@ -30,6 +36,9 @@ __all__ = [
     "SubagentResult",
     "TurnCollector",
     "TurnResult",
+    "configuration_warnings",
     "content_blocks",
     "open_runtime",
+    "report_warnings",
+    "warnings_reported",
 ]

@@ -62,10 +62,14 @@ def configuration_warnings(spec: RuntimeSpec | None, *, approvals: bool, answere
     return [] if spec is None else relay_warnings(spec, approvals=approvals, answerer=answerer)
 
 
-def log_warnings(messages: list[str]) -> None:
-    """One warning record per message (logger ``dsh_orchestra.session``)."""
+def report_warnings(messages: list[str], *, console: bool = True) -> None:
+    """One warning record per message (logger ``dsh_orchestra.session``), unless they were
+    reported already (inside ``warnings_reported()``). ``console=False``: the CLI printed them
+    as ``dsh-orchestra: warning: ...`` lines, so its stderr handler skips the records."""
+    if _warned.get():
+        return
     for message in messages:
-        log.warning("%s", message)
+        log.warning("%s", message, extra={"dsh_console": console})
 
 
 class Runtime:
@@ -204,8 +208,7 @@ async def open_runtime(
             stack.callback(relay.cleanup)
         elif resolved.approval_relay == "on":
             raise ValueError("approval_relay='on' needs open_runtime(..., approvals=<policy>) or answerer=<answerer>")
-        if not _warned.get():
-            log_warnings(configuration_warnings(resolved, approvals=approvals is not None, answerer=answerer is not None))
+        report_warnings(configuration_warnings(resolved, approvals=approvals is not None, answerer=answerer is not None))
         if audit is not None and not isinstance(audit, AuditLog):
             audit = stack.enter_context(AuditLog(audit, secrets=resolved.secrets()))
         register_secrets(resolved.secrets())  # redacted from every dsh_orchestra log record

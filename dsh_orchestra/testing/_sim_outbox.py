@@ -22,6 +22,7 @@ from typing import Any, Callable
 import orjson
 import trio
 
+from ..protocol import TransportClosedError
 from ..transport import Connection
 
 HIGH_WATER = 4 * 1024 * 1024
@@ -109,7 +110,8 @@ class Outbox:
                 continue
             try:
                 await self._connection.send_raw(b"".join(chunks))
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, TransportClosedError):
+                # the client went away (a broken pipe, or end of input closed the connection)
                 self._broken = True
                 self._progress.set()
                 return

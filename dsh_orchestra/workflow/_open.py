@@ -16,7 +16,7 @@ import trio
 from ..approvals import AuditLog
 from ..pool import RuntimePool, open_pool
 from ..runtime import RuntimeSpec
-from ..session import Runtime, open_runtime
+from ..session import Runtime, configuration_warnings, open_runtime, report_warnings, warnings_reported
 from ._engine import FailurePolicy, RunState, Statistics, _Engine
 from ._events import EventChannel, EventHub
 from ._fingerprint import digest, fingerprint
@@ -65,11 +65,13 @@ async def _execute(
     resume: bool,
     answers: Answers | None,
     events: EventHub,
+    approval_relay: str | None = None,
 ) -> WorkflowResult:
     _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
     if resume and checkpoint is None:
         raise CheckpointError("resuming needs the checkpoint to resume from", parameter="checkpoint")
-    given = [n for n, v in (("spec", spec), ("approvals", approvals), ("answerer", answerer), ("audit", audit)) if v is not None]
+    given = [n for n, v in (("spec", spec), ("approvals", approvals), ("answerer", answerer), ("audit", audit),
+                            ("approval_relay", approval_relay)) if v is not None]
     if target is not None and (given or runtimes != 1):
         raise ValueError(
             f"{', '.join(given) or 'runtimes'} only apply when run_workflow opens the runtimes itself; "
@@ -92,9 +94,13 @@ async def _execute(
         if target is not None:
             return await _run_engine(workflow, RunState(target, **options), inputs)
         if runtimes == 1:
-            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit) as runtime:
+            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit, approval_relay=approval_relay) as runtime:
                 return await _run_engine(workflow, RunState(runtime, **options), inputs)
         assert spec is not None
+        if approval_relay is not None:
+            spec = spec.evolve(approval_relay=approval_relay)
+        report_warnings(configuration_warnings(spec, approvals=approvals is not None, answerer=answerer is not None))
+        stack.enter_context(warnings_reported())  # once for the pool, not once per runtime
         log_: AuditLog | None = None
         if audit is not None:
             log_ = audit if isinstance(audit, AuditLog) else stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
@@ -159,12 +165,14 @@ async def run_workflow(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     answers: Answers | None = None,
+    approval_relay: str | None = None,
 ) -> WorkflowResult:
     """Run ``workflow`` on a runtime or pool, or on runtimes it opens from ``spec``.
 
     With no ``target`` it opens one runtime from ``spec`` (the simulator process when None),
     or a pool of ``runtimes`` (``spec`` required), with ``approvals`` (a policy), ``answerer``
-    and ``audit`` applied to every session; close them on return. With a ``target`` those
+    and ``audit`` applied to every session, and ``approval_relay`` (``auto``, ``on``, ``off``;
+    None: the spec's, ``auto`` by default; see docs/approvals.md); close them on return. With a ``target`` those
     belong to the runtime or pool already (``open_runtime``/``open_pool`` take them).
 
     ``concurrency`` bounds sessions in flight in the workflow; ``runtime_limit`` per runtime;
@@ -191,6 +199,7 @@ async def run_workflow(
         workflow, target, spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit,
         inputs=inputs, concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
         statistics=statistics, checkpoint=checkpoint, resume=resume, answers=answers, events=EventHub(),
+        approval_relay=approval_relay,
     )
 
 
@@ -253,6 +262,7 @@ async def open_workflow(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     answers: Answers | None = None,
+    approval_relay: str | None = None,
 ) -> AsyncIterator[WorkflowRun]:
     """Start ``workflow`` (the arguments of ``run_workflow``) and yield its WorkflowRun.
 
@@ -267,7 +277,7 @@ async def open_workflow(
     options: dict[str, Any] = dict(
         spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit, inputs=inputs,
         concurrency=concurrency, runtime_limit=runtime_limit, failure=failure, statistics=statistics,
-        checkpoint=checkpoint, resume=resume, answers=answers,
+        checkpoint=checkpoint, resume=resume, answers=answers, approval_relay=approval_relay,
     )
     run = WorkflowRun(EventHub(turn_events=turn_events))
     async with trio.open_nursery() as nursery:

@@ -79,7 +79,7 @@ question = { id = "q1", question = "Which one?", options = ["alpha", "beta"] }
 """
 
 RESULT_KEYS = [
-    "id", "status", "session_id", "final_response", "finish_reason", "subagents", "approvals",
+    "id", "status", "session_id", "final_response", "finish_reason", "subagents", "approvals", "questions",
     "attempts", "duration_s", "error", "metadata", "usage",
 ]
 SUMMARY_KEYS = {

@@ -88,7 +88,7 @@ BAD_ARGUMENTS = {
     "negative-timeout": (["--timeout", "-3"], "timeout must be a positive number"),
     "negative-retries": (["--retries", "-1"], "retries must be an integer >= 0"),
     "zero-max-tokens": (["--max-tokens", "0"], "max_tokens must be a positive integer"),
-    "missing-workspace": (["--workspace", "{tmp}/nowhere"], "is not a directory"),
+    "missing-workspace": (["--workspace", "{tmp}/nowhere"], "does not exist"),
     "missing-policy": (["--policy", "{tmp}/nowhere.toml"], "cannot read policy file"),
     "unreadable-policy": (["--policy", "{tmp}"], "cannot read policy file"),
     "policy-not-toml": (["--policy", "{tmp}/bad.toml"], "is not valid TOML"),
