@@ -61,6 +61,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     'log_context': ('_logging', 'log_context'),
     'open_pool': ('pool', 'open_pool'),
     'open_runtime': ('session', 'open_runtime'),
+    'register_secrets': ('_logging', 'register_secrets'),
     'replay': ('approvals', 'replay'),
     'run_batch': ('batch', 'run_batch'),
     'run_workflow': ('workflow', 'run_workflow'),
@@ -71,7 +72,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 }
 
 if TYPE_CHECKING:
-    from ._logging import configure_logging as configure_logging, log_context as log_context
+    from ._logging import configure_logging as configure_logging, log_context as log_context, register_secrets as register_secrets
     from ._tracing import enable_tracing as enable_tracing
     from .approvals import ApprovalRequest as ApprovalRequest, ApprovalService as ApprovalService, AuditLog as AuditLog, Decision as Decision, DecisionRecord as DecisionRecord, load_policy as load_policy, replay as replay
     from .eval import EvalItem as EvalItem, EvalResult as EvalResult, Score as Score
@@ -103,4 +104,4 @@ def __dir__() -> list[str]:
 
 _install_logging()
 
-__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'EvalItem', 'EvalResult', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'Score', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'replay', 'run_batch', 'run_workflow', 'open_workflow', 'escalate', 'load_recipe', 'CheckpointError']
+__all__ = ["__version__", 'ApprovalRequest', 'ApprovalService', 'AuditLog', 'BatchOptions', 'BatchSummary', 'BatchUsageError', 'CommandResult', 'Connection', 'DatasetError', 'Decision', 'DecisionRecord', 'EvalItem', 'EvalResult', 'FrameTooLargeError', 'JsonRpcResponseError', 'MethodNotSupportedError', 'Notification', 'OrchestraError', 'PoolClosedError', 'QuestionAnswerError', 'QuestionsRequest', 'RequestTimeoutError', 'Runtime', 'RuntimeActor', 'RuntimeExitedError', 'RuntimePool', 'RuntimeSpec', 'RuntimeStartError', 'Score', 'SdkProtocolError', 'Session', 'StepContext', 'StepResult', 'SubagentResult', 'SubscriberOverflowError', 'Subscription', 'TransportClosedError', 'TurnResult', 'Workflow', 'WorkflowResult', 'configure_logging', 'enable_tracing', 'load_dataset', 'load_policy', 'log_context', 'open_pool', 'open_runtime', 'register_secrets', 'replay', 'run_batch', 'run_workflow', 'open_workflow', 'escalate', 'load_recipe', 'CheckpointError']

@@ -15,8 +15,8 @@ import trio
 from dsh_orchestra.protocol import MethodNotSupportedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
-from dsh_orchestra.testing._fake_model import open_fake_model
-from dsh_orchestra.testing._script import parse_script
+from dsh_orchestra.testing import open_fake_model
+from dsh_orchestra.testing import parse_script
 
 # What the fake model answers: a prompt containing SPAWN makes it start one subagent.
 SCRIPT = parse_script({"rules": [

@@ -44,8 +44,8 @@ async def main(real: bool, audit: Path, work: Path) -> int:
         if real:
             # Offline: the scripted model server stands in for the provider. With a real
             # provider, drop it and pass base_url/api_key (or DEEPSEEK_* in env) instead.
-            from dsh_orchestra.testing._fake_model import open_fake_model
-            from dsh_orchestra.testing._script import load_script
+            from dsh_orchestra.testing import open_fake_model
+            from dsh_orchestra.testing import load_script
 
             model = await stack.enter_async_context(open_fake_model(load_script(HERE / "scenario.toml")))
             spec = RuntimeSpec(dsh_home=home, cwd=workspace, base_url=model.base_url, api_key="offline-demo",

@@ -320,14 +320,16 @@ async def test_approvals_on_many_sessions_over_a_process(process_sim: Callable[.
 
 
 def test_relay_needs_a_patch_loading_runtime(workspace: Path, dsh_home: Path) -> None:
-    with pytest.raises(ValueError, match="relay_approvals needs a runtime that loads --patch"):
-        RuntimeSpec.simulator(dsh_home=dsh_home, cwd=workspace, relay_approvals=True)
-    with pytest.raises(ValueError, match="relay_approvals"):
-        RuntimeSpec(connect=lambda: None, cwd=workspace, relay_approvals=True)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ValueError, match="approval_relay='on' needs a runtime that loads --patch"):
+        RuntimeSpec.simulator(dsh_home=dsh_home, cwd=workspace, approval_relay="on")
+    with pytest.raises(ValueError, match="approval_relay"):
+        RuntimeSpec(connect=lambda: None, cwd=workspace, approval_relay="on")  # type: ignore[arg-type,return-value]
+    # "auto" (the default) never relays to the simulator: it gets approval/request instead
+    assert not RuntimeSpec.simulator(dsh_home=dsh_home, cwd=workspace).relays(approvals=True, answerer=True)
 
 
 async def test_relay_needs_a_policy(workspace: Path, dsh_home: Path) -> None:
-    spec = RuntimeSpec(dsh_home=dsh_home, cwd=workspace, relay_approvals=True)
+    spec = RuntimeSpec(dsh_home=dsh_home, cwd=workspace, approval_relay="on")
     with pytest.raises(ValueError, match="needs open_runtime"):
         async with open_runtime(spec):
             pass

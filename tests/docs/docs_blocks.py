@@ -1,0 +1,116 @@
+"""Fenced code blocks of README.md and docs/*.md: extraction and classification for the docs tests.
+
+How a block is treated is decided by its fence's language, and only by it:
+
+* ``python``: run, offline. A block with ``trio.run(`` (or ``if __name__``) is a program and runs
+  as a script from the repository root (a scratch copy of it); any other block is a fragment:
+  the fragments of one document run in order in one namespace (top-level ``await`` allowed),
+  which starts with the public API, ``trio``, ``home`` and ``workspace`` (fresh directories) and
+  ``spec`` (the simulator on them); a fragment using ``runtime`` or ``session`` without
+  defining it gets an open simulator runtime / a fresh session on it.
+* ``toml``, ``json``, ``jsonl``: parsed (JSON: the whole block, or each line).
+* ``sh``, ``bash``, ``console``, ``shell``: every ``dsh-orchestra`` command is parsed by the real
+  argument parser (valid flags and values) and every ``python FILE`` names a file that exists.
+* ``text``, ``output``, ``mermaid``, or no language: not code (output samples, synopses,
+  diagrams). Their ``$ `` lines are checked as commands, like ``sh``. Such a block that
+  parses as Python with an import, a ``def`` or an ``await`` is an error: label it ``python``.
+
+There is no other way out: a real example cannot opt out of running.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = {"python", "py"}
+PARSE = {"toml", "json", "jsonl"}
+SHELL = {"sh", "bash", "console", "shell"}
+NOT_CODE = {"", "text", "output", "mermaid"}
+_FENCE = re.compile(r"^```([^\s`]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+@attrs.frozen
+class Block:
+    path: Path
+    line: int
+    language: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def program(self) -> bool:
+        return "trio.run(" in self.text or "if __name__" in self.text
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    text = path.read_text(encoding="utf-8")
+    for match in _FENCE.finditer(text):
+        yield Block(path, text.count("\n", 0, match.start()) + 1, match.group(1).lower(), match.group(2))
+
+
+def all_blocks() -> list[Block]:
+    return [b for path in documents() for b in blocks(path)]
+
+
+def looks_like_python(text: str) -> bool:
+    """An unlabelled block that is really Python code (an import, a def, an await)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        try:
+            tree = ast.parse("async def _():\n" + "".join(f"    {line}\n" for line in text.splitlines()))
+        except SyntaxError:
+            return False
+    return any(isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.Await)) for n in ast.walk(tree))
+
+
+def command_lines(text: str, *, dollar_only: bool) -> list[str]:
+    """Logical command lines (continuations joined, ``$ `` prompts and comments removed)."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not pending:
+            if dollar_only:
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
+            elif line.startswith("$ "):
+                line = line[2:]
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = (pending + line).strip()
+        pending = ""
+        if full and not full.startswith("#"):
+            out.append(full)
+    return out
+
+
+def commands(line: str) -> list[list[str]]:
+    """The simple commands of a shell line (split at ``&&``, ``||``, ``|``, ``;``)."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    words = list(lexer)
+    out: list[list[str]] = [[]]
+    for word in words:
+        if word in ("&&", "||", "|", ";", "&"):
+            out.append([])
+        else:
+            out[-1].append(word)
+    return [c for c in out if c]
