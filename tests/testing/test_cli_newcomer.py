@@ -38,8 +38,9 @@ def test_sim_help_and_options_through_the_console_script(tmp_path: Path) -> None
     (tmp_path / "s.toml").write_text('default_reply = "scripted"\n')
     greet = frame(1, "initialize", {"cwd": str(tmp_path), "provider": "deepseek-official", "model": "deepseek-v4-flash"})
     done = run("sim", "--script", "s.toml", "--store", "store", "--profile", "sdk", cwd=tmp_path, stdin=greet)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[0])["id"] == 1 and done.stderr == b""
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+    # At end of input the simulator exits at once, like dsh: a reply still queued may be dropped.
+    assert all(json.loads(line)["id"] == 1 for line in done.stdout.splitlines())
 
 
 def test_sim_exits_0_at_end_of_input_right_after_a_burst(tmp_path: Path) -> None:
