@@ -122,6 +122,10 @@ def result_problem(value: Any) -> str | None:
         problem = _list_problem(value["approvals"], "approvals", ("tool_name", "call_id", "outcome", "rule"))
         if problem:
             return problem
+    if "questions" in value:  # added after 0.1.0: older result lines lack it
+        problem = _list_problem(value["questions"], "questions", ("id", "question", "outcome", "custom", "answered_by"))
+        if problem:
+            return problem
     return None
 
 
