@@ -31,13 +31,13 @@ from ._results import (
 from ._runner import PLACE_LOST as PLACE_LOST, run_batch as run_batch
 from ..pool import SessionBusyError as SessionBusyError
 from ..session import OK_FINISH_REASONS as OK_FINISH_REASONS
-from ._transcripts import read_transcript as read_transcript
+from ._transcripts import read_transcript as read_transcript, transcript_name as transcript_name
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile as percentile, summarize as summarize
 
 __all__ = [
     "OK_FINISH_REASONS", "PLACE_LOST", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
     "BatchUsageError", "Counters", "DatasetCheck", "DatasetError", "Executor", "PoolExecutor", "PoolRunner", "Progress",
     "ResultsFileError", "ResultsLock", "ResultsLockedError", "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
-    "load_dataset", "parse_shard", "percentile", "read_results", "read_transcript", "result_line", "result_problem", "run_batch", "scan_results",
+    "load_dataset", "parse_shard", "percentile", "read_results", "read_transcript", "result_line", "transcript_name", "result_problem", "run_batch", "scan_results",
     "stable_hash", "summarize",
 ]
