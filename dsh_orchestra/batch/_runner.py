@@ -242,9 +242,14 @@ async def run_batch(
     out = Path(out)
     plan = plan_of(options, spec)
     check_workspace_template(options)  # before anything runs
+    existed = out.exists()
     lock = ResultsLock(out)
     try:
         return await _run_locked(dataset, out, spec, options, executor, backoff, lock, plan)
+    except BaseException:
+        if not existed and out.exists() and out.stat().st_size == 0:
+            out.unlink()  # nothing was written (e.g. no runtime started): leave no empty results file
+        raise
     finally:
         lock.release()
 
