@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from .._logging import redact, register_secrets
 from ..approvals import LoadedPolicy, PolicyFileError, load_policy
-from ..questions import Answerer, AnswererFileError, load_answerer
+from ..questions import Answerer, AnswererFileError, QuestionsRequest, load_answerer
 from ..runtime import RuntimeSpec
 from ._errors import message
 from ..runtime._spec import APPROVAL_RELAY_MODES
@@ -150,8 +150,8 @@ def start_warnings(spec: RuntimeSpec, *, policy: Any, answerer: Any) -> list[str
     if spec.approval_relay == "on" and policy is None and answerer is None:
         raise UsageError("--approval-relay on needs --policy or --answerer (there is nothing to relay)")
     messages = configuration_warnings(spec, approvals=policy is not None, answerer=answerer is not None)
-    for message in messages:
-        print(f"dsh-orchestra: warning: {message}", file=sys.stderr)
+    for line in messages:
+        print(f"dsh-orchestra: warning: {line}", file=sys.stderr)
     report_warnings(messages, console=False)
     return messages
 
