@@ -1,23 +1,18 @@
 """Two scored simulator runs of one dataset (a baseline and a candidate with another scenario),
 for the evaluation report and the comparison page.
 
-The runs are real batches on the simulator. Scoring: the result lines get their ``scores``
-(issue 15's contract: ``{"value", "answer", "explanation"}`` per scorer) from ``score_line``
-below (the built-in scorers' normalization and token F1), the summary its ``scores``,
-``groups`` and ``run`` from ``dsh_orchestra.eval``'s ScoreTally, as ``batch --score`` writes
-them.
+The runs are real batches on the simulator, scored by the batch (``--score``); the summary
+holds the scores, groups and run metadata the batch wrote.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import attrs
 import orjson
 
-from dsh_orchestra.eval import ScoreTally, normalize, token_f1
 from report_support import POLICY, cli
 
 _COMMON = r'''
@@ -101,21 +96,6 @@ def dataset_items() -> list[dict[str, Any]]:
     return items
 
 
-# ---- scoring with the built-in scorers' functions (normalized exact, includes, SQuAD token F1) ----
-
-
-def score_line(line: dict[str, Any], target: str) -> dict[str, Any]:
-    """``scores`` of one result line: exact, includes, f1 (all null for an item in error)."""
-    response = line.get("final_response")
-    if line["status"] != "ok" or not isinstance(response, str):
-        return {name: {"value": None, "answer": None, "explanation": "the item ended in error"} for name in ("exact", "includes", "f1")}
-    return {
-        "exact": {"value": int(normalize(response) == normalize(target)), "answer": None, "explanation": None},
-        "includes": {"value": int(normalize(target) in normalize(response)), "answer": None, "explanation": None},
-        "f1": {"value": token_f1(response, target), "answer": None, "explanation": f"token F1 against {target!r}"},
-    }
-
-
 @attrs.frozen
 class EvalRun:
     results: Path
@@ -130,36 +110,26 @@ class EvalRun:
         return data
 
 
+SCORERS = ("exact", "includes", "f1")
+
+
 def run_scored(directory: Path, name: str, scenario: str, dataset: Path) -> EvalRun:
-    """One real simulator batch of ``dataset``, scored; files ``<name>.jsonl``, ``<name>-summary.json``."""
+    """One real simulator batch of ``dataset``, scored by the batch itself (``--score exact
+    --score includes --score f1 --group-by topic``); files ``<name>.jsonl``,
+    ``<name>-summary.json``, ``<name>-transcripts/``, and ``<name>-raw.jsonl``: the same lines
+    without their scores (for `compare --score ... --dataset`)."""
     (directory / f"{name}.toml").write_text(scenario, encoding="utf-8")
     (directory / "policy.toml").write_text(POLICY, encoding="utf-8")
-    raw = directory / f"{name}-raw.jsonl"
+    results = directory / f"{name}.jsonl"
     run = cli(
-        "batch", dataset, "--out", raw, "--runtime", "sim", "--script", f"{name}.toml", "--policy", "policy.toml",
-        "--summary", f"{name}-raw-summary.json", "--transcripts", f"{name}-transcripts", "--timeout", "5", "--retries", "0",
+        "batch", dataset, "--out", results, "--runtime", "sim", "--script", f"{name}.toml", "--policy", "policy.toml",
+        *(arg for scorer in SCORERS for arg in ("--score", scorer)), "--group-by", "topic",
+        "--summary", f"{name}-summary.json", "--transcripts", f"{name}-transcripts", "--timeout", "5", "--retries", "0",
         "--no-progress", cwd=directory,
     )
     assert run.returncode in (0, 1), run.stderr
-    targets = {item["id"]: item["target"] for item in dataset_items()}
-    lines = [orjson.loads(line) for line in raw.read_bytes().splitlines() if line.strip()]
-    tally = ScoreTally(["exact", "includes", "f1"], seed=0)
-    groups = ScoreTally(["exact", "includes", "f1"], seed=0, group_by="topic")
-    for line in lines:
-        line["scores"] = score_line(line, targets[line["id"]])
-        line["usage"] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        tally.add_line(line)
-        groups.add_line(line)
-    results = directory / f"{name}.jsonl"
-    results.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-    summary = orjson.loads((directory / f"{name}-raw-summary.json").read_bytes())
-    summary["scores"] = tally.scores()
-    summary["groups"] = groups.groups()
-    summary["usage"] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    summary["run"] = {
-        "dataset": {"path": dataset.name, "sha256": hashlib.sha256(dataset.read_bytes()).hexdigest(), "items": len(lines)},
-        "scorers": ["exact", "includes", "f1"], "epochs": 1, "reducer": "mean", "seed": 0,
-    }
-    path = directory / f"{name}-summary.json"
-    path.write_bytes(orjson.dumps(summary))
-    return EvalRun(results=results, summary=path, transcripts=directory / f"{name}-transcripts")
+    lines = [orjson.loads(line) for line in results.read_bytes().splitlines() if line.strip()]
+    assert all(set(line["scores"]) == set(SCORERS) for line in lines)
+    raw = directory / f"{name}-raw.jsonl"
+    raw.write_bytes(b"".join(orjson.dumps({k: v for k, v in line.items() if k != "scores"}) + b"\n" for line in lines))
+    return EvalRun(results=results, summary=directory / f"{name}-summary.json", transcripts=directory / f"{name}-transcripts")
