@@ -85,14 +85,14 @@ def relay_warnings(spec: RuntimeSpec, *, approvals: bool, answerer: bool) -> lis
         out.append(
             "the approval policy cannot take effect: the real runtime 0.2.1-rc.2 never sends "
             "approval/request and the approval relay is off, so every approval (subagents' "
-            "included) is decided 'unavailable' (denied) inside the runtime; use --approval-relay "
-            "auto (approval_relay='auto')"
+            "included) is decided 'unavailable' (denied) inside the runtime; use "
+            "approval_relay='auto'"
         )
     if answerer:
         out.append(
             "the answerer cannot take effect: the real runtime 0.2.1-rc.2 never sends "
             "user-question/ask and without the approval relay its sdk profile has no question tool, "
-            "so no question can arrive; use --approval-relay auto (approval_relay='auto')"
+            "so no question can arrive; use approval_relay='auto'"
         )
     return out
 

@@ -235,7 +235,7 @@ async def test_bad_scoring_options_refused_before_anything_runs(tmp_path: Path) 
     for options, message in [
         ({"scorers": ["nope"]}, "is not a scorer"),
         ({"scorers": ["exact"], "epochs": 2, "epoch_reducer": "pass@3"}, "k <= the epochs"),
-        ({"scorers": ["exact"], "epoch_reducer": "median"}, "--epoch-reducer must be"),
+        ({"scorers": ["exact"], "epoch_reducer": "median"}, "epoch_reducer must be"),
         ({"prices": tmp_path / "absent.toml"}, "cannot read prices file"),
         ({"workspace_template": tmp_path / "absent"}, "is not a directory"),
         ({"keep_workspaces": True}, "keep_workspaces=True needs workspace_template="),
