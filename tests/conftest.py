@@ -17,6 +17,20 @@ An autouse check fails any test that leaves a child process of the test process 
 (running or zombie), after killing what it left so later tests start clean.
 
 Tests marked ``integration`` are skipped when the bundled runtime is not installed.
+
+Parallel runs. The suite runs on several pytest-xdist workers at once (``-n 3 --dist
+loadgroup`` in pyproject.toml's addopts; ``-n 0`` runs it in one process). Every test must
+therefore be fine beside any other: it keeps its files in ``tmp_path`` (never a shared glob of
+/tmp), looks only at its own processes (``process_table.our_children``, or its ``tmp_path`` in
+an argv; never a machine-wide count), and has no wall-clock bound tighter than 5x the expected
+time. What cannot share goes into a group: ``@pytest.mark.xdist_group("NAME")`` (a whole
+module: ``pytestmark = pytest.mark.xdist_group("NAME")``) runs every test of the group on one
+worker, one after another, while other workers run other tests. The groups:
+
+* ``"ray"``: every test that starts or joins a Ray instance (tests/scale/test_ray_*.py). One
+  Ray instance at a time on the machine, and a module's ``ray_cluster`` is started once.
+* ``"sim_run"``, ``"eval_runs"``: added here, below, to every test that uses the report tests'
+  session-scoped fixture of that name, so each real run is made once, not once per worker.
 """
 
 from __future__ import annotations
@@ -42,7 +56,16 @@ LEAK_GRACE = 1.0
 """Seconds a child may take to disappear after a test before it counts as leaked."""
 
 
+SHARED_RUNS = ("sim_run", "eval_runs")
+"""Session-scoped fixtures that make a real run: their tests share one xdist worker (a group each)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in SHARED_RUNS:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
     try:
         bundled_dsh_command()
     except FileNotFoundError as exc:
