@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_orchestra.pool import open_pool
+from dsh_orchestra.pool import RuntimePool, open_pool
 from dsh_orchestra.protocol import TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 
@@ -109,14 +109,31 @@ async def test_graceful_close_leaves_no_process(sim_process: SpecMaker) -> None:
 async def test_cancelled_pool_with_hung_turns_leaves_no_process(sim_process: SpecMaker) -> None:
     """Cancelling the block while turns hang in every runtime still reaps every process."""
     seen: list[int] = []
-    with trio.fail_after(30):
-        with trio.move_on_after(1.0):
+    hanging = 0
+    all_hang = trio.Event()
+
+    async def hang(pool: RuntimePool) -> None:
+        nonlocal hanging
+        async with pool.lease() as runtime:
+            session = runtime.session()
+            await session.prompt("HANG")  # session.run(), in two steps
+            hanging += 1
+            if hanging == 4:
+                all_hang.set()
+            await session.wait()
+
+    with trio.fail_after(60):
+        with trio.CancelScope() as block:
             async with open_pool(sim_process(), 2, max_sessions=2) as pool:
                 await pool.wait_live()
                 seen.extend(pids(pool))
                 async with trio.open_nursery() as nursery:
                     for _ in range(4):
-                        nursery.start_soon(pool.run_prompt, "HANG")
+                        nursery.start_soon(hang, pool)
+                    await all_hang.wait()  # two turns accepted by each runtime, none will end
+                    assert pool.statistics().in_flight == 4
+                    block.cancel()
+    assert block.cancelled_caught
     assert len(seen) == 2
     for pid in seen:
         assert_gone(pid)

@@ -13,14 +13,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import attrs
 import orjson
 import pytest
 
 from cdp import Browser, find_chromium
-from scored_runs import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRun, run_scored
+from scored_runs import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRuns, run_scored
 from scored_runs import dataset_items as eval_dataset_items
 from report_support import POLICY, SCRIPT, SimRun, cli, dataset_items
 
@@ -67,19 +65,6 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
         yield instance
     finally:
         instance.close()
-
-
-@attrs.frozen
-class EvalRuns:
-    """The two scored runs, the candidate's report (with the comparison) and the comparison page."""
-
-    directory: Path
-    dataset: Path
-    base: EvalRun
-    candidate: EvalRun
-    report: Path
-    compare_page: Path
-    compare_json: dict[str, Any]
 
 
 @pytest.fixture(scope="session")

@@ -110,6 +110,19 @@ class EvalRun:
         return data
 
 
+@attrs.frozen
+class EvalRuns:
+    """The two scored runs, the candidate's report (with the comparison) and the comparison page."""
+
+    directory: Path
+    dataset: Path
+    base: EvalRun
+    candidate: EvalRun
+    report: Path
+    compare_page: Path
+    compare_json: dict[str, Any]
+
+
 SCORERS = ("exact", "includes", "f1")
 
 

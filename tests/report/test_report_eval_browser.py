@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 from cdp import Browser, Page
-from conftest import EvalRuns
-from scored_runs import HOSTILE_PROMPT, HOSTILE_RESPONSE
+from scored_runs import HOSTILE_PROMPT, HOSTILE_RESPONSE, EvalRuns
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 UPDATE_ENV = "DSH_ORCHESTRA_UPDATE_SCREENSHOT"

@@ -16,8 +16,7 @@ from dsh_orchestra.report import build_payload, render_html
 from dsh_orchestra.report._conversation import line_entries, transcript_entries
 from dsh_orchestra.report._evaluation import evaluation_payload
 from report_support import cli
-from scored_runs import HOSTILE_RESPONSE
-from conftest import EvalRuns
+from scored_runs import HOSTILE_RESPONSE, EvalRuns
 
 
 def scored(item_id: str, values: dict[str, float | None], **fields: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Fixtures for the connection tests: a Connection wired to a scripted peer over memory streams.
+"""Fixtures for the connection tests: a Connection wired to a scripted peer over memory streams
+(``Peer`` and ``Wired`` are in transport_support.py).
 
 ``wired`` gives a started ``Connection`` (``.connection``), the runtime's end of the stream
 pair as a ``Peer`` that reads our frames and writes its own (``.peer``), and our end of the
@@ -8,68 +9,13 @@ timeouts elapse at once and nothing sleeps for real.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any
-
-import attrs
 import pytest
 import trio
 import trio.testing
 
-from dsh_orchestra.protocol import LineFramer, encode_frame, notification_frame, result_frame
 from dsh_orchestra.transport import Connection
 
-
-class Peer:
-    """The runtime's end of the pair: reads the frames we write, writes frames to us."""
-
-    def __init__(self, stream: trio.abc.HalfCloseableStream) -> None:
-        self.stream = stream
-        self._framer = LineFramer()
-        self._frames: deque[dict[str, Any]] = deque()
-
-    async def receive(self) -> dict[str, Any]:
-        """The next frame the connection wrote."""
-        while not self._frames:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise EOFError("the connection closed its end")
-            self._framer.receive_data(data)
-            self._frames.extend(self._framer.frames())
-        return self._frames.popleft()
-
-    async def send(self, *frames: dict[str, Any]) -> None:
-        """Write ``frames`` in one chunk."""
-        await self.stream.send_all(b"".join(encode_frame(frame) for frame in frames))
-
-    async def send_raw(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
-        await self.send(notification_frame(method, params))
-
-    async def answer(self, result: Any = None) -> dict[str, Any]:
-        """Read the next request and answer it with ``result`` (``{}`` by default)."""
-        request = await self.receive()
-        await self.send(result_frame(request["id"], {} if result is None else result))
-        return request
-
-    async def drain(self, into: list[dict[str, Any]] | None = None) -> None:
-        """Read (and keep, if asked) everything the connection writes, until it hangs up."""
-        try:
-            while True:
-                frame = await self.receive()
-                if into is not None:
-                    into.append(frame)
-        except (EOFError, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
-
-
-@attrs.define
-class Wired:
-    connection: Connection
-    peer: Peer
-    stream: trio.StapledStream[Any, Any]
+from transport_support import Peer, Wired
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import Wired
+from transport_support import Wired
 
 from dsh_orchestra.protocol import (
     APPROVAL_REQUEST,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import Wired
+from transport_support import Peer, Wired
 
 from dsh_orchestra.protocol import (
     SESSION_EVENT,
@@ -26,7 +26,7 @@ from dsh_orchestra.protocol import (
     notification_frame,
     result_frame,
 )
-from dsh_orchestra.transport import Notification
+from dsh_orchestra.transport import Connection, Notification
 
 
 def status(index: int, session: str = "s1") -> dict[str, Any]:
@@ -224,10 +224,6 @@ async def test_frames_that_break_the_rules_are_counted_not_fatal(
 async def test_an_oversized_frame_closes_the_connection_with_a_clear_error(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
-    from conftest import Peer
-
-    from dsh_orchestra.transport import Connection
-
     ours, theirs = trio.testing.memory_stream_pair()
     connection = Connection(ours, max_frame_size=1000)
     await nursery.start(connection.run)

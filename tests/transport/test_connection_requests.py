@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import Peer, Wired
+from transport_support import Peer, Wired
 
 from dsh_orchestra.protocol import (
     SESSION_PROMPT,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import Peer
+from transport_support import Peer
 
 from dsh_orchestra.protocol import SESSION_WAIT, TransportClosedError, WaitParams, notification_frame, result_frame
 from dsh_orchestra.transport import Connection

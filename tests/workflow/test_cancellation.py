@@ -14,7 +14,7 @@ import trio
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
 
-from .conftest import children_pids
+from .workflow_support import children_pids
 
 SCRIPT = """
 [[rules]]

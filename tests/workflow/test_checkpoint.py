@@ -23,7 +23,7 @@ from dsh_orchestra.workflow import (
     run_workflow,
 )
 
-from .conftest import WireMeter
+from .workflow_support import WireMeter
 
 SpecFactory = Callable[..., RuntimeSpec]
 

@@ -26,7 +26,7 @@ import pytest
 
 from dsh_orchestra.cli._main import build_parser
 
-from .conftest import RECIPES
+from .workflow_support import RECIPES
 
 CLI = [sys.executable, "-c", "import sys; from dsh_orchestra.cli import main; sys.exit(main())"]
 TAP = Path(__file__).with_name("wire_tap.py")

@@ -15,7 +15,7 @@ from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script
 from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
 
-from .conftest import scenario
+from .workflow_support import scenario
 
 pytestmark = pytest.mark.integration
 

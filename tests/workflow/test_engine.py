@@ -13,7 +13,7 @@ from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
 from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
 
-from .conftest import WireMeter
+from .workflow_support import WireMeter
 
 SpecFactory = Callable[..., RuntimeSpec]
 

@@ -18,7 +18,7 @@ from dsh_orchestra.pool import open_pool
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.workflow import Statistics, StepContext, Workflow, run_workflow
 
-from .conftest import WireMeter
+from .workflow_support import WireMeter
 
 SpecFactory = Callable[..., RuntimeSpec]
 

@@ -14,7 +14,7 @@ from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script, load_script
 from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
 
-from .conftest import RECIPES, children_pids
+from .workflow_support import RECIPES, children_pids
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._script import load_script
 from dsh_orchestra.workflow import run_workflow
 
-from .conftest import RECIPES
+from .workflow_support import RECIPES
 
 SpecFactory = Callable[..., RuntimeSpec]
 NAMES = ["code_review", "map_reduce", "judge"]

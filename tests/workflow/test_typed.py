@@ -10,7 +10,7 @@ from trio.testing import MockClock
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.workflow import Statistics, StepContext, Workflow, run_workflow
 
-from .conftest import WireMeter
+from .workflow_support import WireMeter
 
 SpecFactory = Callable[..., RuntimeSpec]
 
