@@ -128,7 +128,7 @@ def run_sdk(runtimes: int, items: int, base_url: str, root: Path) -> dict[str, A
                 out.flush()
                 seen[item_id] = (result.final_response, result.finish_reason)
 
-        cpu, wall, rss = time.process_time(), time.perf_counter(), maxrss_mib()
+        cpu, wall = time.process_time(), time.perf_counter()
         with ThreadPoolExecutor(max_workers=PER_RUNTIME * runtimes) as pool:
             futures = [pool.submit(one, n, i, p) for n, (i, p) in enumerate(prompts(items))]
             for future in futures:

@@ -25,6 +25,7 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
@@ -37,7 +38,8 @@ LAYERS = ("transport", "runtime", "session", "session.relay", "approvals", "ques
 FIELDS = ("runtime", "session", "item")
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 
-_CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("dsh_orchestra_log_context", default={})
+_NO_CONTEXT: Mapping[str, str] = MappingProxyType({})  # read-only: the default is shared by every context
+_CONTEXT: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("dsh_orchestra_log_context", default=_NO_CONTEXT)
 _SECRETS = Redactor(min_length=MIN_SECRET_LENGTH)  # process-wide: every record is redacted
 _OURS = "_dsh_orchestra_handler"  # marks the handlers configure_logging installed
 

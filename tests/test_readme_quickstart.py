@@ -38,7 +38,7 @@ def test_the_first_command_runs_the_batch_and_resumes(tmp_path: Path) -> None:
         summary = json.loads(done.stdout)
         assert summary["total"] == 5 and summary["ok"] == 5
         assert summary["resumed"] == (5 if round_ else 0)
-    lines = [json.loads(l) for l in (tmp_path / "results.jsonl").read_text().splitlines()]
+    lines = [json.loads(text) for text in (tmp_path / "results.jsonl").read_text().splitlines()]
     by_id = {line["id"]: line for line in lines}
     assert sorted(by_id) == ["approval", "greet", "question", "spawn-review", "summarise"]
     assert len(by_id["spawn-review"]["subagents"]) == 2

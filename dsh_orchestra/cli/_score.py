@@ -87,7 +87,7 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the score command; returns the exit status."""
-    
+
     if not args.score and not args.scoring:
         return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
     with scratch_dir("home") as temp_home:

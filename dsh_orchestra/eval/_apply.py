@@ -118,7 +118,7 @@ _BUILTIN = frozenset({"exact", "includes", "choice", "numeric", "f1", "regex"})
 
 
 def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
 
 
 async def _call(scorer: BoundScorer, item: ItemLike, result: Any) -> tuple[Any, Usage]:

@@ -116,11 +116,10 @@ _NUMBER = re.compile(
 
 def last_number(text: str) -> tuple[str, float] | None:
     """The last number of ``text`` as (its text, its value); commas are thousands separators."""
-    written = None
-    for written in _NUMBER.findall(text):
-        pass
-    if written is None:
+    found = _NUMBER.findall(text)
+    if not found:
         return None
+    written = found[-1]
     value = float(written.replace(",", ""))
     return (written, value) if math.isfinite(value) else None
 

@@ -206,7 +206,7 @@ class ScoreTally:
                 rows = [epochs[e] for e in sorted(epochs)]
             for index, column in enumerate(columns):
                 column.append(reducer([r[index] for r in rows]))
-        return dict(zip(self.names, columns))
+        return dict(zip(self.names, columns, strict=True))
 
     def scores(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
         """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when

@@ -151,7 +151,7 @@ async def rescore(
                 for start in range(0, len(lines), CHUNK):
                     chunk = lines[start : start + CHUNK]
                     scored = await _score_chunk(scorers, items, chunk)
-                    for line, attempt in zip(chunk, scored):
+                    for line, attempt in zip(chunk, scored, strict=True):
                         new = {k: v for k, v in line.items() if k not in ("scores", "cost_usd", "judge_usage", "judge_cost_usd")}
                         fields = line_fields(plan, Usage.from_json(line.get("usage")), attempt.scores, attempt.judge_usage,
                                              line.get("epoch", 1), price)

@@ -151,7 +151,7 @@ def comparison_section(cmp: Mapping[str, Any]) -> Markup:
                       _pair_table(cmp, name, doc["scorers"][name]["improvements"], "improvements"))
                   for name in names]
     side_rows = []
-    for key, label, unit in (("latency", "latency per item (s)", ""), ("usage", "tokens per item", "")):
+    for key, label in (("latency", "latency per item (s)"), ("usage", "tokens per item")):
         side = doc[key]
         for stat in ("total", "median", "p95"):
             side_rows.append(tag("tr", None, tag("th", None, f"{label}: {stat}"), tag("td", {"class": "num"}, fmt(side["base"].get(stat), 3)),

@@ -223,7 +223,9 @@ class RayRunner:
         except Exception as exc:
             kind, cause = self._classify(exc)
             if kind == "error":
-                raise cause if cause is not None else exc
+                if cause is None:
+                    raise
+                raise cause from cause.__cause__  # the actor's own error, bare: not chained to Ray's wrapper
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if slot.actor is actor:
                 slot.lost = slot.lost or reason

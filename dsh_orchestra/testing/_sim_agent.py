@@ -397,7 +397,7 @@ class Agent:
                                           for c in calls]
             self._assistant(turn, step, blocks, "tool-calls")
             call_seqs = [self.emit_tool_call(turn, step, c.call_id, c.name, json.dumps(c.arguments)) for c in calls]
-            for call, seq in zip(calls, call_seqs):
+            for call, seq in zip(calls, call_seqs, strict=True):
                 await execute(self, turn, step, call, seq, intent, values)
             self.emit(StepEnd, "step/end", StepData(turn=turn, step=step))
             step += 1

@@ -31,7 +31,6 @@ import trio.testing
 
 from ..protocol import (
     APPROVAL_REQUEST,
-    JsonRpcResponseError,
     NotInitializedError,
     SessionAlreadyOpenError,
     SessionExistsError,
@@ -106,9 +105,9 @@ class SimulatedRuntime:
     connection: Connection
 
     def __init__(self, script: Script = DEFAULT_SCRIPT, *, store: str | os.PathLike[str] | None = None,
-                 options: SimOptions = SimOptions()) -> None:
+                 options: SimOptions | None = None) -> None:
         self.script = script
-        self.options = options
+        self.options = SimOptions() if options is None else options
         self.store = SessionStore(store)
         self.route = Route(provider="deepseek-official", model="deepseek-v4-flash",
                            reasoning_effort=DEFAULT_EFFORT, max_tokens=DEFAULT_MAX_TOKENS)

@@ -22,7 +22,7 @@ import pytest
 from dsh_orchestra.cli import main
 
 from batch_support import (
-    ALLOW_BASH, BATCH_SCRIPT, CLI, RESULT_KEYS, SUMMARY_KEYS, by_id, cli_args, items, run_cli, write_dataset,
+    ALLOW_BASH, CLI, RESULT_KEYS, SUMMARY_KEYS, by_id, cli_args, items, run_cli, write_dataset,
     write_script,
 )
 

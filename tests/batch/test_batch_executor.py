@@ -5,6 +5,7 @@ of the attempt reaching the loop. Virtual time throughout."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -121,10 +122,10 @@ async def test_backoff_is_capped_and_jittered_downward(autojump_clock: MockClock
     options = BatchOptions(retries=5, retry_backoff=1.0, retry_backoff_max=3.0, retry_jitter=0.5, progress="none")
     await run_batch(dataset(tmp_path, 1), tmp_path / "r.jsonl", None, options, executor=Scripted(runner))
     times = [t for t, _ in runner.calls["i0"]]
-    pauses = [b - a - 1.0 for a, b in zip(times, times[1:])]
+    pauses = [b - a - 1.0 for a, b in itertools.pairwise(times)]
     plain = [1.0, 2.0, 3.0, 3.0, 3.0]
     assert len(pauses) == 5
-    for pause, most in zip(pauses, plain):
+    for pause, most in zip(pauses, plain, strict=True):
         assert most * 0.5 - 1e-9 <= pause <= most + 1e-9
 
 

@@ -59,7 +59,7 @@ def brute_force(differences: list[float]) -> float:
     moving = [d for d in differences if d != 0]
     observed = abs(sum(differences))
     hits = sum(1 for signs in itertools.product((1, -1), repeat=len(moving))
-               if abs(sum(s * d for s, d in zip(signs, moving))) >= observed * (1 - 1e-12))
+               if abs(sum(s * d for s, d in zip(signs, moving, strict=True))) >= observed * (1 - 1e-12))
     return hits / 2 ** len(moving)
 
 

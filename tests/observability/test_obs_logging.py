@@ -26,7 +26,6 @@ from dsh_orchestra._logging import (
 )
 from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.session import open_runtime
 
 LAYERS = ("transport", "runtime", "session", "approvals", "pool", "workflow", "batch", "session.relay")
 SECRET = "sk-obs-test-0123456789abcdef"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -42,7 +43,7 @@ def frames_via_feed(chunks: list[bytes]) -> tuple[list[dict[str, Any]], int]:
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({min(len(data), cut) for cut in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 # ---- one line of every kind the stream can hold, with what the framer must make of it ----

@@ -39,7 +39,7 @@ def assert_wire_shape(value: Any, raw: Any, where: str = "$") -> None:
         return
     if isinstance(value, list):
         assert isinstance(raw, list) and len(raw) == len(value), where
-        for index, (item, raw_item) in enumerate(zip(value, raw)):
+        for index, (item, raw_item) in enumerate(zip(value, raw, strict=True)):
             assert_wire_shape(item, raw_item, f"{where}[{index}]")
         return
     if not attrs.has(type(value)):

@@ -127,7 +127,7 @@ def test_drawer_is_a_conversation(eval_runs: EvalRuns, browser: Browser) -> None
     assert any(r.startswith("started subagent") for r in results) and any("[simulated bash]" in r for r in results)
     scores = page.evaluate("Array.from(document.querySelectorAll('#detail-body table.scores tbody tr')).map(tr => tr.textContent)")
     assert [row.split("\n")[0][:2] for row in scores] and len(scores) == 3
-    assert [s.startswith(name) for s, name in zip(scores, ("exact", "includes", "f1"))] == [True, True, True]
+    assert [s.startswith(name) for s, name in zip(scores, ("exact", "includes", "f1"), strict=True)] == [True, True, True]
     assert page.problems() == []
 
 

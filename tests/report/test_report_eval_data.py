@@ -77,11 +77,11 @@ def test_conversation_is_bounded(eval_runs: EvalRuns) -> None:
 def test_report_embeds_bounded_conversations_and_links_the_file(eval_runs: EvalRuns, tmp_path: Path) -> None:
     payload = build_payload(results=eval_runs.candidate.results, transcripts=eval_runs.candidate.transcripts,
                             out=tmp_path / "r.html", max_transcript=40)
-    details = {row[0]: d for row, d in zip(payload["batch"]["rows"], payload["batch"]["details"])}
+    details = {row[0]: d for row, d in zip(payload["batch"]["rows"], payload["batch"]["details"], strict=True)}
     assert details["agent-1"]["conversation"]["cut"] is True
     assert details["agent-1"]["transcript"].endswith(transcript_name("agent-1"))
     full = build_payload(results=eval_runs.candidate.results, transcripts=eval_runs.candidate.transcripts, out=tmp_path / "r.html")
-    assert {row[0]: d for row, d in zip(full["batch"]["rows"], full["batch"]["details"])}["agent-1"]["conversation"]["cut"] is False
+    assert {row[0]: d for row, d in zip(full["batch"]["rows"], full["batch"]["details"], strict=True)}["agent-1"]["conversation"]["cut"] is False
     with pytest.raises(ValueError, match="max_transcript"):
         build_payload(results=eval_runs.candidate.results, max_transcript=0)
 
@@ -130,7 +130,7 @@ def test_score_columns_previews_and_hostile_text(tmp_path: Path) -> None:
     payload = build_payload(results=results, dataset=dataset)
     batch = payload["batch"]
     assert batch["columns"][:3] == ["id", "status", "score:exact"]
-    row = dict(zip(batch["columns"], batch["rows"][1]))
+    row = dict(zip(batch["columns"], batch["rows"][1], strict=True))
     assert row["score:exact"] is None and len(row["response"]) == 120 and len(row["prompt"]) == 120 and row["tokens"] == 5
     html = render_html(payload)
     assert "<b>p</b>" not in html and "<script>window.pwned" not in html and 'id="filter-scored"' in html

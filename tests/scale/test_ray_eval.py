@@ -10,7 +10,7 @@ import pytest
 from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.scale import RayExecutor
 
-from scale_support import RayCluster, by_id, lines_of, sim_spec, write_dataset
+from scale_support import RayCluster, lines_of, sim_spec, write_dataset
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance at a time (tests/conftest.py)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import pytest
 import trio
 
 from dsh_orchestra.protocol import SESSION_PROMPT, SESSION_WAIT
