@@ -42,8 +42,8 @@ wf.prompt("publish", "PUBLISH {draft}", depends_on=["draft", "approve"])
 
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "scenario.toml")
-        script.write_text(SCENARIO)
+        script = trio.Path(tmp, "scenario.toml")
+        await script.write_text(SCENARIO)
         spec = RuntimeSpec.simulator(script=script, dsh_home=tmp, cwd=tmp)
         checkpoint = Path(tmp, "post.ckpt")
         inputs = {"topic": "trio"}

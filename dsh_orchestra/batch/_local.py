@@ -59,7 +59,7 @@ async def attempt_on_pool(
     item: BatchItem,
     session_id: str,
     *,
-    timeout: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 - covers the session only (not the wait for a place); a result
     transcripts: TranscriptWriter | None = None,
     workspace: str | None = None,
 ) -> Attempt:

@@ -249,7 +249,7 @@ class SimulatedRuntime:
         await trio.sleep_forever()  # the teardown closes the stream: the client sees end of file
 
     async def ask_approval(self, agent: Agent, tool_name: str, call_id: str, reason: str,
-                           timeout: float | None) -> str:
+                           timeout: float | None) -> str:  # noqa: ASYNC109 - an outcome, not a cancellation (Host)
         await self.outbox.flush()  # approval/asked (and the tool call) reach the client first
         params = {"sessionId": agent.id, "toolName": tool_name, "callId": call_id, "reason": reason}
         with trio.move_on_after(math.inf if timeout is None else timeout):
@@ -263,7 +263,7 @@ class SimulatedRuntime:
             return outcome if outcome in ("allowed-once", "rejected", "cancelled") else "rejected"
         return "cancelled"  # the simulator stopped waiting; a late answer is ignored
 
-    async def ask_question(self, agent: Agent, questions: list[dict[str, Any]], timeout: float | None) -> QuestionReply:
+    async def ask_question(self, agent: Agent, questions: list[dict[str, Any]], timeout: float | None) -> QuestionReply:  # noqa: ASYNC109 - an outcome (Host)
         await self.outbox.flush()
         request_id = f"req_{uuid.uuid4().hex}"
         params = {"requestId": request_id, "sessionId": agent.id, "questions": questions}
@@ -501,7 +501,9 @@ class SimulatedRuntime:
     async def _cwd_get(self, params: dict[str, Any]) -> dict[str, Any]:
         agent = self._cwd_agent(params)
         record = agent.record
-        if not os.path.isdir(record.cwd) and record.cwd != record.origin_cwd:
+        # No worker thread for a stat here (nor below): the simulator runs under trio's
+        # MockClock in tests, whose autojump moves virtual time on while a thread works.
+        if not os.path.isdir(record.cwd) and record.cwd != record.origin_cwd:  # noqa: ASYNC240 - see above
             old = record.cwd
             agent.change_cwd(record.origin_cwd, cwd_unavailable(old, record.origin_cwd))
         await self.outbox.flush()
@@ -514,8 +516,8 @@ class SimulatedRuntime:
             _fail("working-directory set requires a path string")
         if not path:
             _fail("working-directory: cd must not be empty")
-        target = os.path.normpath(os.path.join(agent.record.cwd, path))
-        if not os.path.isdir(target):
+        target = os.path.normpath(os.path.join(agent.record.cwd, path))  # noqa: ASYNC240 - string operations only
+        if not os.path.isdir(target):  # noqa: ASYNC240 - no thread under MockClock (see _cwd_get)
             _fail(f"working-directory: directory does not exist: {quote(path)}")
         if target != agent.record.cwd:
             agent.change_cwd(target, cwd_changed(agent.record.cwd, target))
@@ -549,7 +551,7 @@ class SimulatedRuntime:
         except (trio.BrokenResourceError, trio.ClosedResourceError, TransportClosedError):
             pass
         with trio.move_on_after(1.0):  # let concurrent requests (a repeated shutdown, waits) answer
-            while self.connection.statistics().handlers_running > 0:
+            while self.connection.statistics().handlers_running > 0:  # noqa: ASYNC110 - the count has no event
                 await trio.sleep(0.001)
         self._finish(0)
 

@@ -117,7 +117,7 @@ class StepContext:
             timeout=None, record=self,
         )
 
-    async def interrupt(self, question: str, *, choices: Sequence[str] | None = None, timeout: float | None = None) -> str:
+    async def interrupt(self, question: str, *, choices: Sequence[str] | None = None, timeout: float | None = None) -> str:  # noqa: ASYNC109 - public API; the answerer's time only
         """Ask a person ``question`` and return the answer (one of ``choices`` when given).
 
         This branch waits; the rest of the workflow goes on. The id is ``item_path:N`` (N: the
@@ -144,7 +144,7 @@ class StepContext:
             raise InterruptPending(interrupt)
         return answer
 
-    async def escalated(self, request: ApprovalRequest, timeout: float) -> Decision:
+    async def escalated(self, request: ApprovalRequest, timeout: float) -> Decision:  # noqa: ASYNC109 - running out is a rejection
         """Decide an approval the policy left undecided by an interrupt of this step."""
         reason = f" ({request.reason})" if request.reason else ""
         interrupt = Interrupt(id=self._next_id(), question=f"allow tool {request.tool_name}{reason}?", choices=APPROVE)
@@ -293,7 +293,7 @@ class _Engine:
         output: type | None,
         session_name: str | None,
         parse_attempts: int,
-        timeout: float | None,
+        timeout: float | None,  # noqa: ASYNC109 - starts after the limits and the lease, not at the call
         record: StepContext,
     ) -> Any:
         """One prompt (plus re-prompts for a typed output) in one session; turns go to ``record``.

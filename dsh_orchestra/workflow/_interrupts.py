@@ -69,7 +69,7 @@ class Interrupts:
         self.pending.pop(interrupt.id, None)
         return answer
 
-    async def ask(self, interrupt: Interrupt, timeout: float | None) -> str | None:
+    async def ask(self, interrupt: Interrupt, timeout: float | None) -> str | None:  # noqa: ASYNC109 - the answerer's time only
         """The answer, or None when none can be had in this run (the interrupt is pending).
 
         Raises:

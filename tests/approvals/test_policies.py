@@ -72,7 +72,7 @@ async def test_named_builtins() -> None:
 
 async def test_first_match_tries_rules_in_order_then_the_default() -> None:
     async def async_rule(request: ApprovalRequest) -> Decision | None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return allow("async") if request.tool_name == "grep" else None
 
     policy = first_match(deny_tools("bash", name="no-bash"), async_rule, allow_tools("*", name="rest"))
@@ -152,7 +152,7 @@ async def test_callback_adapts_plain_answers(value: Any, outcome: str | None) ->
 
 async def test_callback_accepts_async_functions_and_refuses_garbage() -> None:
     async def yes(request: ApprovalRequest) -> bool:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return True
 
     assert (await ask(callback(yes), req())).outcome == ALLOWED_ONCE

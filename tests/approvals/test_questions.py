@@ -77,7 +77,7 @@ def test_first_option_picks_the_first_label_and_never_invents_text() -> None:
 
 async def test_by_rule_answers_per_question_id() -> None:
     async def name_it(question: Question) -> str:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return f"answer to {question.id}"
 
     answerer = by_rule({"env": "production", "langs": ["rust", "go"], "name": name_it, "plan": lambda q: q.intent.approve})

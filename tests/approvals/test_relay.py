@@ -96,7 +96,7 @@ async def start(
 async def test_a_relayed_request_is_decided_by_the_service(nursery: trio.Nursery, tmp_path: Path) -> None:
     relay, service = await start(nursery, tmp_path, allow_tools("bash", name="ok"))
     assert relay.socket_path is not None
-    assert stat.S_IMODE(Path(relay.socket_path).stat().st_mode) == 0o600
+    assert stat.S_IMODE((await trio.Path(relay.socket_path).stat()).st_mode) == 0o600
     assert await plugin_ask(relay.socket_path, frame()) == b'{"outcome":"allowed-once"}\n'
     assert await plugin_ask(relay.socket_path, frame(toolName="write", callId=None, reason=None)) == b'{"outcome":"rejected"}\n'
     first, second = service.take(["s1"])
@@ -136,7 +136,7 @@ async def test_a_malformed_request_is_rejected_and_audited(nursery: trio.Nursery
 
 async def test_a_connection_from_outside_the_runtime_tree_is_closed_and_audited(nursery: trio.Nursery, tmp_path: Path) -> None:
     # The "runtime" is a sleeping child; this test process (its parent) is not its descendant.
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = await trio.lowlevel.open_process([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         audit = tmp_path / "audit.jsonl"
         log = AuditLog(audit)
@@ -157,7 +157,7 @@ async def test_a_connection_from_outside_the_runtime_tree_is_closed_and_audited(
         relay.cleanup()
     finally:
         child.kill()
-        child.wait()
+        await child.wait()
 
 
 def test_descendants_of_the_runtime_are_recognised() -> None:

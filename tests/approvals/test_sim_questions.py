@@ -36,7 +36,7 @@ async def test_the_answerer_sees_the_questions_as_asked(sim: SimFactory) -> None
 
     async def answerer(request: QuestionsRequest) -> list[Answer]:
         seen.append(request)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return [Answer(id="env", selected=["production"])]
 
     spec, wire = sim()

@@ -274,8 +274,8 @@ async def test_each_item_gets_a_fresh_workspace_removed_after_scoring(tmp_path: 
 
     lines = lines_of(tmp_path / "results.jsonl")
     assert len(lines) == 8 and all(line["scores"]["wscorer:check"]["value"] == 1.0 for line in lines)
-    assert len(set(wscorer.SEEN)) == 8 and all(not Path(p).exists() for p in wscorer.SEEN)  # removed
-    assert not Path(wscorer.SEEN[0]).parent.exists()  # and their temporary root
+    assert len(set(wscorer.SEEN)) == 8 and not [p for p in wscorer.SEEN if await trio.Path(p).exists()]  # removed
+    assert not await trio.Path(wscorer.SEEN[0]).parent.exists()  # and their temporary root
     assert not (workspace_scorer / "touched").exists()  # the template itself is never touched
     assert all("workspace" not in line for line in lines)
 

@@ -79,7 +79,7 @@ async def test_trio_tasks_inherit_the_context(caplog: pytest.LogCaptureFixture) 
     log = logging.getLogger("dsh_orchestra.pool")
 
     async def child(name: str) -> None:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         log.info("child %s", name)
 
     async with trio.open_nursery() as nursery:

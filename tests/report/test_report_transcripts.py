@@ -89,7 +89,7 @@ async def test_off_by_default(tmp_path: Path) -> None:
     with trio.fail_after(20):
         summary = await run_batch(dataset, tmp_path / "results.jsonl", spec, BatchOptions(progress="none"))
     assert summary.ok == 1
-    assert not list(tmp_path.rglob(f"*{SUFFIX}"))
+    assert not list(await trio.Path(tmp_path).rglob(f"*{SUFFIX}"))
 
 
 def test_a_transcript_that_cannot_be_written_does_not_fail_the_item(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

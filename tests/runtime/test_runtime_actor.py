@@ -87,7 +87,7 @@ async def test_relative_directories_are_absolute_in_initialize_and_launch(tmp_pa
     [start] = recorded(tmp_path)
     assert start["initialize"]["cwd"] == str(tmp_path / "ws")
     assert os.path.isabs(start["initialize"]["cwd"])
-    assert os.path.realpath(start["cwd"]) == os.path.realpath(tmp_path / "proc")
+    assert await trio.Path(start["cwd"]).resolve() == await trio.Path(tmp_path, "proc").resolve()
 
 
 async def test_workspace_is_the_process_cwd_by_default(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ async def test_workspace_is_the_process_cwd_by_default(tmp_path: Path) -> None:
         async with open_runtime(tiny(tmp_path, "ok", cwd=tmp_path / "ws")):
             pass
     [start] = recorded(tmp_path)
-    assert os.path.realpath(start["cwd"]) == os.path.realpath(tmp_path / "ws")
+    assert await trio.Path(start["cwd"]).resolve() == await trio.Path(tmp_path, "ws").resolve()
 
 
 async def test_child_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -190,7 +190,7 @@ class ScriptedRuntime:
         turn = session.turn
         await self._event(session, "turn/start", {"turn": turn})
         await self._event(session, "agent/inbox/spliced", {"target": "next-turn", "start": 0, "removedCount": 1, "inserted": []})
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         await self._event(session, "step/start", {"turn": turn, "step": 1})
         await self._event(session, "user/message", {"id": message_id, "role": "user",
                                                    "content": [{"type": "text", "text": text}], "source": {"kind": source}})

@@ -174,7 +174,7 @@ async def test_queued_prompts_each_get_their_own_turn(runtime: Runtime) -> None:
                 results.append(await session.run(text))
 
             nursery.start_soon(run, "first")
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             nursery.start_soon(run, "second")
     assert sorted(r.turns for r in results) == [(1,), (2,)]
     for result in results:  # each run holds its own turn: its own prompt and its own answer

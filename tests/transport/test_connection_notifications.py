@@ -76,7 +76,7 @@ async def test_a_response_is_released_only_after_the_notifications_before_it(
         if split:  # one frame per chunk, with scheduling in between
             for frame in frames:
                 await wired.peer.send(frame)
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         else:
             await wired.peer.send(*frames)
 

@@ -108,11 +108,11 @@ async def test_receive_lets_other_tasks_run_while_draining_a_full_buffer() -> No
         nonlocal ticks
         while True:
             ticks += 1
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         before = ticks
         for index in range(2048):
             assert (await subscription.receive()).params["index"] == index
@@ -134,11 +134,11 @@ async def test_strict_scheduling_can_be_asked_for() -> None:
         nonlocal ticks
         while True:
             ticks += 1
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         before = ticks
         for _ in range(10):
             await subscription.receive()
