@@ -3,8 +3,7 @@
 Sits on top of ``batch`` and ``workflow`` (it reads their files); ``dsh-orchestra report`` calls it.
 """
 
-from ._build import write_report as write_report
-from ._comparison import write_compare as write_compare
+from ._build import write_compare as write_compare, write_report as write_report
 from ._data import ReportInputError as ReportInputError, build_payload as build_payload, latency_stats as latency_stats
 from ._html import render_html as render_html
 from ._markup import embed_json as embed_json

@@ -1,14 +1,15 @@
-"""``write_report``: the files of a batch (or a workflow result) in, one HTML file out."""
+"""``write_report``: the files of a batch (or a workflow result) in, one HTML file out;
+``write_compare``: two results files in, their comparison page out."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .._paths import check_paths
-from ._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT, build_payload
+from ._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT, build_comparison, build_payload, load_prompts, page_payload
 from ._html import render_html
 
 
@@ -70,3 +71,40 @@ def write_page(out: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
         os.unlink(temporary)
         raise
     return path
+
+
+def write_compare(
+    out: str | os.PathLike[str],
+    *,
+    base: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    comparison: Mapping[str, Any] | None = None,
+    dataset: str | os.PathLike[str] | None = None,
+    title: str | None = None,
+    base_lines: Sequence[Mapping[str, Any]] | None = None,
+    candidate_lines: Sequence[Mapping[str, Any]] | None = None,
+    scorers: Sequence[str] | None = None,
+    seed: int = 0,
+    max_text: int = DEFAULT_MAX_TEXT,
+) -> Path:
+    """Write the comparison page of two results files to ``out`` (one self-contained HTML file).
+
+    ``comparison`` is a ``compare_runs`` document already computed (else it is computed here);
+    ``dataset`` adds the prompts.
+
+    Raises:
+        PathConflictError: ``out`` is one of the inputs (nothing is written).
+        ReportInputError: a file is missing or malformed.
+        CompareInputError: nothing to pair, or a named scorer in neither run.
+        OSError: ``out`` cannot be written.
+    """
+    check_paths({"base": base, "candidate": candidate, "dataset": dataset}, {"out": out})
+    prompts = load_prompts(dataset) if dataset is not None else None
+    cmp = build_comparison(base, candidate, doc=comparison, base_lines=base_lines, candidate_lines=candidate_lines,
+                           prompts=prompts, scorers=scorers, seed=seed, max_text=max_text)
+    sources = {"base": os.fspath(base), "candidate": os.fspath(candidate)}
+    if dataset is not None:
+        sources["dataset"] = os.fspath(dataset)
+    payload = page_payload(title or f"Comparison: {Path(candidate).name} against {Path(base).name}", sources)
+    payload["comparison"] = cmp
+    return write_page(out, payload)

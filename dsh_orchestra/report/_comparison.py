@@ -10,13 +10,12 @@ side-by-side panel with ``textContent`` from the embedded JSON.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import orjson
 
-from ._data import DEFAULT_MAX_TEXT, _clip
+from ..eval._compare import reduce_items
+from ._common import DEFAULT_MAX_TEXT, clip
 from ._eval_html import fmt, interval_svg, interval_text
 from ._items import PREVIEW
 from ._markup import Markup, tag
@@ -35,10 +34,10 @@ def _side(lines: Sequence[Mapping[str, Any]], names: Sequence[str], max_text: in
         scores: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         out[item_id] = {
             "status": str(line.get("status")),
-            "response": _clip(line.get("final_response") if isinstance(line.get("final_response"), str) else None, max_text)[0],
+            "response": clip(line.get("final_response") if isinstance(line.get("final_response"), str) else None, max_text)[0],
             "error": line["error"].get("type") if isinstance(line.get("error"), dict) else None,
             "scores": {
-                name: {k: (rec.get(k) if k == "value" else _clip(rec.get(k), max_text)[0]) for k in ("value", "answer", "explanation")}
+                name: {k: (rec.get(k) if k == "value" else clip(rec.get(k), max_text)[0]) for k in ("value", "answer", "explanation")}
                 for name in names if isinstance(rec := scores.get(name), dict)
             },
         }
@@ -56,7 +55,6 @@ def comparison_payload(
     max_text: int = DEFAULT_MAX_TEXT,
 ) -> dict[str, Any]:
     """The comparison page's data: the comparison document (``compare`` as JSON), and every pair's texts."""
-    from ..eval._compare import reduce_items
 
     names = list(doc["scorers"])
     base, candidate = _side(base_lines, names, max_text), _side(candidate_lines, names, max_text)
@@ -71,7 +69,7 @@ def comparison_payload(
         different = b["status"] != c["status"] or b["response"] != c["response"] or any(v[0] != v[1] for v in values.values())
         pairs.append({
             "id": item_id,
-            "prompt": _clip(prompts.get(item_id), max_text)[0] if prompts is not None else None,
+            "prompt": clip(prompts.get(item_id), max_text)[0] if prompts is not None else None,
             "base": b, "candidate": c, "values": values, "different": different,
         })
     return {"doc": dict(doc), "names": names, "base_name": base_name, "candidate_name": candidate_name,
@@ -100,9 +98,9 @@ def _pair_table(cmp: Mapping[str, Any], name: str, ids: Sequence[str], kind: str
             tag("td", {"class": "c-id"}, item_id),
             tag("td", {"class": "num"}, _value(b)), tag("td", {"class": "num"}, _value(c)),
             tag("td", {"class": "num " + ("pos" if c > b else "neg")}, _signed(c - b)),
-            tag("td", {"class": "preview"}, _clip(pair["prompt"], PREVIEW)[0] or "") if cmp["has_prompts"] else None,
-            tag("td", {"class": "preview"}, _clip(pair["base"]["response"], PREVIEW)[0] or ""),
-            tag("td", {"class": "preview"}, _clip(pair["candidate"]["response"], PREVIEW)[0] or ""),
+            tag("td", {"class": "preview"}, clip(pair["prompt"], PREVIEW)[0] or "") if cmp["has_prompts"] else None,
+            tag("td", {"class": "preview"}, clip(pair["base"]["response"], PREVIEW)[0] or ""),
+            tag("td", {"class": "preview"}, clip(pair["candidate"]["response"], PREVIEW)[0] or ""),
         ))
     head = ["id", "base", "candidate", "change"] + (["prompt"] if cmp["has_prompts"] else []) + ["base response", "candidate response"]
     more = len(ids) - len(shown)
@@ -190,74 +188,3 @@ def pair_panel() -> Markup:
     return tag("aside", {"id": "pair", "hidden": True, "aria-label": "both items"},
                tag("button", {"type": "button", "class": "close", "id": "pair-close", "aria-label": "close"}, "✕"),
                tag("h2", {"id": "pair-title"}), tag("div", {"id": "pair-body"}))
-
-
-def build_comparison(
-    base: str | os.PathLike[str],
-    candidate: str | os.PathLike[str],
-    *,
-    doc: Mapping[str, Any] | None = None,
-    base_lines: Sequence[Mapping[str, Any]] | None = None,
-    candidate_lines: Sequence[Mapping[str, Any]] | None = None,
-    prompts: Mapping[str, str] | None = None,
-    scorers: Sequence[str] | None = None,
-    seed: int = 0,
-    reducer: str = "mean",
-    max_text: int = DEFAULT_MAX_TEXT,
-) -> dict[str, Any]:
-    """Load (unless given) and compare the two results files; the comparison payload.
-
-    Raises:
-        ReportInputError: a file is missing or malformed.
-        CompareInputError: nothing to pair, or a named scorer in neither run.
-    """
-    from ..eval._compare import compare_runs
-    from ._data import load_result_lines
-
-    base_lines = base_lines if base_lines is not None else load_result_lines(base, "base results file", strict=True)
-    candidate_lines = candidate_lines if candidate_lines is not None else load_result_lines(candidate, "candidate results file", strict=True)
-    if doc is None:
-        doc = compare_runs(base_lines, candidate_lines, scorers=scorers, reducer=reducer, seed=seed)
-    return comparison_payload(doc, base_lines, candidate_lines, base_name=os.fspath(base), candidate_name=os.fspath(candidate),
-                              prompts=prompts, max_text=max_text)
-
-
-def write_compare(
-    out: str | os.PathLike[str],
-    *,
-    base: str | os.PathLike[str],
-    candidate: str | os.PathLike[str],
-    comparison: Mapping[str, Any] | None = None,
-    dataset: str | os.PathLike[str] | None = None,
-    title: str | None = None,
-    base_lines: Sequence[Mapping[str, Any]] | None = None,
-    candidate_lines: Sequence[Mapping[str, Any]] | None = None,
-    scorers: Sequence[str] | None = None,
-    seed: int = 0,
-    max_text: int = DEFAULT_MAX_TEXT,
-) -> Path:
-    """Write the comparison page of two results files to ``out`` (one self-contained HTML file).
-
-    ``comparison`` is a ``compare_runs`` document already computed (else it is computed here);
-    ``dataset`` adds the prompts.
-
-    Raises:
-        PathConflictError: ``out`` is one of the inputs (nothing is written).
-        ReportInputError: a file is missing or malformed.
-        CompareInputError: nothing to pair, or a named scorer in neither run.
-        OSError: ``out`` cannot be written.
-    """
-    from .._paths import check_paths
-    from ._build import write_page
-    from ._data import load_prompts, page_payload
-
-    check_paths({"base": base, "candidate": candidate, "dataset": dataset}, {"out": out})
-    prompts = load_prompts(dataset) if dataset is not None else None
-    cmp = build_comparison(base, candidate, doc=comparison, base_lines=base_lines, candidate_lines=candidate_lines,
-                           prompts=prompts, scorers=scorers, seed=seed, max_text=max_text)
-    sources = {"base": os.fspath(base), "candidate": os.fspath(candidate)}
-    if dataset is not None:
-        sources["dataset"] = os.fspath(dataset)
-    payload = page_payload(title or f"Comparison: {Path(candidate).name} against {Path(base).name}", sources)
-    payload["comparison"] = cmp
-    return write_page(out, payload)

@@ -9,14 +9,11 @@ middle of a file is a ReportInputError naming the file and line).
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
 import os
-import posixpath
-import urllib.parse
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import orjson
 
@@ -24,12 +21,15 @@ from .._version import __version__
 from ..approvals import DecisionRecord
 from ..batch._results import read_results, scan_results
 from ..batch._summary import percentile
-from ..batch._transcripts import transcript_name
 from ..workflow import WorkflowResult
+from ..eval._compare import compare_runs, scorer_names
+from ._common import DEFAULT_MAX_TEXT as DEFAULT_MAX_TEXT, clip as _clip, number as _number
+from ._comparison import comparison_payload
 from ._conversation import DEFAULT_MAX_CHARS
+from ._evaluation import evaluation_payload
+from ._items import item_table
 
 DEFAULT_MAX_TRANSCRIPT = DEFAULT_MAX_CHARS  # characters of one item's conversation embedded
-DEFAULT_MAX_TEXT = 20_000  # characters of one prompt / response / subagent text kept in the report
 MAX_ERROR_ITEMS = 200  # item ids listed per error type (all are counted)
 MAX_ERROR_MESSAGES = 5  # distinct messages shown per error type
 HISTOGRAM_BINS = 24
@@ -222,22 +222,6 @@ def load_workflow(path: str | os.PathLike[str]) -> WorkflowResult:
 # ---- aggregation ----------------------------------------------------------------------
 
 
-def _clip(text: Any, limit: int) -> tuple[str | None, int]:
-    """``text`` cut to ``limit`` characters, and how many were cut."""
-    if text is None:
-        return None, 0
-    text = text if isinstance(text, str) else str(text)
-    if len(text) <= limit:
-        return text, 0
-    return text[:limit], len(text) - limit
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _nice_step(span: float, bins: int) -> float:
     raw = span / max(bins, 1)
     if raw <= 0:
@@ -358,21 +342,6 @@ def _subagents(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=8)
-def _relative_dir(transcripts: Path, out_dir: Path) -> str:
-    """The transcripts directory relative to the report's (computed once per report)."""
-    return Path(os.path.relpath(transcripts.absolute(), out_dir.absolute())).as_posix()
-
-
-def _transcript_link(transcripts: Path | None, out_dir: Path, item_id: str) -> str | None:
-    if transcripts is None:
-        return None
-    name = transcript_name(item_id)
-    if not (transcripts / name).is_file():
-        return None
-    return urllib.parse.quote(posixpath.normpath(f"{_relative_dir(transcripts, out_dir)}/{name}"))
-
-
 def batch_payload(
     results: list[dict[str, Any]],
     *,
@@ -387,10 +356,6 @@ def batch_payload(
 ) -> dict[str, Any]:
     """The batch part of the payload: summary, counts, latency, errors, approvals, subagents,
     evaluations, the table's columns and rows (one per result line) and each row's details."""
-    from ._evaluation import evaluation_payload
-    from ._items import item_table
-    from ..eval._compare import scorer_names
-
     durations = [d for d in (_number(line.get("duration_s")) for line in results) if d is not None]
     status = Counter(str(line.get("status")) for line in results)
     finish = Counter(str(line.get("finish_reason")) if line.get("finish_reason") is not None else "none" for line in results)
@@ -553,12 +518,37 @@ def build_payload(
             group_by=group_by,
         )
         if compare is not None:
-            from ._comparison import build_comparison
-
             payload["comparison"] = build_comparison(compare, results, candidate_lines=lines, prompts=prompts, seed=seed, max_text=max_text)
     if workflow is not None:
         payload["workflow"] = workflow_payload(load_workflow(workflow), max_text=max_text)
     return payload
+
+
+def build_comparison(
+    base: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    *,
+    doc: Mapping[str, Any] | None = None,
+    base_lines: Sequence[Mapping[str, Any]] | None = None,
+    candidate_lines: Sequence[Mapping[str, Any]] | None = None,
+    prompts: Mapping[str, str] | None = None,
+    scorers: Sequence[str] | None = None,
+    seed: int = 0,
+    reducer: str = "mean",
+    max_text: int = DEFAULT_MAX_TEXT,
+) -> dict[str, Any]:
+    """Load (unless given) and compare the two results files; the comparison payload.
+
+    Raises:
+        ReportInputError: a file is missing or malformed.
+        CompareInputError: nothing to pair, or a named scorer in neither run.
+    """
+    base_lines = base_lines if base_lines is not None else load_result_lines(base, "base results file", strict=True)
+    candidate_lines = candidate_lines if candidate_lines is not None else load_result_lines(candidate, "candidate results file", strict=True)
+    if doc is None:
+        doc = compare_runs(base_lines, candidate_lines, scorers=scorers, reducer=reducer, seed=seed)
+    return comparison_payload(doc, base_lines, candidate_lines, base_name=os.fspath(base), candidate_name=os.fspath(candidate),
+                              prompts=prompts, max_text=max_text)
 
 
 def page_payload(title: str, sources: dict[str, str]) -> dict[str, Any]:
