@@ -255,7 +255,8 @@ def test_timeout_and_retries_on_the_command_line(tmp_path: Path, capsys: pytest.
     """--timeout cuts a hanging item, --retries retries it; the runtime holding it is recycled."""
     dataset = write_dataset(tmp_path / "ds.jsonl", [{"id": "stuck", "prompt": "HANG"}, *items(3)])
     out = tmp_path / "r.jsonl"
-    assert main(cli_args(dataset, out, tmp_path, "--timeout", "0.3", "--retries", "1", "--no-progress")) == 1
+    # 2 s: the other items take milliseconds, so only "stuck" times out, also on a loaded machine
+    assert main(cli_args(dataset, out, tmp_path, "--timeout", "2", "--retries", "1", "--no-progress")) == 1
     results = by_id(out)
     assert results["stuck"]["attempts"] == 2 and results["stuck"]["error"]["type"] == "TimeoutError"
     assert all(results[f"item-0000{i}"]["status"] == "ok" for i in range(3))

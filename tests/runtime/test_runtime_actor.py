@@ -58,7 +58,7 @@ async def test_ready_only_after_initialize(tmp_path: Path) -> None:
         await trio.sleep(0.2)
         seen.append((actor.process is not None, actor.connection is None))
 
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(probe)
             start = trio.current_time()
@@ -81,7 +81,7 @@ async def test_relative_directories_are_absolute_in_initialize_and_launch(tmp_pa
     monkeypatch.chdir(tmp_path)
     spec = tiny(tmp_path, "ok", cwd="ws", process_cwd="proc")
     monkeypatch.chdir("/")  # fixed when the spec was made, not when it is launched
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(spec):
             pass
     [start] = recorded(tmp_path)
@@ -92,7 +92,7 @@ async def test_relative_directories_are_absolute_in_initialize_and_launch(tmp_pa
 
 async def test_workspace_is_the_process_cwd_by_default(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok", cwd=tmp_path / "ws")):
             pass
     [start] = recorded(tmp_path)
@@ -107,7 +107,7 @@ async def test_child_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     spec = tiny(tmp_path, "ok", base_url="http://127.0.0.1:9", api_key=API_KEY,
                 env={"TINY_ENV_NAMES": names, "EXTRA": "x", "DEEPSEEK_BASE_URL": "http://env.invalid",
                      "DSH_TELEMETRY_MODE": "DISABLED"})
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(spec):
             pass
         async with open_runtime(spec.evolve(inherit_env=False)):
@@ -125,7 +125,7 @@ async def test_rejected_handshake_reaps_and_keeps_secrets_out(tmp_path: Path, ca
     caplog.set_level(logging.DEBUG)
     spec = tiny(tmp_path, "reject", api_key=API_KEY, env={"MY_SERVICE_TOKEN": TOKEN})
     actor = RuntimeActor(spec)
-    with trio.fail_after(10), pytest.raises(RuntimeStartError) as caught:
+    with trio.fail_after(30), pytest.raises(RuntimeStartError) as caught:
         await actor.run()  # bare; nursery.start inside a nursery would wrap it in a group
     error = caught.value
     text = str(error)
@@ -144,7 +144,7 @@ async def test_rejected_handshake_reaps_and_keeps_secrets_out(tmp_path: Path, ca
 
 async def test_open_runtime_raises_the_start_error_bare(tmp_path: Path) -> None:
     """A failed start is a plain RuntimeStartError from open_runtime, not an ExceptionGroup."""
-    with trio.fail_after(10), pytest.raises(RuntimeStartError, match=r"went away during initialize \(exit status 3\)") as caught:
+    with trio.fail_after(30), pytest.raises(RuntimeStartError, match=r"went away during initialize \(exit status 3\)") as caught:
         async with open_runtime(tiny(tmp_path, "die", api_key=API_KEY)):
             pytest.fail("the block must not run")  # pragma: no cover
     assert caught.value.stderr_tail == "fatal: key=***"
@@ -154,7 +154,7 @@ async def test_handshake_timeout(tmp_path: Path) -> None:
     """A runtime that never answers initialize is reaped after handshake_timeout."""
     actor = RuntimeActor(tiny(tmp_path, "silent", handshake_timeout=0.5, **FAST_LADDER))
     start = trio.current_time()
-    with trio.fail_after(10), pytest.raises(RuntimeStartError, match=r"initialize did not answer within 0\.5 s"):
+    with trio.fail_after(30), pytest.raises(RuntimeStartError, match=r"initialize did not answer within 0\.5 s"):
         await actor.run()
     assert 0.5 <= trio.current_time() - start < 3.0
     assert actor.pid is not None
@@ -163,7 +163,7 @@ async def test_handshake_timeout(tmp_path: Path) -> None:
 
 async def test_spawn_failure(tmp_path: Path) -> None:
     spec = RuntimeSpec(command=[str(tmp_path / "no-such-runtime")], dsh_home=tmp_path, cwd=tmp_path)
-    with trio.fail_after(10), pytest.raises(RuntimeStartError, match="no-such-runtime.*cannot spawn"):
+    with trio.fail_after(30), pytest.raises(RuntimeStartError, match="no-such-runtime.*cannot spawn"):
         async with open_runtime(spec):
             pass  # pragma: no cover
 
@@ -172,7 +172,7 @@ async def test_handshake_attempts_retry_with_a_fresh_process(tmp_path: Path, cap
     """The first process dies; the second is a new process and the runtime works normally."""
     counter = tmp_path / "starts"
     spec = tiny(tmp_path, "flaky", handshake_attempts=2, env={"TINY_COUNTER": str(counter)})
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(spec) as runtime:
             assert counter.read_text() == "2"
             [start] = recorded(tmp_path)
@@ -183,7 +183,7 @@ async def test_handshake_attempts_retry_with_a_fresh_process(tmp_path: Path, cap
                     events.receive_nowait()
             assert await runtime.connection.request("anything") == {}
     assert any("handshake attempt 1/2 failed" in r.getMessage() for r in caplog.records)
-    with trio.fail_after(10), pytest.raises(RuntimeStartError):
+    with trio.fail_after(30), pytest.raises(RuntimeStartError):
         counter.unlink()
         async with open_runtime(spec.evolve(handshake_attempts=1)):
             pass  # pragma: no cover
@@ -191,7 +191,7 @@ async def test_handshake_attempts_retry_with_a_fresh_process(tmp_path: Path, cap
 
 async def test_cancelled_during_handshake_reaps(tmp_path: Path) -> None:
     actor = RuntimeActor(tiny(tmp_path, "silent"))
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         with trio.move_on_after(0.5) as scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(actor.run)
@@ -213,7 +213,7 @@ async def test_crash_fails_every_waiter_with_exit_status_and_stderr(tmp_path: Pa
         except TransportClosedError as exc:
             failures.append(exc)
 
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok", api_key=API_KEY)) as runtime:
             pid = runtime.actor.pid
             events = runtime.session("s1").events()
@@ -242,7 +242,7 @@ async def test_crash_fails_every_waiter_with_exit_status_and_stderr(tmp_path: Pa
 
 async def test_crash_is_noticed_while_a_child_holds_stdout_open(tmp_path: Path) -> None:
     """No end of file (a grandchild inherited stdout): the exit itself still fails waiters."""
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok")) as runtime:
             pid = runtime.actor.pid
             grandchild = (await runtime.connection.request("test/spawn"))["pid"]
@@ -257,7 +257,7 @@ async def test_crash_is_noticed_while_a_child_holds_stdout_open(tmp_path: Path) 
 
 
 async def test_runtime_exiting_by_itself_stops_the_actor(tmp_path: Path) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok")) as runtime:
             with pytest.raises(TransportClosedError):
                 await runtime.connection.request("test/crash", {"code": 0})
@@ -270,7 +270,7 @@ async def test_runtime_exiting_by_itself_stops_the_actor(tmp_path: Path) -> None
 
 async def test_close_ladder_shutdown_request(tmp_path: Path) -> None:
     """A cooperative runtime answers shutdown and exits 0 at once."""
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok")) as runtime:
             actor = runtime.actor
             start = trio.current_time()
@@ -285,7 +285,7 @@ async def test_close_ladder_shutdown_request(tmp_path: Path) -> None:
 async def test_close_ladder_escalates(tmp_path: Path, ignore_term: bool, returncode: int, lower: float) -> None:
     """No shutdown answer, stdin EOF ignored: SIGTERM after the grace; ignored too: SIGKILL."""
     env = {"TINY_IGNORE_TERM": "1" if ignore_term else "0"}
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "stubborn", env=env, **FAST_LADDER)) as runtime:
             actor = runtime.actor
             start = trio.current_time()
@@ -297,7 +297,7 @@ async def test_close_ladder_escalates(tmp_path: Path, ignore_term: bool, returnc
 
 
 async def test_close_kills_the_whole_process_group(tmp_path: Path) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with open_runtime(tiny(tmp_path, "ok")) as runtime:
             pid = runtime.actor.pid
             grandchild = (await runtime.connection.request("test/spawn"))["pid"]
@@ -310,7 +310,7 @@ async def test_close_kills_the_whole_process_group(tmp_path: Path) -> None:
 async def test_cancelled_nursery_reaps(tmp_path: Path) -> None:
     """Cancelling the owning nursery walks the ladder too (shielded) and reaps."""
     actor = RuntimeActor(tiny(tmp_path, "stubborn", **FAST_LADDER))
-    with trio.fail_after(10):
+    with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
             nursery.cancel_scope.cancel()
@@ -320,7 +320,7 @@ async def test_cancelled_nursery_reaps(tmp_path: Path) -> None:
 
 
 async def test_error_in_the_block_reaps(tmp_path: Path) -> None:
-    with trio.fail_after(10), pytest.RaisesGroup(pytest.RaisesExc(ValueError, match="boom"), flatten_subgroups=True):
+    with trio.fail_after(30), pytest.RaisesGroup(pytest.RaisesExc(ValueError, match="boom"), flatten_subgroups=True):
         async with open_runtime(tiny(tmp_path, "ok")) as runtime:
             pid = runtime.actor.pid
             raise ValueError("boom")
