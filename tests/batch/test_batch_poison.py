@@ -13,21 +13,35 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import psutil
 import pytest
 import trio
+from batch_support import (
+    by_id,
+    cli_args,
+    in_process,
+    run_cli,
+    sim_process,
+    write_dataset,
+)
 from trio.testing import MockClock
 
 from dsh_orchestra.batch import (
-    ALONE_AFTER, RUNTIME_CRASHED, Attempt, AttemptRunner, BatchItem, BatchOptions, RuntimeCrash, run_batch,
+    ALONE_AFTER,
+    RUNTIME_CRASHED,
+    Attempt,
+    AttemptRunner,
+    BatchItem,
+    BatchOptions,
+    RuntimeCrash,
+    run_batch,
 )
 from dsh_orchestra.session import TurnResult
-
-from batch_support import by_id, cli_args, in_process, run_cli, sim_process, write_dataset
 
 POISON_SCRIPT = """
 default_reply = "answer"
