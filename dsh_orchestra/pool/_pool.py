@@ -81,7 +81,8 @@ class RuntimePool:
     TransportClosedError (retryable). A runtime holding abandoned turns takes no new sessions
     and is recycled (closed and started afresh, without backoff) once none of its sessions is
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
-    gives up: ``run`` raises the last start error.
+    gives up: ``run`` raises the last start error. ``lease(alone=True)`` holds a runtime with
+    no other session on it.
     """
 
     def __init__(
