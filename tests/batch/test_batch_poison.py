@@ -21,52 +21,22 @@ from typing import Any
 import psutil
 import pytest
 import trio
-from batch_support import (
-    by_id,
-    cli_args,
-    in_process,
-    run_cli,
-    sim_process,
-    write_dataset,
-)
 from trio.testing import MockClock
 
 from dsh_orchestra.batch import (
-    ALONE_AFTER,
-    RUNTIME_CRASHED,
-    Attempt,
-    AttemptRunner,
-    BatchItem,
-    BatchOptions,
-    RuntimeCrash,
-    run_batch,
+    ALONE_AFTER, RUNTIME_CRASHED, Attempt, AttemptRunner, BatchItem, BatchOptions, RuntimeCrash, run_batch,
 )
 from dsh_orchestra.session import TurnResult
 
-POISON_SCRIPT = """
-default_reply = "answer"
-
-[[rules]]
-name = "poison"
-match = "POISON"
-delay = 0.05
-crash = true
-
-[[rules]]
-name = "healthy"
-match = "HEALTHY"
-reply = "fine"
-delay = 0.1
-"""
+from batch_support import by_id, cli_args, in_process, run_cli, sim_process, write_dataset
+from poison_support import POISON_SCRIPT, poison_rows
 
 QUIET: dict[str, Any] = {"progress": "none"}
 
 
 def poison_dataset(path: Path, healthy: int = 20) -> Path:
     """One crashing item in the middle of ``healthy`` ones (so it has neighbours in flight)."""
-    rows: list[dict[str, Any]] = [{"id": f"h{i:02d}", "prompt": f"HEALTHY {i}"} for i in range(healthy)]
-    rows.insert(2, {"id": "poison", "prompt": "POISON pill"})
-    return write_dataset(path, rows)
+    return write_dataset(path, poison_rows(healthy))
 
 
 def check_outcome(out: Path, *, healthy: int = 20, retries: int = 2) -> dict[str, dict[str, Any]]:

@@ -13,29 +13,14 @@ from dsh_orchestra.batch import ALONE_AFTER, RUNTIME_CRASHED, BatchOptions
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.scale import run_batch_ray
 
+from poison_support import POISON_SCRIPT, poison_rows
 from scale_support import ENV, RayCluster, by_id, write_dataset
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
 
-POISON_SCRIPT = """
-[[rules]]
-name = "poison"
-match = "POISON"
-delay = 0.05
-crash = true
-
-[[rules]]
-name = "healthy"
-match = "HEALTHY"
-reply = "fine"
-delay = 0.1
-"""
-
 
 async def test_a_poison_item_fails_alone_on_ray(ray_cluster: RayCluster, tmp_path: Path) -> None:
-    rows = [{"id": f"h{i}", "prompt": f"HEALTHY {i}"} for i in range(8)]
-    rows.insert(1, {"id": "poison", "prompt": "POISON pill"})
-    dataset = write_dataset(tmp_path / "ds.jsonl", rows)
+    dataset = write_dataset(tmp_path / "ds.jsonl", poison_rows(8))
     script = tmp_path / "script.toml"
     script.write_text(POISON_SCRIPT)
     home = tmp_path / "dsh-home"
