@@ -22,7 +22,8 @@ from pathlib import Path
 
 log = logging.getLogger("dsh_orchestra.runtime")
 
-_NAME = re.compile(r"[a-z]+-(?P<pid>\d+)-(?:(?P<start>\d+)-)?[a-z0-9_]+")
+_OWNED = r"-(?P<pid>\d+)-(?:(?P<start>\d+)-)?[a-z0-9_]+"  # after the kind: tempfile's random part has no "-"
+_NAME = re.compile(r"[a-z]+" + _OWNED)
 _SHORT_BASE = "/tmp"  # for directories that hold a socket (its path must stay short)
 
 
@@ -81,7 +82,7 @@ def _alive(pid: int, started: int | None) -> bool:
     return now is None or now == started  # another start time: the pid was reused
 
 
-def _sweep_root(root: Path) -> list[Path]:
+def _sweep_root(root: Path, name: re.Pattern[str] = _NAME) -> list[Path]:
     removed: list[Path] = []
     try:
         entries = list(os.scandir(root))
@@ -89,7 +90,7 @@ def _sweep_root(root: Path) -> list[Path]:
         return removed
     uid = os.getuid()
     for entry in entries:
-        match = _NAME.fullmatch(entry.name)
+        match = name.fullmatch(entry.name)
         if match is None:
             continue
         try:
@@ -126,12 +127,17 @@ def _existing_short_root() -> Path | None:
     return scratch_root(_SHORT_BASE) if _root_of(_SHORT_BASE).exists() else None
 
 
-def _prefix(kind: str) -> str:
-    if not re.fullmatch(r"[a-z]+", kind):
-        raise ValueError(f"kind must be lower-case letters, not {kind!r}")
+def owned_prefix(kind: str) -> str:
+    """``<kind>-<pid>-<start>-`` of this process: the start of a name ``sweep_owned`` knows."""
     pid = os.getpid()
     started = start_time(pid)
     return f"{kind}-{pid}-" if started is None else f"{kind}-{pid}-{started}-"
+
+
+def _prefix(kind: str) -> str:
+    if not re.fullmatch(r"[a-z]+", kind):
+        raise ValueError(f"kind must be lower-case letters, not {kind!r}")
+    return owned_prefix(kind)
 
 
 def scratch_dir(kind: str = "home") -> tempfile.TemporaryDirectory[str]:
@@ -152,3 +158,14 @@ def scratch_path(kind: str, *, room: int = 0) -> Path:
         root = scratch_root(_SHORT_BASE)
     sweep_scratch()
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
+def sweep_owned(directory: Path, kind: str) -> list[Path]:
+    """In ``directory`` (outside the scratch roots, e.g. Ray's short temp dirs in /tmp), remove
+    the directories named ``owned_prefix(kind)`` + random whose owner is gone; return them.
+    The same rules as ``sweep_scratch``: our own directories only, symlinks never followed."""
+    removed = _sweep_root(directory, re.compile(re.escape(kind) + _OWNED))
+    if removed:
+        log.info("removed %d %s director%s left by runs that died", len(removed), kind,
+                 "y" if len(removed) == 1 else "ies")
+    return removed

@@ -6,15 +6,17 @@ never touched."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import trio
 
-from dsh_orchestra._scratch import scratch_dir, scratch_root, start_time, sweep_scratch
+from dsh_orchestra._scratch import owned_prefix, scratch_dir, scratch_root, start_time, sweep_owned, sweep_scratch
 from dsh_orchestra.cli import main
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script
@@ -171,8 +173,8 @@ async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
            "DEEPSEEK_API_KEY": "test-key-not-a-secret", "NO_PROXY": "127.0.0.1,localhost"}
     args = ["batch", str(dataset), "--out", str(out), "--runtime", "dsh", "--dsh-home", str(dsh_home),
             "--policy", str(policy), "--runtimes", "2", "--concurrency", "2", "--no-progress", "--resume"]
-    process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = await trio.to_thread.run_sync(lambda: subprocess.Popen(
+        [*CLI, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         with trio.fail_after(120):
             while len(_scratch_entries("relay", process.pid)) < 2 or not out.exists() or not out.read_bytes():
@@ -189,3 +191,26 @@ async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
     assert done.returncode == 0, done.stderr
     assert not [p for p in left if p.exists()]
     assert len(by_id(out)) == 12 and not _scratch_entries("relay", process.pid)
+
+
+def test_local_ray_temp_dirs_of_dead_owners_are_removed(tmp_path: Path) -> None:
+    """Ray's temp dirs stay short in /tmp (``dsh-ray-<pid>-<start>-...``): the next LocalRay
+    removes those whose owner is gone, never a live owner's or another kind."""
+    from dsh_orchestra.scale._local import LocalRay
+
+    dead = tmp_path / "dsh-ray-999999999-12-abcdefgh"
+    live = tmp_path / f"{owned_prefix('dsh-ray')}abcdefgh"
+    other = tmp_path / "home-999999999-abcdefgh"
+    for path in (dead, live, other):
+        path.mkdir()
+    assert sweep_owned(tmp_path, "dsh-ray") == [dead]
+    assert live.is_dir() and other.is_dir()
+    left = Path(tempfile.mkdtemp(prefix="dsh-ray-999999999-12-", dir="/tmp"))  # as a killed run leaves it
+    try:
+        local = LocalRay(num_cpus=1)  # nothing starts before start()
+        assert not left.exists()
+        assert Path(local.temp_dir).name.startswith(f"dsh-ray-{os.getpid()}-")
+        local.stop()
+        assert not Path(local.temp_dir).exists()
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
