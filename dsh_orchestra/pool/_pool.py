@@ -210,31 +210,34 @@ class RuntimePool:
     # ---- placement -------------------------------------------------------------------
 
     async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Slot:
-        waiting_on: _Slot | None = None  # an exclusive lease keeps one slot from taking new sessions
+        while True:
+            if self._closing:
+                raise PoolClosedError("the runtime pool is closing")
+            if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
+                raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
+            best: _Slot | None = None  # the fewest in flight; the lowest index among equals
+            for slot in self._slots:
+                if self._fits(slot, alone) and (best is None or slot.in_flight < best.in_flight) and (
+                    pinned is None or slot.runtime is pinned
+                ):
+                    best = slot
+            if best is not None:
+                best.in_flight += 1
+                best.alone = alone
+                return best
+            await self._wait_changed()
+
+    async def _acquire_alone(self, pinned: Runtime | None) -> _Slot:
+        """A slot with no other session, kept so until released: meanwhile the emptiest runtime
+        takes no new sessions, so that it drains."""
+        waiting_on = min(self._slots, key=lambda s: (pinned is not None and s.runtime is not pinned, not s.usable,
+                                                     s.in_flight))
+        waiting_on.reserved += 1
         try:
-            while True:
-                if self._closing:
-                    raise PoolClosedError("the runtime pool is closing")
-                if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
-                    raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
-                best: _Slot | None = None  # the fewest in flight; the lowest index among equals
-                for slot in self._slots:
-                    if self._fits(slot, alone) and (best is None or slot.in_flight < best.in_flight) and (
-                        pinned is None or slot.runtime is pinned
-                    ):
-                        best = slot
-                if best is not None:
-                    best.in_flight += 1
-                    best.alone = alone
-                    return best
-                if alone and waiting_on is None:
-                    waiting_on = min(self._slots, key=lambda s: (not s.usable, s.in_flight))
-                    waiting_on.reserved += 1
-                await self._wait_changed()
+            return await self._acquire(pinned, alone=True)
         finally:
-            if waiting_on is not None:
-                waiting_on.reserved -= 1
-                self._notify()
+            waiting_on.reserved -= 1
+            self._notify()
 
     def _fits(self, slot: _Slot, alone: bool) -> bool:
         """Whether ``slot`` can take a session now (``alone``: one with the runtime to itself)."""
@@ -261,7 +264,7 @@ class RuntimePool:
             TransportClosedError: the pinned ``runtime`` is gone.
             PoolClosedError: the pool is closing.
         """
-        slot = await self._acquire(runtime, alone=alone)
+        slot = await (self._acquire_alone(runtime) if alone else self._acquire(runtime))
         runtime = slot.runtime
         assert runtime is not None
         try:
