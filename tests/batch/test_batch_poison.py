@@ -26,6 +26,7 @@ from trio.testing import MockClock
 from dsh_orchestra.batch import (
     ALONE_AFTER, RUNTIME_CRASHED, Attempt, AttemptRunner, BatchItem, BatchOptions, RuntimeCrash, run_batch,
 )
+from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import TurnResult
 
 from batch_support import by_id, cli_args, in_process, run_cli, sim_process, write_dataset
@@ -64,8 +65,9 @@ class CrashingRunner:
     every attempt in flight there (each reports the same incarnation); others take 2 s. An
     ``alone`` attempt waits until nothing else is in flight and keeps new ones out."""
 
-    def __init__(self, capacity: int = 4) -> None:
+    def __init__(self, capacity: int = 4, stderr_tail: str = "boom") -> None:
         self.capacity = capacity
+        self.stderr_tail = stderr_tail
         self.max_lost = 3
         self.generation = 0
         self.in_flight: set[str] = set()
@@ -107,7 +109,7 @@ class CrashingRunner:
                     self.generation += 1
                     dead.set()
                     self._dead = trio.Event()
-                crash = RuntimeCrash(runtime=f"rt-{generation}", exit_status=3, stderr_tail="boom")
+                crash = RuntimeCrash(runtime=f"rt-{generation}", exit_status=3, stderr_tail=self.stderr_tail)
                 return Attempt.failed(session_id, ConnectionError("runtime exited"), retryable=True, crash=crash)
             return Attempt(session_id=session_id, turn=_turn(session_id))
         finally:
@@ -151,6 +153,18 @@ async def test_only_alone_crashes_spend_retries(autojump_clock: MockClock, tmp_p
             assert results[item_id]["status"] == "ok"
     assert summary.retries == sum(r["attempts"] - 1 for r in results.values())
     assert runner.company and set(runner.company) == {0}
+
+
+async def test_the_runtime_crashed_message_holds_no_secret(autojump_clock: MockClock, tmp_path: Path) -> None:
+    """A runtime that printed the api key before dying: the stderr tail in the line is redacted."""
+    key = "sk-poison-test-secret-0123456789"
+    runner = CrashingRunner(stderr_tail=f"auth failed for {key}")
+    dataset = write_dataset(tmp_path / "ds.jsonl", [{"id": "poison", "prompt": "p"}, {"id": "h", "prompt": "p"}])
+    spec = RuntimeSpec(command=("unused",), api_key=key, dsh_home=tmp_path, cwd=tmp_path)
+    await run_batch(dataset, tmp_path / "r.jsonl", spec, BatchOptions(retries=0, **QUIET), executor=Crashing(runner))
+    poison = by_id(tmp_path / "r.jsonl")["poison"]
+    assert poison["error"]["type"] == RUNTIME_CRASHED and "auth failed for ***" in poison["error"]["message"]
+    assert key not in (tmp_path / "r.jsonl").read_text()
 
 
 # ---- in-process simulators, virtual time ------------------------------------------------------
