@@ -60,15 +60,19 @@ def write_report(
         transcripts=transcripts, out=path, title=title, max_text=max_text, max_transcript=max_transcript,
         group_by=group_by, compare=compare, seed=seed,
     )
+    return write_page(path, payload, secrets=secrets)
+
+
+def write_page(out: str | os.PathLike[str], payload: dict[str, Any], *, secrets: Iterable[str] | None = None) -> Path:
+    """Render ``payload`` and write it to ``out`` atomically (a temporary name, then renamed).
+
+    Every text is redacted first: of ``secrets`` (default: the environment's secret-named
+    values) and of every registered secret.
+    """
+    path = Path(out)
     redactor = Redactor(environment_secrets(os.environ) if secrets is None else secrets)
     redactor.add(registered_secrets())
-    return write_page(path, redactor.value(payload))
-
-
-def write_page(out: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Render ``payload`` and write it to ``out`` atomically (a temporary name, then renamed)."""
-    path = Path(out)
-    data = render_html(payload).encode("utf-8")
+    data = render_html(redactor.value(payload)).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -225,3 +225,7 @@ def test_secrets_of_the_environment_are_redacted_from_an_older_results_file(tmp_
     assert token not in page
     explicit = write_report(tmp_path / "explicit.html", results=results, secrets=[token]).read_text(encoding="utf-8")
     assert token not in explicit and key in explicit  # secrets= replaces the environment's
+    from dsh_orchestra.report import write_compare
+    base = write_lines(tmp_path / "base.jsonl", [line("a", final_response="plain"), line(key, final_response=key)])
+    compared = write_compare(tmp_path / "compare.html", base=base, candidate=results).read_text(encoding="utf-8")
+    assert key not in compared and "oldrunkey" not in compared
