@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,10 +56,21 @@ def test_the_next_run_removes_the_homes_of_killed_runs(tmp_path: Path) -> None:
     assert not [p for p in root.iterdir() if p.name.startswith(f"home-{os.getpid()}-")]  # its own home is gone too
 
 
-def _scratch_entries(kind: str, pid: int) -> list[Path]:
-    """``kind`` directories of owner ``pid`` in every scratch root (the usual one and /tmp's)."""
-    roots = {r for r in (scratch_root(), scratch_root("/tmp")) if r is not None}
-    return sorted(p for root in roots for p in root.glob(f"{kind}-{pid}-*"))
+def _scratch_entries(kind: str, pid: int, base: Path) -> list[Path]:
+    """``kind`` directories of owner ``pid`` in the scratch root under ``base``."""
+    root = scratch_root(str(base))
+    assert root is not None
+    return sorted(root.glob(f"{kind}-{pid}-*"))
+
+
+@pytest.fixture
+def private_tmp() -> Iterator[Path]:
+    """A short temporary directory of the test's own, to be the runs' TMPDIR: the scratch root
+    in /tmp is shared with every other run on the machine, and any of them may sweep a killed
+    run's directories first (as it should)."""
+    path = Path(tempfile.mkdtemp(prefix="dshp", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_reused_pid_does_not_keep_a_dead_owners_directory(tmp_path: Path) -> None:
@@ -115,7 +127,7 @@ def test_symlinks_and_other_users_entries_are_never_followed(tmp_path: Path) -> 
     assert scratch_root(str(tmp_path / "open")) is None
 
 
-def test_a_killed_batch_leaves_its_home_and_workspaces_to_the_next_run(tmp_path: Path) -> None:
+def test_a_killed_batch_leaves_its_home_and_workspaces_to_the_next_run(tmp_path: Path, private_tmp: Path) -> None:
     """SIGKILL a real ``dsh-orchestra batch`` (simulator, temporary DSH_HOME, per-item
     workspaces) mid-run: its directories stay; the next run (``--resume``) removes them."""
     script = write_script(tmp_path, '[[rules]]\nname = "slow"\nmatch = "SLOW"\nreply = "done"\ndelay = 0.5\n')
@@ -126,11 +138,13 @@ def test_a_killed_batch_leaves_its_home_and_workspaces_to_the_next_run(tmp_path:
     out = tmp_path / "r.jsonl"
     args = ["batch", str(dataset), "--out", str(out), "--runtime", "sim", "--script", str(script),
             "--workspace-template", str(template), "--no-progress", "--resume"]
-    process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env={**os.environ, "DSH_TELEMETRY_MODE": "DISABLED"},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "TMPDIR": str(private_tmp)}
+    process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     try:
         assert wait_for_lines(out, 2, process, timeout=120)
-        left = _scratch_entries("home", process.pid) + _scratch_entries("workspaces", process.pid)
+        left = [*_scratch_entries("home", process.pid, private_tmp),
+                *_scratch_entries("workspaces", process.pid, private_tmp)]
         assert {p.name.split("-")[0] for p in left} == {"home", "workspaces"}, left
         kill_and_reap(process)
     finally:
@@ -138,7 +152,7 @@ def test_a_killed_batch_leaves_its_home_and_workspaces_to_the_next_run(tmp_path:
             process.kill()
             process.wait()
     assert all(p.is_dir() for p in left)  # SIGKILL ran no cleanup
-    done = run_cli(args, cwd=tmp_path, timeout=300)
+    done = run_cli(args, cwd=tmp_path, timeout=300, env={"TMPDIR": str(private_tmp)})
     assert done.returncode == 0, done.stderr
     assert not [p for p in left if p.exists()]
     assert len(by_id(out)) == 40
@@ -160,7 +174,7 @@ def model_script() -> Script:
 
 @pytest.mark.integration
 async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
-    tmp_path: Path, fake_model: FakeModelServer, dsh_home: Path
+    tmp_path: Path, fake_model: FakeModelServer, dsh_home: Path, private_tmp: Path
 ) -> None:
     """SIGKILL a real ``dsh-orchestra batch`` on the real runtime with a policy (so each runtime
     has an approval relay directory) mid-run: the relay directories stay behind (the runtimes
@@ -169,7 +183,8 @@ async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
     policy.write_text('default = "rejected"\n')
     dataset = write_dataset(tmp_path / "ds.jsonl", items(12, "SLOW"))
     out = tmp_path / "r.jsonl"
-    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_BASE_URL": fake_model.base_url,
+    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "TMPDIR": str(private_tmp),
+           "DEEPSEEK_BASE_URL": fake_model.base_url,
            "DEEPSEEK_API_KEY": "test-key-not-a-secret", "NO_PROXY": "127.0.0.1,localhost"}
     args = ["batch", str(dataset), "--out", str(out), "--runtime", "dsh", "--dsh-home", str(dsh_home),
             "--policy", str(policy), "--runtimes", "2", "--concurrency", "2", "--no-progress", "--resume"]
@@ -177,10 +192,10 @@ async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
         [*CLI, *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         with trio.fail_after(120):
-            while len(_scratch_entries("relay", process.pid)) < 2 or not out.exists() or not out.read_bytes():
+            while len(_scratch_entries("relay", process.pid, private_tmp)) < 2 or not out.exists() or not out.read_bytes():
                 assert process.poll() is None, "the batch ended before it was killed"
                 await trio.sleep(0.05)  # polling another process's files; no synchronisation to wait on
-        left = _scratch_entries("relay", process.pid)
+        left = _scratch_entries("relay", process.pid, private_tmp)
         await trio.to_thread.run_sync(kill_and_reap, process)
     finally:
         if process.poll() is None:
@@ -190,7 +205,7 @@ async def test_a_killed_batch_leaves_its_relay_directories_to_the_next_run(
     done = await trio.to_thread.run_sync(lambda: run_cli(args, cwd=tmp_path, timeout=300, env=env))
     assert done.returncode == 0, done.stderr
     assert not [p for p in left if p.exists()]
-    assert len(by_id(out)) == 12 and not _scratch_entries("relay", process.pid)
+    assert len(by_id(out)) == 12 and not _scratch_entries("relay", process.pid, private_tmp)
 
 
 def test_local_ray_temp_dirs_of_dead_owners_are_removed(tmp_path: Path) -> None:
