@@ -10,7 +10,6 @@ question tool and answers its questions.
 from __future__ import annotations
 
 import logging
-import shutil
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -289,20 +288,18 @@ async def test_a_pool_of_relayed_runtimes(dsh_spec: Callable[..., RuntimeSpec], 
     assert {r.runtime for r in read_audit(audit)} == {"dsh#0", "dsh#1"}
 
 
-async def test_a_failed_start_with_the_relay_leaves_nothing(dsh_spec: Callable[..., RuntimeSpec],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import tempfile
+async def test_a_failed_start_with_the_relay_leaves_nothing(dsh_spec: Callable[..., RuntimeSpec]) -> None:
+    import os
 
+    from dsh_orchestra._scratch import scratch_root
     from dsh_orchestra.protocol import RuntimeStartError
 
-    # The relay's directory goes to a temporary directory of this test's own (short, for the
-    # socket path), not the shared one where other tests' relays come and go.
-    temp = Path(tempfile.mkdtemp(prefix="relay-"))
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    try:
-        with trio.fail_after(60), pytest.raises(RuntimeStartError, match='no adapter registered for provider "nope"'):
-            async with open_runtime(dsh_spec(provider="nope"), approvals=allow_tools("bash")):
-                pass
-        assert list(await trio.Path(temp).iterdir()) == []
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    def relay_dirs() -> set[Path]:  # this process's relay directories, in either scratch root
+        roots = {r for r in (scratch_root(), scratch_root("/tmp")) if r is not None}
+        return {p for root in roots for p in root.glob(f"relay-{os.getpid()}-*")}
+
+    before = relay_dirs()
+    with trio.fail_after(60), pytest.raises(RuntimeStartError, match='no adapter registered for provider "nope"'):
+        async with open_runtime(dsh_spec(provider="nope"), approvals=allow_tools("bash")):
+            pass
+    assert relay_dirs() - before == set()
