@@ -69,6 +69,7 @@ def test_a_killed_holder_does_not_block_the_next_run(scene: Scene) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]  # a pipe: not None
     assert Path(f"{out}.lock").exists()  # the note is left behind by the kill, the lock is not
     assert main(scene.batch("--resume", out=out)) == 0
     assert not Path(f"{out}.lock").exists()

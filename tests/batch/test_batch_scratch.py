@@ -44,6 +44,7 @@ def test_the_next_run_removes_the_homes_of_killed_runs(tmp_path: Path) -> None:
         if killed.poll() is None:
             killed.kill()
             killed.wait()
+        killed.stdout.close()  # type: ignore[union-attr]  # a pipe: not None
     assert left.is_dir()  # SIGKILL ran no cleanup
     with scratch_dir("home") as mine:  # creating one sweeps the dead owner's
         assert not left.exists()

@@ -86,6 +86,7 @@ def model_url() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+        process.stdout.close()  # type: ignore[union-attr]  # a pipe: not None
 
 
 def offline_env(model_url: str, home: Path) -> dict[str, str]:

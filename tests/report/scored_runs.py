@@ -126,11 +126,12 @@ class EvalRuns:
 SCORERS = ("exact", "includes", "f1")
 
 
-def run_scored(directory: Path, name: str, scenario: str, dataset: Path) -> EvalRun:
+def run_scored(directory: Path, name: str, scenario: str, dataset: Path, *, exit_status: int) -> EvalRun:
     """One real simulator batch of ``dataset``, scored by the batch itself (``--score exact
     --score includes --score f1 --group-by topic``); files ``<name>.jsonl``,
     ``<name>-summary.json``, ``<name>-transcripts/``, and ``<name>-raw.jsonl``: the same lines
-    without their scores (for `compare --score ... --dataset`)."""
+    without their scores (for `compare --score ... --dataset`). The batch must exit with
+    ``exit_status`` (1: an item ended in error)."""
     (directory / f"{name}.toml").write_text(scenario, encoding="utf-8")
     (directory / "policy.toml").write_text(POLICY, encoding="utf-8")
     results = directory / f"{name}.jsonl"
@@ -140,7 +141,7 @@ def run_scored(directory: Path, name: str, scenario: str, dataset: Path) -> Eval
         "--summary", f"{name}-summary.json", "--transcripts", f"{name}-transcripts", "--timeout", "5", "--retries", "0",
         "--no-progress", cwd=directory,
     )
-    assert run.returncode in (0, 1), run.stderr
+    assert run.returncode == exit_status, run.stderr
     lines = [orjson.loads(line) for line in results.read_bytes().splitlines() if line.strip()]
     assert all(set(line["scores"]) == set(SCORERS) for line in lines)
     raw = directory / f"{name}-raw.jsonl"
