@@ -124,8 +124,10 @@ async def test_a_malformed_request_is_rejected_and_audited(nursery: trio.Nursery
         with trio.fail_after(5):
             while chunk := await stream.receive_some(4096):
                 reply += chunk
-    # an oversized or empty request gets no answer at all; any other a rejection
-    assert reply == (b"" if not data or len(data) > 65536 else b'{"outcome":"rejected"}\n')
+    if len(data) > 65536:  # the relay hangs up unread: the rejection may be lost in the reset
+        assert reply in (b'{"outcome":"rejected"}\n', b"")
+    else:
+        assert reply == b'{"outcome":"rejected"}\n'  # answered, but by no decision
     assert service.decided == 0 and service.take([""]) == () and relay.refused == 1
     log.close()
     (line,) = [orjson.loads(x) for x in audit.read_bytes().splitlines()]
