@@ -6,6 +6,7 @@ Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from typing import Any, Sequence
 
@@ -98,7 +99,8 @@ def stderr(values: Sequence[float]) -> float | None:
     if n < 2:
         return None
     centre = math.fsum(values) / n
-    variance = math.fsum((v - centre) ** 2 for v in values) / (n - 1)
+    deviations = [v - centre for v in values]
+    variance = math.fsum(map(operator.mul, deviations, deviations)) / (n - 1)
     return math.sqrt(variance) / math.sqrt(n)
 
 
@@ -123,6 +125,9 @@ def bootstrap_ci(
     n = len(data)
     rng = np.random.default_rng(seed)
     levels, counts = np.unique(data, return_counts=True)
+    if len(levels) == 1:  # every resample is n copies of the one value: what the draws give, without them
+        only = float(n) * float(levels[0]) / n
+        return only, only
     if len(levels) <= _FEW_LEVELS:
         draws = rng.multinomial(n, counts / n, size=resamples)
         means = draws @ levels / n
@@ -187,9 +192,14 @@ class ScoreTally:
         row: list[float | None] = []
         for name in self.names:
             record = scores.get(name)
-            value = record.get("value") if isinstance(record, dict) else None
-            row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
-        epochs = self._values.setdefault(item_id, {})
+            value = record.get("value") if type(record) is dict or isinstance(record, dict) else None
+            if type(value) is float:
+                row.append(value)
+            else:
+                row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+        epochs = self._values.get(item_id)
+        if epochs is None:
+            self._values[item_id] = epochs = {}
         epochs.setdefault(epoch if isinstance(epoch, int) else 1, row)  # the first line of an (id, epoch) wins
         if self.group_by is not None and item_id not in self._groups:
             self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
@@ -198,6 +208,10 @@ class ScoreTally:
         """Each scorer's reduced value per item, in the order items were first seen."""
         columns: list[list[float | None]] = [[] for _ in self.names]
         reducer = self.reducer
+        if reducer.k is None and all(len(epochs) == 1 for epochs in self._values.values()):
+            # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
+            rows = [row for epochs in self._values.values() for row in epochs.values()]
+            return {name: [row[index] for row in rows] for index, name in enumerate(self.names)}
         for epochs in self._values.values():
             if len(epochs) == 1:
                 (row,) = epochs.values()
