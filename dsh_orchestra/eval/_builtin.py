@@ -196,9 +196,27 @@ def squad_tokens(text: str) -> list[str]:
     return list(_squad_tokens(text))
 
 
+_PUNCTUATION_BYTES = string.punctuation.encode("ascii")
+_ARTICLE_WORDS = frozenset({"a", "an", "the"})
+
+
 @functools.lru_cache(maxsize=1024)  # targets recur across epochs and scorers
 def _squad_tokens(text: str) -> tuple[str, ...]:
-    return tuple(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+    text = text.lower()
+    if text.isascii():  # the same deletion, done on bytes
+        text = text.encode("ascii").translate(None, _PUNCTUATION_BYTES).decode("ascii")
+    else:
+        text = text.translate(_PUNCTUATION)
+    tokens: list[str] = []
+    for token in text.split():
+        # _ARTICLES on the whole text, token by token: whitespace separates tokens, so \b
+        # falls at their edges alike. An ASCII alphanumeric token matches only as a whole.
+        if token.isascii() and token.isalnum():
+            if token not in _ARTICLE_WORDS:
+                tokens.append(token)
+        else:
+            tokens.extend(_ARTICLES.sub(" ", token).split())
+    return tuple(tokens)
 
 
 def token_f1(prediction: str, target: str) -> float:
