@@ -18,7 +18,8 @@ numpy (the bootstrap's) is imported before the window in every kind: a one-off c
 Reported: each CPU per item, ``score-10k`` / ``batch`` and (``batch+score`` − ``batch``) /
 ``batch`` as percentages.
 
-    python bench/eval_scoring.py --runs 3 --items 1000
+    python bench/eval_scoring.py --runs 3 --items 1000            # a markdown table to paste
+    python bench/eval_scoring.py --runs 3 --items 1000 --baseline /path/to/other/checkout
     python bench/eval_scoring.py --one batch --items 1000          # one trial, one JSON line
 """
 
@@ -44,6 +45,7 @@ SCORERS = ["exact", "includes", "choice", "numeric", "f1", "regex:digits"]
 SCORING = '[regex.digits]\npattern = "[0-9]+"\n'
 SCRIPT = 'default_reply = "The answer is 42. ANSWER: B"\n'
 RESULTS = 10_000
+KINDS = ("batch", "batch+score", "score-10k")
 ANSWERS = ["It is 43, I think. ANSWER: C", "forty-two", "No idea; the options all look wrong.", "42 (B)"]
 
 
@@ -146,33 +148,59 @@ def one(kind: str, items: int) -> dict[str, Any]:
     return batch_trial(items, kind == "batch+score")
 
 
+def _trial(kind: str, items: int, tree: str | None) -> dict[str, Any]:
+    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED"}
+    if tree is not None:  # another checkout's dsh_orchestra (this script and its bench helpers stay)
+        env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [os.environ.get("PYTHONPATH")])])
+    done = subprocess.run([sys.executable, __file__, "--one", kind, "--items", str(items)],
+                          capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _cell(values: list[float]) -> str:
+    return f"{statistics.median(values):,.1f} ({' / '.join(f'{v:,.0f}' for v in values)})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--items", type=int, default=1000)
-    parser.add_argument("--one", choices=("batch", "batch+score", "score-10k"), default=None)
+    parser.add_argument("--one", choices=KINDS, default=None)
+    parser.add_argument("--baseline", metavar="TREE", default=None,
+                        help="also run every trial with this checkout's dsh_orchestra first on PYTHONPATH (before/after)")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write every trial as JSON")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.items)))
         return
-    trials: dict[str, list[dict[str, Any]]] = {"batch": [], "batch+score": [], "score-10k": []}
-    for _ in range(args.runs):  # interleaved: load changes hit every kind alike
-        for kind in trials:
-            done = subprocess.run([sys.executable, __file__, "--one", kind, "--items", str(args.items)],
-                                  capture_output=True, text=True, check=True, env={**os.environ, "DSH_TELEMETRY_MODE": "DISABLED"})
-            trials[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    median = {kind: statistics.median(t["cpu_per_item_us"] for t in runs) for kind, runs in trials.items()}
-    report = {
-        "machine": machine(),
-        "load_average": os.getloadavg(),
-        "runs": args.runs,
-        "batch_items": args.items,
-        "cpu_per_item_us": {k: round(v, 1) for k, v in median.items()},
-        "score_10k_over_batch_pct": round(100 * median["score-10k"] / median["batch"], 2),
-        "batch_score_overhead_pct": round(100 * (median["batch+score"] - median["batch"]) / median["batch"], 2),
-        "trials": trials,
-    }
-    print(json.dumps(report, indent=2))
+    trees: dict[str, str | None] = {"this tree": None}
+    if args.baseline:
+        trees = {"baseline": args.baseline, "this tree": None}
+    load_before = os.getloadavg()
+    trials: dict[str, dict[str, list[dict[str, Any]]]] = {t: {k: [] for k in KINDS} for t in trees}
+    for _ in range(args.runs):  # interleaved: load changes hit every kind (and tree) alike
+        for kind in KINDS:
+            for name, tree in trees.items():
+                trials[name][kind].append(_trial(kind, args.items, tree))
+    load_after = os.getloadavg()
+    print(f"**Evaluation scoring** ({args.runs} runs, batch of {args.items} items; load {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after; {machine()['nproc']} CPUs, {machine()['cpu']})\n")
+    print("| kind | " + " | ".join(f"{t}: CPU µs per item, median (trials)" for t in trees) + " |")
+    print("|---|" + "---:|" * len(trees))
+    for kind in KINDS:
+        print(f"| `{kind}` | " + " | ".join(_cell([r["cpu_per_item_us"] for r in trials[t][kind]]) for t in trees) + " |")
+    print()
+    for name in trees:
+        median = {k: statistics.median(r["cpu_per_item_us"] for r in trials[name][k]) for k in KINDS}
+        ratio = 100 * median["score-10k"] / median["batch"]
+        overhead = 100 * (median["batch+score"] - median["batch"]) / median["batch"]
+        summary_ms = statistics.median(r["summary_cpu_s"] for r in trials[name]["score-10k"]) * 1e3
+        print(f"* {name}: scoring 10,000 results = **{ratio:.2f} %** of the batch's CPU per item (target < 5 %: "
+              f"{'met' if ratio < 5 else 'missed'}); of which the summary {summary_ms:,.0f} ms in all; "
+              f"a scored batch costs {overhead:+.1f} % per item over the same batch unscored")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine(), "load": [load_before, load_after], "runs": args.runs,
+                                               "items": args.items, "trees": trees, "trials": trials}, indent=2))
 
 
 if __name__ == "__main__":
