@@ -152,9 +152,22 @@ _NUMBER = re.compile(
 )
 
 
+_LAST_DIGIT = re.compile(r".*\d", re.DOTALL)  # greedy: backtracks from the end to the last digit
+_IN_NUMBER = frozenset(",.eE+-")
+
+
 def last_number(text: str) -> tuple[str, float] | None:
     """The last number of ``text`` as (its text, its value); commas are thousands separators."""
-    found = _NUMBER.findall(text)
+    last = _LAST_DIGIT.match(text)
+    if last is None:  # every number holds a digit
+        return None
+    # No match spans a character that is neither a digit nor one of ",.eE+-", so the matches
+    # after such a character are the same whether the scan starts there or at the beginning
+    # (the sign's look-behind still sees the text before it): scan only the last run.
+    start = last.end() - 1
+    while start > 0 and (text[start - 1] in _IN_NUMBER or text[start - 1].isdecimal()):
+        start -= 1
+    found = _NUMBER.findall(text, start)
     if not found:
         return None
     written: str = found[-1]
@@ -183,8 +196,10 @@ class Numeric(_Builtin):
         if found is None:
             return 0, None, "no number in the response"
         rel_tol, value = self.rel_tol, found[1]
-        ok = any(math.isclose(value, number, rel_tol=rel_tol, abs_tol=0.0) for number in wanted)
-        return (1 if ok else 0), found[0], None
+        for number in wanted:
+            if math.isclose(value, number, rel_tol=rel_tol, abs_tol=0.0):
+                return 1, found[0], None
+        return 0, found[0], None
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -5,6 +5,7 @@ Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections import Counter
@@ -129,15 +130,29 @@ def bootstrap_ci(
         only = float(n) * float(levels[0]) / n
         return only, only
     if len(levels) <= _FEW_LEVELS:
-        draws = rng.multinomial(n, counts / n, size=resamples)
-        means = draws @ levels / n
-    else:
-        means = np.empty(resamples, dtype=np.float64)
-        chunk = max(1, _CHUNK_CELLS // n)
-        for start in range(0, resamples, chunk):
-            stop = min(resamples, start + chunk)
-            picks = rng.integers(0, n, size=(stop - start, n))
-            means[start:stop] = data[picks].mean(axis=1)
+        return _counts_interval(tuple(levels.tolist()), tuple(counts.tolist()), seed, resamples, confidence)
+    means = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = data[picks].mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+@functools.lru_cache(maxsize=256)  # scorers and groups often have the same counts (a summary asks 6 x 3 times)
+def _counts_interval(levels: tuple[float, ...], counts: tuple[int, ...], seed: int, resamples: int,
+                     confidence: float) -> tuple[float, float]:
+    """``bootstrap_ci`` of values given as distinct ``levels`` and their ``counts``: a pure
+    function of its arguments, so equal inputs share one set of draws."""
+    import numpy as np
+
+    n = sum(counts)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(n, np.asarray(counts, dtype=np.float64) / n, size=resamples)
+    means = draws @ np.asarray(levels, dtype=np.float64) / n
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)

@@ -233,3 +233,25 @@ def test_squad_tokens_equal_the_squad_script_on_random_text() -> None:
     for _ in range(20_000):
         text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12)))
         assert squad_tokens(text) == squad(text), repr(text)
+
+
+def test_last_number_equals_the_last_match_of_a_full_scan_on_random_text() -> None:
+    """last_number scans only the text's last run of number characters: the same answer as
+    the last of every match from the start."""
+    import math
+    import random
+
+    from dsh_orchestra.eval._builtin import _NUMBER
+
+    def full_scan(text: str) -> tuple[str, float] | None:
+        found = _NUMBER.findall(text)
+        if not found:
+            return None
+        value = float(found[-1].replace(",", ""))
+        return (found[-1], value) if math.isfinite(value) else None
+
+    alphabet = list("0123456789,.eE+- aAx_\n١٢٣۵") + ["1,234", "-5", "1e309", "e3", ".5", "x-1", "2,3456"]
+    rnd = random.Random(3)
+    for _ in range(30_000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14)))
+        assert last_number(text) == full_scan(text), repr(text)
