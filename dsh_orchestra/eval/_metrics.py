@@ -9,6 +9,7 @@ import functools
 import math
 import operator
 from collections import Counter
+from fractions import Fraction
 from typing import Any, Sequence
 
 import attrs
@@ -160,12 +161,39 @@ def _counts_interval(levels: tuple[float, ...], counts: tuple[int, ...], seed: i
 
 def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
     """``{"mean", "stderr", "ci95": [lo, hi], "n", "n_error"}`` of ``values`` (not null ones)."""
+    if len(values) > _FEW_LEVELS:
+        levels = Counter(values)
+        if len(levels) <= _FEW_LEVELS and not any(v == 0 and math.copysign(1.0, v) < 0 for v in levels):
+            return _level_metrics(levels, len(values), n_error, seed)
     interval = bootstrap_ci(values, seed=seed)
     return {
         "mean": mean(values),
         "stderr": stderr(values),
         "ci95": list(interval) if interval is not None else None,
         "n": len(values),
+        "n_error": n_error,
+    }
+
+
+def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> dict[str, Any]:
+    """``metrics`` of n values given as distinct values and their counts, in O(levels): the
+    same numbers bit for bit. ``math.fsum`` is the exactly rounded sum, and so is the float of
+    the exact (``Fraction``) sum of count × value; each deviation depends on its value only."""
+    total = float(sum((Fraction(v) * c for v, c in levels.items()), Fraction(0)))
+    centre = total / n
+    squares = sum((Fraction((v - centre) * (v - centre)) * c for v, c in levels.items()), Fraction(0))
+    ordered = sorted(levels.items())  # np.unique's order
+    if len(ordered) == 1:
+        only = float(n) * ordered[0][0] / n
+        interval = (only, only)
+    else:
+        interval = _counts_interval(tuple(v for v, _ in ordered), tuple(c for _, c in ordered), seed,
+                                    BOOTSTRAP_RESAMPLES, 0.95)
+    return {
+        "mean": centre,
+        "stderr": math.sqrt(float(squares) / (n - 1)) / math.sqrt(n),
+        "ci95": list(interval),
+        "n": n,
         "n_error": n_error,
     }
 
