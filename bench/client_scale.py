@@ -13,10 +13,13 @@ what one session in flight costs the client beyond its events. The runs are then
     python bench/client_scale.py --sessions 10000
     python bench/client_scale.py --sessions 10000 --tracemalloc
     python bench/client_scale.py --sessions 10000 --client raw
+    python bench/client_scale.py --sessions 10000 --client trio-task     # the floor: parked tasks
 
 ``--client raw`` is the floor of any client built on trio and our transport: one task per
 session sending ``session/prompt`` then ``session/wait`` on the runtime's connection, one sink
-keeping each session's events as compact JSON, no session layer.
+keeping each session's events as compact JSON, no session layer. ``--client trio-task`` and
+``trio-event`` need no runtime: N bare trio tasks parked at once (the memory of a task per
+session, whatever it runs).
 """
 
 from __future__ import annotations
@@ -129,13 +132,55 @@ async def trial(sessions: int, delay: float, traced: bool, raw: bool = False) ->
     return out
 
 
+async def floor_trial(tasks: int, kind: str) -> dict[str, Any]:
+    """The floor of "a task per session": ``tasks`` trio tasks parked at once, no runtime.
+
+    ``trio-task``: each parks in ``wait_task_rescheduled`` (the least a task waiting for a
+    reply can hold: its Task, coroutine frames, context); ``trio-event``: each waits on its own
+    ``trio.Event`` (a pending request's usual shape). RSS and traced memory per task.
+    """
+    me = psutil.Process()
+    parked = 0
+    all_parked = trio.Event()
+
+    async def park_task() -> None:
+        nonlocal parked
+        parked += 1
+        if parked == tasks:
+            all_parked.set()
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.SUCCEEDED)
+
+    async def park_event() -> None:
+        nonlocal parked
+        parked += 1
+        if parked == tasks:
+            all_parked.set()
+        await trio.Event().wait()
+
+    tracemalloc.start()
+    rss_before, traced_before = me.memory_info().rss, tracemalloc.get_traced_memory()[0]
+    async with trio.open_nursery() as nursery:
+        for _ in range(tasks):
+            nursery.start_soon(park_task if kind == "trio-task" else park_event)
+        await all_parked.wait()
+        rss, traced = me.memory_info().rss, tracemalloc.get_traced_memory()[0]
+        nursery.cancel_scope.cancel()
+    tracemalloc.stop()
+    return {"sessions": tasks, "rss_kib_per_task": (rss - rss_before) / 1024 / tasks,
+            "traced_kib_per_task": (traced - traced_before) / 1024 / tasks}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--delay", type=float, default=120.0, help="seconds the model waits (all turns in flight)")
     parser.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations (slower)")
-    parser.add_argument("--client", choices=("ours", "raw"), default="ours")
+    parser.add_argument("--client", choices=("ours", "raw", "trio-task", "trio-event"), default="ours")
     args = parser.parse_args()
+    if args.client.startswith("trio-"):
+        out = trio.run(floor_trial, args.sessions, args.client)
+        print(json.dumps({"workload": "client-scale", "client": args.client, "load_1m": os.getloadavg()[0], **out}))
+        return
     out = trio.run(trial, args.sessions, args.delay, args.tracemalloc, args.client == "raw")
     print(json.dumps({"workload": "client-scale", "client": args.client, "load_1m": os.getloadavg()[0], **out}))
 

@@ -96,7 +96,8 @@ def trial(mode: str, items: int, runtimes: int) -> float:
 
 def many(runs: int, small: int, large: int, runtimes: int) -> None:
     figures: dict[str, list[float]] = {mode: [] for mode in MODES}
-    print(json.dumps({"load_1m_before": os.getloadavg()[0]}), flush=True)
+    load_before = os.getloadavg()[0]
+    print(json.dumps({"load_1m_before": load_before}), flush=True)
     for index in range(runs):
         order = MODES[index % len(MODES):] + MODES[: index % len(MODES)]
         for mode in order:
@@ -115,6 +116,14 @@ def many(runs: int, small: int, large: int, runtimes: int) -> None:
                       "pool_layer_us": medians["pool"] - medians["session"],
                       "batch_and_pool_layers_us": medians["batch"] - medians["session"],
                       "load_1m_after": os.getloadavg()[0]}))
+    print(f"\n**Layers CPU** ({runs} rounds, slope between {small} and {large} items, {runtimes} simulator "
+          f"processes; load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after)\n")
+    print("| mode | CPU µs per item (median, trials) | layer cost over `session` (median) |")
+    print("|---|---:|---:|")
+    for mode in MODES:
+        trials = " / ".join(f"{v:,.0f}" for v in figures[mode])
+        layer = "—" if mode == "session" else f"{medians[mode] - medians['session']:,.1f} µs"
+        print(f"| `{mode}` | {medians[mode]:,.1f} ({trials}) | {layer} |")
 
 
 def main() -> None:

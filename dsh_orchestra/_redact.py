@@ -91,6 +91,23 @@ class Redactor:
             return [self.value(v) for v in value]
         return value
 
+    def value_json(self, value: Any) -> tuple[Any, bytes]:
+        """``value`` redacted (as ``value()``) and its compact JSON (``orjson.dumps``).
+
+        Encoded once; the value is walked only when a secret's JSON text occurs in the
+        encoding (JSON escapes a string character by character, so a secret inside any key or
+        string shows there) or when ``patterns`` is on.
+        """
+        import orjson  # a dependency of the package; imported here to keep this module import-free
+
+        data = orjson.dumps(value)
+        if not self:
+            return value, data
+        if not self.patterns and not any(orjson.dumps(secret)[1:-1] in data for secret in self._secrets):
+            return value, data
+        value = self.value(value)
+        return value, orjson.dumps(value)
+
     def bytes(self, data: bytes) -> bytes:
         """UTF-8 ``data`` redacted (returned as is when there is nothing to redact)."""
         if not self:

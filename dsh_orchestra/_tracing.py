@@ -66,9 +66,23 @@ def enable_tracing(enabled: bool = True, *, tracer_provider: Any = None) -> bool
     return tracing_enabled()
 
 
+_ENVIRON = os.environ
+_ENVIRON_DATA: Any = getattr(os.environ, "_data", None)  # CPython's dict behind os.environ
+_ENV_KEY: Any = os.environ.encodekey(ENV) if _ENVIRON_DATA is not None and hasattr(os.environ, "encodekey") else None
+
+
+def _env_value() -> str:
+    """``os.environ.get(ENV, "")``, read on every call (it is checked for every item and turn):
+    a missing key costs ``os.environ.get`` two exceptions, the dict behind it one lookup."""
+    if _ENV_KEY is None or os.environ is not _ENVIRON:
+        return os.environ.get(ENV, "")
+    raw = _ENVIRON_DATA.get(_ENV_KEY)
+    return "" if raw is None else str(os.environ.decodevalue(raw))
+
+
 def tracing_enabled() -> bool:
     """True when spans are recorded: enabled (call or environment) and the API importable."""
-    wanted = _enabled if _enabled is not None else os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    wanted = _enabled if _enabled is not None else _env_value().strip().lower() in ("1", "true", "yes", "on")
     return wanted and _trace_api() is not None
 
 

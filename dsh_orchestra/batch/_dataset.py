@@ -47,7 +47,7 @@ class BatchItem:
     line: int = 0
 
 
-def _check_item(raw: Any) -> tuple[BatchItem | None, str | None, list[str]]:
+def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, list[str]]:
     if not isinstance(raw, dict):
         return None, f"expected a JSON object, not {type(raw).__name__}", []
     item_id = raw.get("id")
@@ -79,7 +79,8 @@ def _check_item(raw: Any) -> tuple[BatchItem | None, str | None, list[str]]:
     if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
         return None, f"item {item_id!r}: 'choices' must be a list of strings, not {choices!r}"[:300], []
     extra = sorted(set(raw) - KNOWN_KEYS)
-    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata, target=target, choices=choices)
+    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata, target=target, choices=choices,
+                     line=line)
     return item, None, extra
 
 
@@ -97,7 +98,7 @@ def _scan(path: Path, data: bytes | None = None) -> Iterator[tuple[int, BatchIte
             except orjson.JSONDecodeError as exc:
                 yield number, None, f"not valid JSON ({exc})", []
                 continue
-            item, problem, extra = _check_item(raw)
+            item, problem, extra = _check_item(raw, number)
             yield number, item, problem if item is None else None, extra
 
 
@@ -122,7 +123,7 @@ def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[st
             continue
         first_line[item.id] = number
         unknown.update(extra)
-        items.append(attrs.evolve(item, line=number))
+        items.append(item)
     if problems:
         raise DatasetError(str(path), problems)
     if not items:
@@ -204,7 +205,7 @@ def _iter_checked(check: DatasetCheck, skip: Container[str]) -> Iterator[BatchIt
         if item is None or problem is not None:
             raise DatasetError(str(check.path), [(number, f"changed after it was checked: {problem}")])
         if item.id in check.ids and item.id not in skip:
-            yield attrs.evolve(item, line=number)
+            yield item
 
 
 def stable_hash(item_id: str) -> int:

@@ -157,7 +157,8 @@ class Budget:
     def add(self, line: dict[str, Any]) -> None:
         """Count a result line written by this run."""
         self.lines += 1
-        self.tokens += Usage.from_json(line.get("usage")).total_tokens
+        if self.max_tokens is not None:
+            self.tokens += Usage.from_json(line.get("usage")).total_tokens
         cost = line.get("cost_usd")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost):
             self.cost += float(cost)

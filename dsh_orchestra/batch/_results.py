@@ -215,7 +215,11 @@ class ResultsWriter:
 
     def write(self, line: dict[str, Any]) -> None:
         """Write one result object as one line."""
-        data = orjson.dumps(line) + b"\n"
+        self.write_json(orjson.dumps(line))
+
+    def write_json(self, encoded: bytes) -> None:
+        """Write one result object already encoded as compact JSON (no newline) as one line."""
+        data = encoded + b"\n"
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)

@@ -141,8 +141,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
 
 @observed(ITEM_SPAN, lambda run, unit: {"item": unit[0].id})
 async def _process(run: _Run, unit: tuple[BatchItem, int]) -> None:
-    line = run.redactor.value(await _run_item(run, *unit))  # a runtime may echo a secret anywhere
-    run.writer.write(line)
+    line, encoded = run.redactor.value_json(await _run_item(run, *unit))  # a runtime may echo a secret anywhere
+    run.writer.write_json(encoded)
     run.tally.add_line(line)
     run.evaluation.add_line(line, this_run=True)
     run.counters.done += 1

@@ -17,10 +17,10 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 import trio
 
-from ._builtin import F1, Choice, Exact, Includes, Numeric, Regex
+from ._builtin import F1, Choice, Exact, Includes, Numeric, Regex, _Builtin, _response
 from ._config import ScorerSpec, ScoringError
 from ._judge import Judge, JudgeError, Lease
-from ._score import ItemLike, ScoreRecord, null_record, score_record
+from ._score import ItemLike, ScoreRecord, null_record, score_record, targets_of
 from ._usage import Usage
 
 log = logging.getLogger("dsh_orchestra.eval")
@@ -114,6 +114,7 @@ class AttemptScores:
     judge_usage: Usage = Usage()
 
 
+_NO_USAGE = Usage()
 _BUILTIN = frozenset({"exact", "includes", "choice", "numeric", "f1", "regex"})
 
 
@@ -146,11 +147,19 @@ async def score_attempt(scorers: Sequence[BoundScorer], item: ItemLike, result: 
     if getattr(result, "status", "ok") != "ok":
         return AttemptScores(error_scores([s.name for s in scorers]))
     records: dict[str, ScoreRecord] = {}
-    judge_usage = Usage()
+    judge_usage = _NO_USAGE
+    text: str | None = None
+    targets: tuple[str, ...] = ()
     for scorer in scorers:
         try:
+            fn = scorer.fn
             if scorer.kind in _BUILTIN:  # pure and fast: called directly
-                records[scorer.name] = score_record(scorer.fn(item, result), scorer.name)  # type: ignore[misc]
+                if isinstance(fn, _Builtin):
+                    if text is None:  # read once for every built-in
+                        text, targets = _response(result), targets_of(item)
+                    records[scorer.name] = fn.record(text, targets, item)
+                else:
+                    records[scorer.name] = score_record(fn(item, result), scorer.name)  # type: ignore[misc]
                 continue
             returned, spent = await _call(scorer, item, result)
             judge_usage = judge_usage + spent

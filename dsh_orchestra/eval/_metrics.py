@@ -5,8 +5,11 @@ Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections import Counter
+from fractions import Fraction
 from typing import Any, Sequence
 
 import attrs
@@ -98,7 +101,8 @@ def stderr(values: Sequence[float]) -> float | None:
     if n < 2:
         return None
     centre = math.fsum(values) / n
-    variance = math.fsum((v - centre) ** 2 for v in values) / (n - 1)
+    deviations = [v - centre for v in values]
+    variance = math.fsum(map(operator.mul, deviations, deviations)) / (n - 1)
     return math.sqrt(variance) / math.sqrt(n)
 
 
@@ -123,16 +127,33 @@ def bootstrap_ci(
     n = len(data)
     rng = np.random.default_rng(seed)
     levels, counts = np.unique(data, return_counts=True)
+    if len(levels) == 1:  # every resample is n copies of the one value: what the draws give, without them
+        only = float(n) * float(levels[0]) / n
+        return only, only
     if len(levels) <= _FEW_LEVELS:
-        draws = rng.multinomial(n, counts / n, size=resamples)
-        means = draws @ levels / n
-    else:
-        means = np.empty(resamples, dtype=np.float64)
-        chunk = max(1, _CHUNK_CELLS // n)
-        for start in range(0, resamples, chunk):
-            stop = min(resamples, start + chunk)
-            picks = rng.integers(0, n, size=(stop - start, n))
-            means[start:stop] = data[picks].mean(axis=1)
+        return _counts_interval(tuple(levels.tolist()), tuple(counts.tolist()), seed, resamples, confidence)
+    means = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, _CHUNK_CELLS // n)
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        picks = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = data[picks].mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+@functools.lru_cache(maxsize=256)  # scorers and groups often have the same counts (a summary asks 6 x 3 times)
+def _counts_interval(levels: tuple[float, ...], counts: tuple[int, ...], seed: int, resamples: int,
+                     confidence: float) -> tuple[float, float]:
+    """``bootstrap_ci`` of values given as distinct ``levels`` and their ``counts``: a pure
+    function of its arguments, so equal inputs share one set of draws."""
+    import numpy as np
+
+    n = sum(counts)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(n, np.asarray(counts, dtype=np.float64) / n, size=resamples)
+    means = draws @ np.asarray(levels, dtype=np.float64) / n
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)
@@ -140,12 +161,39 @@ def bootstrap_ci(
 
 def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
     """``{"mean", "stderr", "ci95": [lo, hi], "n", "n_error"}`` of ``values`` (not null ones)."""
+    if len(values) > _FEW_LEVELS:
+        levels = Counter(values)
+        if len(levels) <= _FEW_LEVELS and not any(v == 0 and math.copysign(1.0, v) < 0 for v in levels):
+            return _level_metrics(levels, len(values), n_error, seed)
     interval = bootstrap_ci(values, seed=seed)
     return {
         "mean": mean(values),
         "stderr": stderr(values),
         "ci95": list(interval) if interval is not None else None,
         "n": len(values),
+        "n_error": n_error,
+    }
+
+
+def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> dict[str, Any]:
+    """``metrics`` of n values given as distinct values and their counts, in O(levels): the
+    same numbers bit for bit. ``math.fsum`` is the exactly rounded sum, and so is the float of
+    the exact (``Fraction``) sum of count × value; each deviation depends on its value only."""
+    total = float(sum((Fraction(v) * c for v, c in levels.items()), Fraction(0)))
+    centre = total / n
+    squares = sum((Fraction((v - centre) * (v - centre)) * c for v, c in levels.items()), Fraction(0))
+    ordered = sorted(levels.items())  # np.unique's order
+    if len(ordered) == 1:
+        only = float(n) * ordered[0][0] / n
+        interval = (only, only)
+    else:
+        interval = _counts_interval(tuple(v for v, _ in ordered), tuple(c for _, c in ordered), seed,
+                                    BOOTSTRAP_RESAMPLES, 0.95)
+    return {
+        "mean": centre,
+        "stderr": math.sqrt(float(squares) / (n - 1)) / math.sqrt(n),
+        "ci95": list(interval),
+        "n": n,
         "n_error": n_error,
     }
 
@@ -187,9 +235,14 @@ class ScoreTally:
         row: list[float | None] = []
         for name in self.names:
             record = scores.get(name)
-            value = record.get("value") if isinstance(record, dict) else None
-            row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
-        epochs = self._values.setdefault(item_id, {})
+            value = record.get("value") if type(record) is dict or isinstance(record, dict) else None
+            if type(value) is float:
+                row.append(value)
+            else:
+                row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+        epochs = self._values.get(item_id)
+        if epochs is None:
+            self._values[item_id] = epochs = {}
         epochs.setdefault(epoch if isinstance(epoch, int) else 1, row)  # the first line of an (id, epoch) wins
         if self.group_by is not None and item_id not in self._groups:
             self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
@@ -198,6 +251,10 @@ class ScoreTally:
         """Each scorer's reduced value per item, in the order items were first seen."""
         columns: list[list[float | None]] = [[] for _ in self.names]
         reducer = self.reducer
+        if reducer.k is None and all(len(epochs) == 1 for epochs in self._values.values()):
+            # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
+            rows = [row for epochs in self._values.values() for row in epochs.values()]
+            return {name: [row[index] for row in rows] for index, name in enumerate(self.names)}
         for epochs in self._values.values():
             if len(epochs) == 1:
                 (row,) = epochs.values()

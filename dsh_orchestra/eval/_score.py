@@ -89,7 +89,7 @@ def targets_of(item: ItemLike) -> tuple[str, ...]:
         return ()
     if isinstance(target, str):
         return (target,)
-    return tuple(str(t) for t in target)
+    return tuple(map(str, target))
 
 
 def null_record(explanation: str | None) -> ScoreRecord:

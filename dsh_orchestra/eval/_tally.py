@@ -17,7 +17,7 @@ import attrs
 from .._params import Param, ParamValueError
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
-from ._usage import Price, Prices, Usage
+from ._usage import Price, Prices, Usage, _count
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -130,15 +130,26 @@ class EvalTally:
     def __init__(self, plan: EvalPlan) -> None:
         self.plan = plan
         self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed) if plan.scorers else None
-        self.usage = Usage()
+        self._tokens = [0, 0, 0]  # input, output, total: summed as ints, one Usage at the end
         self.judge_usage = Usage()
         self.cost_usd = 0.0
         self.judge_cost_usd = 0.0
 
+    @property
+    def usage(self) -> Usage:
+        """The tokens of every line counted so far."""
+        return Usage(*self._tokens)
+
     def add_line(self, line: dict[str, Any]) -> None:
         """Count one result line."""
-        self.usage = self.usage + Usage.from_json(line.get("usage"))
-        self.cost_usd += _number(line.get("cost_usd")) or 0.0
+        usage = line.get("usage")
+        if isinstance(usage, dict):
+            tokens = self._tokens
+            tokens[0] += _count(usage.get("input_tokens"))
+            tokens[1] += _count(usage.get("output_tokens"))
+            tokens[2] += _count(usage.get("total_tokens"))
+        if "cost_usd" in line:
+            self.cost_usd += _number(line.get("cost_usd")) or 0.0
         if "judge_usage" in line:
             self.judge_usage = self.judge_usage + Usage.from_json(line.get("judge_usage"))
             self.judge_cost_usd += _number(line.get("judge_cost_usd")) or 0.0

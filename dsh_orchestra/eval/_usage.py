@@ -19,6 +19,8 @@ import orjson
 from ..protocol import SESSION_EVENT
 
 _ASSISTANT = b'"assistant/message"'
+_ASSISTANT_START = b'{"type":"assistant/message"'
+_TYPE_START = b'{"type":"'
 
 
 @attrs.frozen
@@ -45,10 +47,12 @@ class Usage:
         """A ``usage`` object read back (missing or malformed counts are 0)."""
         if not isinstance(value, dict):
             return cls()
-        return cls(*(_count(value.get(key)) for key in ("input_tokens", "output_tokens", "total_tokens")))
+        return cls(_count(value.get("input_tokens")), _count(value.get("output_tokens")), _count(value.get("total_tokens")))
 
 
 def _count(value: Any) -> int:
+    if type(value) is int:  # the common case, checked first
+        return value if value > 0 else 0
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -71,10 +75,14 @@ def events_usage(events: Iterable[Mapping[str, Any]]) -> Usage:
     inputs = outputs = totals = 0
     for event in events:
         if event.get("type") == "assistant/message":
-            step = step_usage(event)
-            inputs += step.input_tokens
-            outputs += step.output_tokens
-            totals += step.total_tokens
+            data = event.get("data")
+            usage = data.get("usage") if isinstance(data, dict) else None
+            if isinstance(usage, dict):  # as step_usage, without a Usage per step
+                step_in, step_out = _count(usage.get("inputTokens")), _count(usage.get("outputTokens"))
+                total = usage.get("totalTokens")
+                inputs += step_in
+                outputs += step_out
+                totals += _count(total) if total is not None else step_in + step_out
     return Usage(inputs, outputs, totals)
 
 
@@ -87,7 +95,14 @@ def turn_usage(turn: Any) -> Usage:
     events = turn.events
     raw = getattr(events, "raw", None)
     if raw is not None:
-        steps.extend(orjson.loads(line) for line in raw if _ASSISTANT in line)
+        for line in raw:
+            # Decoded only when it may be a model step: a line that starts with another
+            # "type" is another event, whatever its payload quotes.
+            if line.startswith(_TYPE_START):
+                if line.startswith(_ASSISTANT_START):
+                    steps.append(orjson.loads(line))
+            elif _ASSISTANT in line:
+                steps.append(orjson.loads(line))
     else:
         steps.extend(events)
     for notification in turn.notifications:

@@ -66,3 +66,25 @@ def test_an_echoed_key_is_redacted_everywhere(tmp_path: Path, monkeypatch: pytes
     for name, data in written.items():
         assert KEY.encode() not in data, f"the key is in {name}"
     assert KEY not in shown.out and KEY not in shown.err
+
+
+@pytest.mark.parametrize("secret", ["plain-secret-value", 'quo"te\\back', "line\nbreak\tx", "ünïcødé-sécret", "\u2028sep"])
+def test_result_lines_are_encoded_once_and_redacted_wherever_a_secret_is(secret: str) -> None:
+    """``Redactor.value_json`` (the results writer's path) gives what ``value`` + ``orjson.dumps``
+    give: a secret in a key, a nested string or a list is found through its JSON escaping."""
+    import orjson
+
+    from dsh_orchestra._redact import Redactor
+
+    redactor = Redactor([secret])
+    clean = {"id": "a", "final_response": "nothing here", "metadata": {"n": 1, "l": ["x", None, 2.5]}}
+    value, data = redactor.value_json(clean)
+    assert value is clean and data == orjson.dumps(clean)
+    for dirty in ({"final_response": f"the key is {secret}!"}, {"metadata": {f"k{secret}": 1}},
+                  {"subagents": [{"text": ["deep", secret]}]}):
+        value, data = redactor.value_json(dirty)
+        assert value == redactor.value(dirty) and data == orjson.dumps(redactor.value(dirty))
+        assert secret.encode() not in data and orjson.dumps(secret)[1:-1] not in data
+    assert Redactor().value_json(clean) == (clean, orjson.dumps(clean))
+    patterned = Redactor(patterns=True).value_json({"t": "token=abc123"})
+    assert patterned[0] == {"t": "***"} and patterned[1] == b'{"t":"***"}'

@@ -176,3 +176,19 @@ def test_tally_pass_at_k() -> None:
     expected = [pass_at_k(3, 1, 2), 0.0, pass_at_k(3, 2, 2)]
     assert tally.scores()["s"]["mean"] == pytest.approx(sum(expected) / 3)
     assert tally.groups() is None
+
+
+def test_metrics_of_few_distinct_values_equal_the_per_value_formulas() -> None:
+    """Over 64 values with at most 64 distinct ones, metrics are computed from the counts:
+    the same mean, stderr and interval, bit for bit, as fsum, stderr and bootstrap_ci."""
+    import random
+
+    rnd = random.Random(5)
+    for trial in range(60):
+        levels = [rnd.choice([0.0, 1.0, 0.5, 0.1, 1 / 3, 0.7, 2.5e-7, 0.9999999999, -0.25]) for _ in range(rnd.randint(1, 8))]
+        values = [rnd.choice(levels) for _ in range(rnd.randint(65, 2000))]
+        interval = bootstrap_ci(values, seed=trial % 3)
+        assert interval is not None
+        assert metrics(values, 2, seed=trial % 3) == {
+            "mean": mean(values), "stderr": stderr(values), "ci95": list(interval), "n": len(values), "n_error": 2,
+        }

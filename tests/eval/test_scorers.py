@@ -199,3 +199,59 @@ def test_regex_search_and_fullmatch() -> None:
     assert Regex(r"\d{3}", fullmatch=True)(item(), said("code 123 ok")) == Score(0)
     assert Regex(r"\d{3}", fullmatch=True)(item(), said("123")) == Score(1, answer="123")
     assert Regex(r"x")(item(), said("")).value == 0
+
+
+# ---- the fast paths equal the documented formulas -------------------------------------------
+
+def test_normalize_equals_the_formula_on_random_text() -> None:
+    """ASCII takes a shortcut (lower + split/join); it must equal NFKC + casefold + \\s+ collapse."""
+    import random
+    import re
+    import unicodedata
+
+    spaces = re.compile(r"\s+")
+    alphabet = list("aB \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u00a0\u2028\u3000Ｓßﬁ５İx")
+    rnd = random.Random(2)
+    for _ in range(20_000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 10)))
+        assert normalize(text) == spaces.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip(), repr(text)
+
+
+def test_squad_tokens_equal_the_squad_script_on_random_text() -> None:
+    """Punctuation deleted on bytes for ASCII, articles dropped token by token: the same tokens
+    as SQuAD's normalize_answer(...).split()."""
+    import random
+    import re
+    import string
+
+    def squad(text: str) -> list[str]:
+        text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+        return re.sub(r"\b(a|an|the)\b", " ", text).split()
+
+    alphabet = list("aantheTHE b_c1 ,.-'é€©\u00a0\t\nİß") + ["the", "an", "a", " a ", "The", "A€", "é"]
+    rnd = random.Random(1)
+    for _ in range(20_000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12)))
+        assert squad_tokens(text) == squad(text), repr(text)
+
+
+def test_last_number_equals_the_last_match_of_a_full_scan_on_random_text() -> None:
+    """last_number scans only the text's last run of number characters: the same answer as
+    the last of every match from the start."""
+    import math
+    import random
+
+    from dsh_orchestra.eval._builtin import _NUMBER
+
+    def full_scan(text: str) -> tuple[str, float] | None:
+        found = _NUMBER.findall(text)
+        if not found:
+            return None
+        value = float(found[-1].replace(",", ""))
+        return (found[-1], value) if math.isfinite(value) else None
+
+    alphabet = list("0123456789,.eE+- aAx_\n١٢٣۵") + ["1,234", "-5", "1e309", "e3", ".5", "x-1", "2,3456"]
+    rnd = random.Random(3)
+    for _ in range(30_000):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14)))
+        assert last_number(text) == full_scan(text), repr(text)
