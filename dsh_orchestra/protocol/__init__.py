@@ -78,9 +78,11 @@ from ._jsonrpc import (
 from ._routing import (
     CHILD_SESSION_ID as CHILD_SESSION_ID,
     EDGE_METHODS as EDGE_METHODS,
+    EVENT as EVENT,
     PARENT_SESSION_ID as PARENT_SESSION_ID,
     SESSION_ID as SESSION_ID,
     child_of as child_of,
+    event_json as event_json,
     parent_of as parent_of,
     routing_key as routing_key,
     session_of as session_of,
@@ -102,7 +104,7 @@ __all__ = [
     "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR",
     "ErrorObject", "FrameKind", "INVALID", "NOTIFICATION", "REQUEST", "RESPONSE", "JsonObject", "RequestId", "classify", "error_frame", "error_of",
     "notification_frame", "params_of", "request_frame", "result_frame",
-    "CHILD_SESSION_ID", "EDGE_METHODS", "PARENT_SESSION_ID", "SESSION_ID", "child_of", "parent_of",
+    "CHILD_SESSION_ID", "EDGE_METHODS", "EVENT", "PARENT_SESSION_ID", "SESSION_ID", "child_of", "event_json", "parent_of",
     "routing_key", "session_of",
     *_event_names, *_wire_names,
 ]

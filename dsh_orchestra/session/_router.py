@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, Callable, Protocol
 
 from ..protocol import SUBAGENT_STARTED, TransportClosedError, routing_key
-from ..transport import DEFAULT_CAPACITY, Notification, Subscription
+from ..transport import DEFAULT_CAPACITY, Connection, Notification, Subscription
 
 MAX_DEPTH = 64
 
@@ -30,7 +30,10 @@ class Target(Protocol):
 class SessionRouter:
     """Routes a runtime's notifications to the session trees that hold them."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: Callable[[], Connection | None] | None = None) -> None:
+        self.source = source
+        """The connection the runtime reads now (None while there is none): subscriptions read
+        it themselves when their buffer is empty and nobody else reads (``Connection.pump``)."""
         self.parents: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}  # parent -> children, to prune with forget()
         self._subscriptions: dict[str, list[Target]] = {}
@@ -38,12 +41,26 @@ class SessionRouter:
 
     def subscribe(self, root: str, *, name: str | None = None, capacity: int = DEFAULT_CAPACITY) -> Subscription:
         """A bounded subscription to ``root``'s tree, descendants included, in wire order."""
-        subscription = Subscription(name or f"session {root!r}", capacity=capacity, on_close=self._remover(root))
+        subscription = Subscription(
+            name or f"session {root!r}", capacity=capacity, on_close=self._remover(root),
+            lender=self if self.source is not None else None,
+        )
         if self._error is not None:
             subscription.fail(self._error)
             return subscription
         self._subscriptions.setdefault(root, []).append(subscription)
         return subscription
+
+    async def pump(self, subscription: Subscription) -> bool:
+        """Lend the current connection's reading to ``subscription`` (see ``Lender``)."""
+        connection = self.source() if self.source is not None else None
+        return connection is not None and await connection.pump(subscription)
+
+    def interrupt_pump(self) -> None:
+        """End a subscription's wait in ``pump`` (see ``Lender``)."""
+        connection = self.source() if self.source is not None else None
+        if connection is not None:
+            connection.interrupt_pump()
 
     def attach(self, root: str, target: Target) -> Callable[[], None]:
         """Deliver ``root``'s tree to ``target`` directly (no buffer); returns the detacher.
