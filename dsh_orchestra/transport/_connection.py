@@ -77,6 +77,8 @@ class ConnectionStatistics:
     pending_requests: int
     subscribers: int
     handlers_running: int
+    lent_reads: int = 0
+    """Chunks read by a subscriber's own task (``pump``) rather than the reader task."""
 
 
 class _Pending:
@@ -158,6 +160,7 @@ class Connection:
         self._frames_sent = 0
         self._notifications = 0
         self._handlers_running = 0
+        self._lent_reads = 0
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -391,6 +394,7 @@ class Connection:
             if not data:
                 self._lendable = False  # end of file (it reads again as such): the reader's
                 return False
+            self._lent_reads += 1
             if self._dispatch(data) is not None and self._cancel_scope is not None:
                 self._cancel_scope.cancel(reason="connection lost")  # _dispatch failed it
             return True
@@ -614,6 +618,7 @@ class Connection:
             pending_requests=len(self._pending),
             subscribers=len(self._sinks),
             handlers_running=self._handlers_running,
+            lent_reads=self._lent_reads,
         )
 
 
