@@ -18,6 +18,11 @@ Clients, each the way its users stream one session:
 * ``trio-reader``: a reader task as ``trio-bare`` handing each event to a consumer task through
   a deque and a one-shot wake-up (the architecture of a connection with a reader task and
   user code in another task, with none of its code: two trips per event when paced);
+* ``trio-api``: the least a trio client handing each event to user code as an object through
+  an awaited ``receive()`` can do (the floor of that API, none of our code): one task; per
+  event a frozen attrs object (method, params, line) queued in a deque, and ``await
+  receive()`` = ``checkpoint_if_cancelled()`` + ``popleft()``; with the deque empty,
+  ``receive()`` itself waits for the pipe, reads and splits a chunk (as ``ours`` does);
 * ``official``: ``DeepSeekHarness`` 0.2.1rc2, ``client.subscribe_session_notifications(id)``,
   ``client.session_prompt(...)``, ``subscription.next()`` per notification (its reader thread
   hands each one over through a ``queue.Queue``);
@@ -45,7 +50,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 from _common import fake_runtime_command, percentile  # noqa: E402
 
-CLIENTS = ("bare", "trio-bare", "trio-reader", "official", "ours")
+CLIENTS = ("bare", "trio-bare", "trio-reader", "trio-api", "official", "ours")
 SESSION = "w1-session"
 WARMUP = 100
 
@@ -159,6 +164,75 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
     return trio.run(main)
 
 
+def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
+    import os
+    from collections import deque
+
+    import attrs
+    import orjson
+    import trio
+
+    @attrs.frozen(slots=True)
+    class Event:
+        method: str
+        params: dict[str, Any]
+        raw: bytes | None = attrs.field(default=None, eq=False, repr=False)
+
+    async def main() -> dict[str, Any]:
+        process = await trio.lowlevel.open_process(list(fake_runtime_command()), stdin=subprocess.PIPE,
+                                                   stdout=subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        out_fd, in_fd = process.stdout.fileno(), process.stdin.fileno()
+        loads, clock = orjson.loads, time.monotonic_ns
+        request = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {
+            "sessionId": SESSION, "contentBlocks": [{"type": "text", "text": prompt_text(mode, count, interval_us)}]}}
+        items: deque[Event] = deque()
+        tail = [b""]
+
+        def fill() -> None:
+            try:
+                data = os.read(out_fd, 16384)
+            except BlockingIOError:
+                return
+            lines = (tail[0] + data).split(b"\n")
+            tail[0] = lines.pop()
+            for line in lines:
+                frame = loads(line)
+                method = frame.get("method")
+                if method is not None:
+                    items.append(Event(method, frame["params"], line))
+
+        async def receive() -> Event:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            while not items:
+                await trio.lowlevel.wait_readable(out_fd)
+                fill()
+            return items.popleft()
+
+        lags: list[int] = []
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            os.write(in_fd, orjson.dumps(request) + b"\n")
+            if mode == "latency":
+                for _ in range(count):
+                    event = await receive()
+                    lags.append(clock() - event.params["event"]["data"]["sentNs"])
+            else:
+                for _ in range(count):
+                    await receive()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            await process.stdin.aclose()
+            with trio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        return figures(mode, count, wall, cpu, lags)
+
+    return trio.run(main)
+
+
 def run_official(mode: str, count: int, interval_us: int) -> dict[str, Any]:
     from deepseek_harness import DeepSeekHarness
 
@@ -220,10 +294,10 @@ def main() -> None:
     parser.add_argument("--interval-us", type=int, default=1000, help="latency: µs between paced events")
     args = parser.parse_args()
     count = args.count or (100_000 if args.mode == "rate" else 2_000)
-    if args.client.startswith("trio-"):
+    if args.client in ("trio-bare", "trio-reader"):
         out = run_trio(args.mode, count, args.interval_us, reader_task=args.client == "trio-reader")
     else:
-        runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
+        runner = {"bare": run_bare, "trio-api": run_trio_api, "official": run_official, "ours": run_ours}[args.client]
         out = runner(args.mode, count, args.interval_us)
     print(json.dumps({"workload": f"W1-{args.mode}", "client": args.client, "count": count, **out}))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Protocol
 
-from ..protocol import SUBAGENT_STARTED, TransportClosedError, routing_key
+from ..protocol import EDGE_METHODS, SESSION_ID, SUBAGENT_STARTED, TransportClosedError, routing_key, session_of
 from ..transport import DEFAULT_CAPACITY, Connection, Notification, Subscription
 
 MAX_DEPTH = 64
@@ -107,31 +107,53 @@ class SessionRouter:
     def push(self, notification: Notification) -> None:
         """The connection sink: record edges, then deliver to every subscribed ancestor."""
         method = notification.method
-        start, extra = routing_key(method, notification.params)
-        if method == SUBAGENT_STARTED and start and extra and start != extra and extra not in self.parents:
-            self.parents[extra] = start
-            self._children.setdefault(start, []).append(extra)
+        params = notification.params
         subscriptions = self._subscriptions
-        if not subscriptions or start is None:
-            return
-        parents = self.parents
-        session: str | None = start
-        depth = 0
-        while session is not None and depth < MAX_DEPTH:
-            targets = subscriptions.get(session)
+        if method not in EDGE_METHODS:  # the hot path: a session's own notification
+            start = params.get(SESSION_ID)
+            if type(start) is not str:
+                start = session_of(params)
+                if start is None:
+                    return
+            targets = subscriptions.get(start)
             if targets:
                 if len(targets) == 1:  # the usual case: no copy of the list
                     targets[0].push(notification)
                 else:
                     for subscription in tuple(targets):
                         subscription.push(notification)
-            session = parents.get(session)
-            depth += 1
+            if self.parents:
+                parent = self.parents.get(start)
+                if parent is not None:
+                    self._push_up(notification, parent, 1)
+            return
+        start, extra = routing_key(method, params)
+        if method == SUBAGENT_STARTED and start and extra and start != extra and extra not in self.parents:
+            self.parents[extra] = start
+            self._children.setdefault(start, []).append(extra)
+        if not subscriptions or start is None:
+            return
+        self._push_up(notification, start, 0)
         if extra is not None and extra != start:
             targets = subscriptions.get(extra)
             if targets:
                 for subscription in tuple(targets):
                     subscription.push(notification)
+
+    def _push_up(self, notification: Notification, session: str | None, depth: int) -> None:
+        """Deliver to ``session``'s subscribers and its ancestors' (``depth`` levels done)."""
+        subscriptions = self._subscriptions
+        parents = self.parents
+        while session is not None and depth < MAX_DEPTH:
+            targets = subscriptions.get(session)
+            if targets:
+                if len(targets) == 1:
+                    targets[0].push(notification)
+                else:
+                    for subscription in tuple(targets):
+                        subscription.push(notification)
+            session = parents.get(session)
+            depth += 1
 
     def forget(self, root: str) -> set[str]:
         """Drop the recorded edges of ``root``'s tree and return the descendants dropped.

@@ -80,30 +80,31 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._served = 0  # items returned since receive() last let other tasks run
         self._error: BaseException | None = None
         self._closed = False
+        self._accepting = True  # neither failed nor closed: what push() checks
 
     # ---- reader side (synchronous, never blocks) ------------------------------------
 
     def push(self, notification: Notification) -> None:
         """Buffer one notification, or fail this subscription if it is full."""
-        if self._error is not None or self._closed:
+        if not self._accepting:  # failed or closed
             return
         if self._filter is not None and not self._filter(notification):
             return
-        if len(self._items) >= self.capacity:
-            self._items.clear()
+        items = self._items
+        if len(items) >= self.capacity:
+            items.clear()
             self.fail(SubscriberOverflowError(self.name, self.capacity))
             self._detach()
             return
-        self._items.append(notification)
-        if self._parked:
-            self._waiters.unpark_all()
-        if self.pipe_wait:  # pushed by someone else while our receive() waits for the pipe
-            self._interrupt()
+        items.append(notification)
+        if self._parked or self.pipe_wait:  # (pipe_wait: pushed by someone else than the pump)
+            self._wake()
 
     def fail(self, error: BaseException) -> None:
         """Make receive() raise ``error`` once the buffered notifications are drained."""
         if self._error is None:
             self._error = error
+            self._accepting = False
         self._wake()
 
     def _wake(self) -> None:
@@ -150,15 +151,20 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
-        if not items and self._lender is not None and not self._closed and self._error is None:
-            await self._pump()
-        if items and not self._closed:
+        if items and not self._closed:  # the hot path: one ready
+            served = self._served + 1
+            if served < self.SCHEDULE_EVERY:
+                self._served = served
+                return items.popleft()
+            self._served = 0
             item = items.popleft()
-            self._served += 1
-            if self._served >= self.SCHEDULE_EVERY:
-                self._served = 0
-                await trio.lowlevel.cancel_shielded_checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return item
+        if self._lender is not None and not self._closed and self._error is None:
+            await self._pump()
+            if items and not self._closed:
+                self._served += 1
+                return items.popleft()
         while not (items or self._closed or self._error is not None):
             self._parked += 1
             try:
@@ -219,6 +225,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         """Stop receiving; buffered notifications are dropped. Idempotent."""
         if not self._closed:
             self._closed = True
+            self._accepting = False
             self._items.clear()
             self._detach()
             self._wake()
