@@ -18,11 +18,11 @@ Clients, each the way its users stream one session:
 * ``trio-reader``: a reader task as ``trio-bare`` handing each event to a consumer task through
   a deque and a one-shot wake-up (the architecture of a connection with a reader task and
   user code in another task, with none of its code: two trips per event when paced);
-* ``trio-api``: the least a trio client handing each event to user code as an object through
-  an awaited ``receive()`` can do (the floor of that API, none of our code): one task; per
-  event a frozen attrs object (method, params, line) queued in a deque, and ``await
-  receive()`` = ``checkpoint_if_cancelled()`` + ``popleft()``; with the deque empty,
-  ``receive()`` itself waits for the pipe, reads and splits a chunk (as ``ours`` does);
+* ``trio-api``: the least a trio client handing each event to user code through an awaited
+  ``receive()`` that is a cancel point can do (the floor of that API, none of our code): one
+  task; per event a tuple (method, params, line) queued in a deque, and ``await receive()`` =
+  ``checkpoint_if_cancelled()`` + ``popleft()``; with the deque empty, ``receive()`` itself
+  reads and splits a chunk, waiting for the pipe only when it is empty (as ``ours`` does);
 * ``official``: ``DeepSeekHarness`` 0.2.1rc2, ``client.subscribe_session_notifications(id)``,
   ``client.session_prompt(...)``, ``subscription.next()`` per notification (its reader thread
   hands each one over through a ``queue.Queue``);
@@ -168,15 +168,10 @@ def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
     import os
     from collections import deque
 
-    import attrs
     import orjson
     import trio
 
-    @attrs.frozen(slots=True)
-    class Event:
-        method: str
-        params: dict[str, Any]
-        raw: bytes | None = attrs.field(default=None, eq=False, repr=False)
+    Event = tuple[str, dict[str, Any], bytes]
 
     async def main() -> dict[str, Any]:
         process = await trio.lowlevel.open_process(list(fake_runtime_command()), stdin=subprocess.PIPE,
@@ -189,24 +184,25 @@ def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
         items: deque[Event] = deque()
         tail = [b""]
 
-        def fill() -> None:
+        def fill() -> bool:
             try:
                 data = os.read(out_fd, 16384)
             except BlockingIOError:
-                return
+                return False
             lines = (tail[0] + data).split(b"\n")
             tail[0] = lines.pop()
             for line in lines:
                 frame = loads(line)
                 method = frame.get("method")
                 if method is not None:
-                    items.append(Event(method, frame["params"], line))
+                    items.append((method, frame["params"], line))
+            return True
 
         async def receive() -> Event:
             await trio.lowlevel.checkpoint_if_cancelled()
             while not items:
-                await trio.lowlevel.wait_readable(out_fd)
-                fill()
+                if not fill():
+                    await trio.lowlevel.wait_readable(out_fd)
             return items.popleft()
 
         lags: list[int] = []
@@ -216,7 +212,7 @@ def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
             if mode == "latency":
                 for _ in range(count):
                     event = await receive()
-                    lags.append(clock() - event.params["event"]["data"]["sentNs"])
+                    lags.append(clock() - event[1]["event"]["data"]["sentNs"])
             else:
                 for _ in range(count):
                     await receive()

@@ -151,7 +151,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
-        if items and not self._closed:  # the hot path: one ready
+        if items:  # the hot path: one ready (close() empties the buffer for good)
             served = self._served + 1
             if served < self.SCHEDULE_EVERY:
                 self._served = served
