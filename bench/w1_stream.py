@@ -92,7 +92,8 @@ def run_bare(mode: str, count: int, interval_us: int) -> dict[str, Any]:
     return figures(mode, count, wall, cpu, lags)
 
 
-def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> dict[str, Any]:
+def run_trio(mode: str, count: int, interval_us: int, *, variant: str) -> dict[str, Any]:
+    """``trio-bare`` (variant ``bare``), ``trio-reader`` (``reader``) or ``trio-api`` (``api``)."""
     import os
     from collections import deque
 
@@ -110,9 +111,10 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
         lags: list[int] = []
         items: deque[Any] = deque()
         waiter: list[Any] = [None]
+        tail = [b""]
 
         def deliver(frame: Any) -> None:
-            if reader_task:
+            if variant == "reader":
                 items.append(frame)
                 task, waiter[0] = waiter[0], None
                 if task is not None:
@@ -121,12 +123,12 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
                 lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
 
         async def read(total: int) -> None:
-            tail, received = b"", 0
+            received = 0
             while received < total:
                 await trio.lowlevel.wait_readable(out_fd)
                 data = os.read(out_fd, 16384)
-                lines = (tail + data).split(b"\n")
-                tail = lines.pop()
+                lines = (tail[0] + data).split(b"\n")
+                tail[0] = lines.pop()
                 for line in lines:
                     frame = loads(line)
                     if "method" in frame:
@@ -142,49 +144,7 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
                 if mode == "latency":
                     lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
 
-        try:
-            wall, cpu = time.perf_counter(), time.process_time()
-            os.write(in_fd, orjson.dumps(request) + b"\n")
-            if reader_task:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(read, count)
-                    nursery.start_soon(consume, count)
-            else:
-                await read(count)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        finally:
-            await process.stdin.aclose()
-            with trio.move_on_after(5):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-        return figures(mode, count, wall, cpu, lags)
-
-    return trio.run(main)
-
-
-def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
-    import os
-    from collections import deque
-
-    import orjson
-    import trio
-
-    Event = tuple[str, dict[str, Any], bytes]
-
-    async def main() -> dict[str, Any]:
-        process = await trio.lowlevel.open_process(list(fake_runtime_command()), stdin=subprocess.PIPE,
-                                                   stdout=subprocess.PIPE)
-        assert process.stdin is not None and process.stdout is not None
-        out_fd, in_fd = process.stdout.fileno(), process.stdin.fileno()
-        loads, clock = orjson.loads, time.monotonic_ns
-        request = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {
-            "sessionId": SESSION, "contentBlocks": [{"type": "text", "text": prompt_text(mode, count, interval_us)}]}}
-        items: deque[Event] = deque()
-        tail = [b""]
-
-        def fill() -> bool:
+        def fill() -> bool:  # api: one chunk into the queue, False when the pipe is empty
             try:
                 data = os.read(out_fd, 16384)
             except BlockingIOError:
@@ -198,24 +158,34 @@ def run_trio_api(mode: str, count: int, interval_us: int) -> dict[str, Any]:
                     items.append((method, frame["params"], line))
             return True
 
-        async def receive() -> Event:
+        async def receive() -> tuple[str, dict[str, Any], bytes]:  # api: the user's call
             await trio.lowlevel.checkpoint_if_cancelled()
             while not items:
                 if not fill():
                     await trio.lowlevel.wait_readable(out_fd)
-            return items.popleft()
+            event: tuple[str, dict[str, Any], bytes] = items.popleft()
+            return event
 
-        lags: list[int] = []
-        try:
-            wall, cpu = time.perf_counter(), time.process_time()
-            os.write(in_fd, orjson.dumps(request) + b"\n")
+        async def stream(total: int) -> None:  # api: user code
             if mode == "latency":
-                for _ in range(count):
+                for _ in range(total):
                     event = await receive()
                     lags.append(clock() - event[1]["event"]["data"]["sentNs"])
             else:
-                for _ in range(count):
+                for _ in range(total):
                     await receive()
+
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            os.write(in_fd, orjson.dumps(request) + b"\n")
+            if variant == "reader":
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read, count)
+                    nursery.start_soon(consume, count)
+            elif variant == "api":
+                await stream(count)
+            else:
+                await read(count)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         finally:
             await process.stdin.aclose()
@@ -290,10 +260,10 @@ def main() -> None:
     parser.add_argument("--interval-us", type=int, default=1000, help="latency: µs between paced events")
     args = parser.parse_args()
     count = args.count or (100_000 if args.mode == "rate" else 2_000)
-    if args.client in ("trio-bare", "trio-reader"):
-        out = run_trio(args.mode, count, args.interval_us, reader_task=args.client == "trio-reader")
+    if args.client.startswith("trio-"):
+        out = run_trio(args.mode, count, args.interval_us, variant=args.client.removeprefix("trio-"))
     else:
-        runner = {"bare": run_bare, "trio-api": run_trio_api, "official": run_official, "ours": run_ours}[args.client]
+        runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
         out = runner(args.mode, count, args.interval_us)
     print(json.dumps({"workload": f"W1-{args.mode}", "client": args.client, "count": count, **out}))
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -29,12 +32,19 @@ def note(index: int) -> dict[str, object]:
     return notification_frame("n", {"index": index})
 
 
+@asynccontextmanager
+async def wired(**options: Any) -> AsyncIterator[tuple[Connection, Peer, trio.Nursery, Any]]:
+    """(connection, peer, nursery, theirs): a running Connection over OS pipes; closed after."""
+    async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
+        connection = Connection(ours, **options)
+        await nursery.start(connection.run)
+        yield connection, Peer(theirs), nursery, theirs
+        connection.close()
+
+
 async def test_a_waiting_subscriber_reads_the_pipe_itself_in_wire_order() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours, max_frame_size=1024)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired(max_frame_size=1024) as (connection, peer, nursery, theirs):
             with connection.subscribe() as subscription:
 
                 async def runtime() -> None:
@@ -48,16 +58,12 @@ async def test_a_waiting_subscriber_reads_the_pipe_itself_in_wire_order() -> Non
             stats = connection.statistics()
             assert stats.lent_reads >= 290  # nearly every wait read the pipe itself
             assert stats.notifications == stats.frames_received == 300
-            connection.close()
 
 
 async def test_requests_are_answered_while_a_subscriber_reads() -> None:
     """Responses read by a subscriber's task wake their requests; the raw line comes along."""
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired() as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
             got: list[Notification] = []
 
@@ -79,15 +85,11 @@ async def test_requests_are_answered_while_a_subscriber_reads() -> None:
                     await trio.testing.wait_all_tasks_blocked()
             assert [n.params["index"] for n in got] == list(range(1, 101))
             assert got[0].raw == b'{"jsonrpc":"2.0","method":"n","params":{"index":1}}'
-            connection.close()
 
 
 async def test_a_cancelled_receive_hands_the_pipe_back_to_the_reader() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired() as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
             with trio.move_on_after(0) as scope:  # cancelled at its first wait: in the pipe
                 await subscription.receive()
@@ -109,15 +111,11 @@ async def test_a_cancelled_receive_hands_the_pipe_back_to_the_reader() -> None:
             nursery.start_soon(runtime)
             assert await connection.request(SESSION_WAIT, WaitParams(session_id="s")) == {}  # the reader read it
             assert subscription.receive_nowait().params == {"index": 1}
-            connection.close()
 
 
 async def test_closing_or_pushing_wakes_a_receive_waiting_in_the_pipe() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired() as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
             pushed = Notification("pushed", {})
 
@@ -139,14 +137,11 @@ async def test_closing_or_pushing_wakes_a_receive_waiting_in_the_pipe() -> None:
             other = connection.subscribe()
             await peer.send(note(5))
             assert (await other.receive()).params == {"index": 5}
-            connection.close()
 
 
 async def test_the_connection_closing_fails_a_receive_waiting_in_the_pipe() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
+        async with wired() as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
 
             async def close_when_waiting() -> None:
@@ -160,10 +155,7 @@ async def test_the_connection_closing_fails_a_receive_waiting_in_the_pipe() -> N
 
 async def test_end_of_stream_read_by_a_subscriber_is_reported_by_the_reader() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired() as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
 
             async def runtime() -> None:
@@ -181,10 +173,7 @@ async def test_end_of_stream_read_by_a_subscriber_is_reported_by_the_reader() ->
 
 async def test_an_oversized_frame_read_by_a_subscriber_fails_the_connection() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours, max_frame_size=100)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired(max_frame_size=100) as (connection, peer, nursery, theirs):
             subscription = connection.subscribe()
 
             async def runtime() -> None:
@@ -204,10 +193,7 @@ async def test_an_oversized_frame_read_by_a_subscriber_fails_the_connection() ->
 
 async def test_two_consumers_each_get_everything_in_order() -> None:
     with trio.fail_after(LIMIT):
-        async with pipes() as (ours, theirs), trio.open_nursery() as nursery:
-            connection = Connection(ours)
-            await nursery.start(connection.run)
-            peer = Peer(theirs)
+        async with wired() as (connection, peer, nursery, theirs):
             subscriptions = [connection.subscribe(), connection.subscribe()]
             got: list[list[int]] = [[], []]
 
@@ -223,7 +209,6 @@ async def test_two_consumers_each_get_everything_in_order() -> None:
                         await trio.testing.wait_all_tasks_blocked()
                     await peer.send(note(index))
             assert got == [list(range(200)), list(range(200))]
-            connection.close()
 
 
 async def test_a_socket_read_and_written_through_one_descriptor_is_not_lent() -> None:
