@@ -147,6 +147,10 @@ class Connection:
         self._lendable = isinstance(self._receiver, FdReceiver) and not (
             isinstance(self._sender, FdSender) and _same_fd(self._receiver, self._sender)
         )
+        # The reader task waits in a way a borrower can interrupt only once a subscriber asked
+        # to read (pump): until then (requests only, W2) it reads as plainly as it can.
+        self._lend_wanted = False
+        self._lending = False
         self._borrower: Any = None  # the Subscription whose task reads now (pump)
         self._borrower_waiting = False  # ... and waits for the pipe
         self._borrower_interrupted = False
@@ -255,8 +259,11 @@ class Connection:
     # ---- reading ---------------------------------------------------------------------
 
     async def _read_loop(self) -> str:
-        receive = self._receive_chunk if self._lendable else self._receiver.receive
+        receive = self._receiver.receive
         while True:
+            if self._lend_wanted and not self._lending:  # from now on the reading may be lent
+                self._lending = True
+                receive = self._receive_chunk
             try:
                 data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -372,14 +379,19 @@ class Connection:
 
         Returns False at once (no schedule point) when another task is reading in this way,
         the stream is not a pipe that can be lent, the connection is closed or not started,
-        or the pipe ended or broke (the reader task then sees that itself). Otherwise it
+        or the pipe ended or broke (the reader task then sees that itself); also the first
+        time it is asked, after which the reader task waits in a way it can hand over
+        (from its next chunk on). Otherwise it
         waits for the pipe (a schedule point) unless data is likely waiting, dispatches
         what it read to everyone exactly as the reader task would, and returns True; also
         True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
         borrower does and is woken again when it is done, so every frame is read once, in
         order. Cancellation ends the wait with nothing read.
         """
-        if self._borrower is not None or not self._lendable or self._closed_error is not None or self._nursery is None:
+        if not self._lending:  # the reader task waits without being interruptible yet
+            self._lend_wanted = self._lendable
+            return False
+        if self._borrower is not None or not self._lendable or self._closed_error is not None:
             return False
         receiver = self._receiver
         assert isinstance(receiver, FdReceiver)
