@@ -15,6 +15,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 
 import attrs
 
+from .._params import Param, ParamTypeError, ParamValueError, integer, non_empty, one_of, positive
 from .._redact import redact
 from ..protocol import ClientCapabilities, InitializeParams
 
@@ -38,21 +39,17 @@ def _redacted_env(env: Mapping[str, str]) -> str:
     return repr(shown)
 
 
-def _non_empty(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
-
-
-def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+_NON_EMPTY = non_empty()
+_POSITIVE_INT = integer(1, "a positive integer")
+_AT_LEAST_ONE = integer(1)
+_SECONDS = positive("a positive number of seconds")
 
 
 def _path_or_none(value: Any) -> Path | None:
     if value is None:
         return None
     if isinstance(value, str) and not value.strip():  # Path("") would be the current directory
-        raise ValueError(f"dsh_home must be a directory path, not {value!r}")
+        raise ParamValueError(Param("dsh_home", value, spelled="dsh_home"), f" must be a directory path, not {value!r}")
     return _absolute(value)
 
 
@@ -69,14 +66,17 @@ def _env(value: Any) -> dict[str, str]:
     env = dict(value)
     for key, item in env.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"env must map strings to strings; {key!r} maps to {type(item).__name__}")
+            raise ParamTypeError(Param("env", spelled="env"), f" must map strings to strings; {key!r} maps to {type(item).__name__}")
     return env
 
 
-def _tuple_of_str(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise TypeError(f"expected a sequence of arguments, not the string {value!r}; split it first")
-    return tuple(str(v) for v in value)
+def _arguments(name: str) -> Callable[[Any], tuple[str, ...]]:
+    def convert(value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            raise ParamTypeError(Param(name, spelled=name), f" must be a sequence of arguments, not the string {value!r}; split it first")
+        return tuple(str(v) for v in value)
+
+    return convert
 
 
 def bundled_dsh_command() -> tuple[str, ...]:
@@ -108,10 +108,10 @@ class RuntimeSpec:
     ``cwd`` (the workspace sent in ``initialize``) and ``process_cwd`` are made absolute here.
     """
 
-    command: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(_tuple_of_str))
+    command: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(_arguments("command")))
     connect: Connector | None = attrs.field(default=None, repr=False)
     profile: str = "sdk"
-    patches: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    patches: tuple[str, ...] = attrs.field(default=(), converter=_arguments("patches"))
     append_profile: bool | None = None
     dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
     cwd: Path = attrs.field(factory=Path.cwd, converter=_absolute)
@@ -141,29 +141,26 @@ class RuntimeSpec:
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
-            raise ValueError("give RuntimeSpec either command or connect, not both")
+            raise ParamValueError("give RuntimeSpec either ", Param("command", spelled="command"), " or ",
+                                  Param("connect", spelled="connect"), ", not both")
         if self.command is not None and not self.command:
-            raise ValueError("command must not be empty")
+            raise ParamValueError(Param("command", self.command, spelled="command"), " must not be empty")
         if self.connect is None and self.dsh_home is None:
-            raise ValueError(
-                "RuntimeSpec needs an explicit dsh_home (the runtime's DSH_HOME); dsh_orchestra "
-                "never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
+            raise ParamValueError(
+                "RuntimeSpec needs an explicit ", Param("dsh_home", spelled="dsh_home"), " (the runtime's DSH_HOME); "
+                "dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
             )
-        _non_empty("provider", self.provider)
-        _non_empty("model", self.model)
-        _non_empty("profile", self.profile)
+        for name in ("provider", "model", "profile"):
+            _NON_EMPTY.check(name, getattr(self, name))
         if self.reasoning_effort is not None:
-            _non_empty("reasoning_effort", self.reasoning_effort)
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0
-        ):
-            raise ValueError(f"max_tokens must be a positive integer, not {self.max_tokens!r}")
+            _NON_EMPTY.check("reasoning_effort", self.reasoning_effort)
+        if self.max_tokens is not None:
+            _POSITIVE_INT.check("max_tokens", self.max_tokens)
         for field in ("handshake_timeout", "shutdown_timeout", "eof_grace", "terminate_grace", "exit_wait"):
-            _positive(field, getattr(self, field))
-        if isinstance(self.handshake_attempts, bool) or not isinstance(self.handshake_attempts, int) or self.handshake_attempts < 1:
-            raise ValueError(f"handshake_attempts must be an integer >= 1, not {self.handshake_attempts!r}")
+            _SECONDS.check(field, getattr(self, field))
+        _AT_LEAST_ONE.check("handshake_attempts", self.handshake_attempts)
         if self.base_url is not None:
-            _non_empty("base_url", self.base_url)
+            _NON_EMPTY.check("base_url", self.base_url)
         if self.relay_approvals is not None:
             warnings.warn(
                 "RuntimeSpec(relay_approvals=...) is deprecated: use approval_relay='on' | 'off' | 'auto'",
@@ -171,11 +168,10 @@ class RuntimeSpec:
             )
             object.__setattr__(self, "approval_relay", "on" if self.relay_approvals else "off")
             object.__setattr__(self, "relay_approvals", None)
-        if self.approval_relay not in APPROVAL_RELAY_MODES:
-            raise ValueError(f"approval_relay must be one of 'auto', 'on', 'off', not {self.approval_relay!r}")
+        one_of(*APPROVAL_RELAY_MODES).check("approval_relay", self.approval_relay)
         if self.approval_relay == "on" and not self.loads_patches:
-            raise ValueError(
-                "approval_relay='on' needs a runtime that loads --patch files: the bundled dsh "
+            raise ParamValueError(
+                Param("approval_relay", "on"), " needs a runtime that loads --patch files: the bundled dsh "
                 "(command=None), or a dsh command with append_profile=True"
             )
 
