@@ -70,13 +70,18 @@ def _env(value: Any) -> dict[str, str]:
     return env
 
 
-def _arguments(name: str) -> Callable[[Any], tuple[str, ...]]:
-    def convert(value: Any) -> tuple[str, ...]:
-        if isinstance(value, str):
-            raise ParamTypeError(Param(name, spelled=name), f" must be a sequence of arguments, not the string {value!r}; split it first")
-        return tuple(str(v) for v in value)
+def _arguments(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ParamTypeError(Param(name, spelled=name), f" must be a sequence of arguments, not the string {value!r}; split it first")
+    return tuple(str(v) for v in value)
 
-    return convert
+
+def _command(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else _arguments("command", value)
+
+
+def _patches(value: Any) -> tuple[str, ...]:
+    return _arguments("patches", value)
 
 
 def bundled_dsh_command() -> tuple[str, ...]:
@@ -108,10 +113,10 @@ class RuntimeSpec:
     ``cwd`` (the workspace sent in ``initialize``) and ``process_cwd`` are made absolute here.
     """
 
-    command: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(_arguments("command")))
+    command: tuple[str, ...] | None = attrs.field(default=None, converter=_command)
     connect: Connector | None = attrs.field(default=None, repr=False)
     profile: str = "sdk"
-    patches: tuple[str, ...] = attrs.field(default=(), converter=_arguments("patches"))
+    patches: tuple[str, ...] = attrs.field(default=(), converter=_patches)
     append_profile: bool | None = None
     dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
     cwd: Path = attrs.field(factory=Path.cwd, converter=_absolute)
