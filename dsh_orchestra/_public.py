@@ -69,13 +69,14 @@ def public_path(name: str, package: str) -> str:
 def fix_module(value: Any, name: str, package: str) -> None:
     """Give ``value`` (exported as ``name`` by ``package``) its public ``__module__``.
 
-    Only classes and functions defined in ``package``'s own modules, exported under their
+    Only classes and functions defined in ``package``'s own modules (or in a shared private
+    helper, ``dsh_orchestra._redact`` say, that ``package`` re-exports), exported under their
     own name (so that pickle finds them at ``module.qualname``).
     """
     if not isinstance(value, (type, FunctionType)):
         return
     module = value.__module__
-    if not isinstance(module, str) or not module.startswith(package + "."):
+    if not module.startswith((package + ".", ROOT + "._")):
         return
     if getattr(value, "__name__", None) != name or getattr(value, "__qualname__", name) != name:
         return
