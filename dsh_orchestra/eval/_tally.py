@@ -57,16 +57,14 @@ class EvalPlan:
     (``(provider, model)`` of the handshake, for cost)."""
 
     scorers: tuple[ScorerSpec, ...] = ()
-    epochs: int = 1
+    epochs: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
     reducer: Reducer = Reducer(DEFAULT_REDUCER)
     group_by: str | None = None
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=_AT_LEAST_ZERO)
     prices: Prices | None = None
     route: tuple[str, str] | None = None
 
     def __attrs_post_init__(self) -> None:
-        _AT_LEAST_ONE.check("epochs", self.epochs)
-        _AT_LEAST_ZERO.check("seed", self.seed)
         if self.reducer.k is not None and self.reducer.k > self.epochs:
             raise ParamValueError(Param("epoch_reducer", self.reducer.name), f" needs k <= the epochs ({self.epochs}); raise ",
                                   Param("epochs"), " or lower k")

@@ -115,7 +115,7 @@ class RuntimeSpec:
 
     command: tuple[str, ...] | None = attrs.field(default=None, converter=_command)
     connect: Connector | None = attrs.field(default=None, repr=False)
-    profile: str = "sdk"
+    profile: str = attrs.field(default="sdk", validator=_NON_EMPTY)
     patches: tuple[str, ...] = attrs.field(default=(), converter=_patches)
     append_profile: bool | None = None
     dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
@@ -123,18 +123,18 @@ class RuntimeSpec:
     process_cwd: Path | None = attrs.field(default=None, converter=_absolute_or_none)
     env: Mapping[str, str] = attrs.field(factory=dict, converter=_env, repr=_redacted_env)
     inherit_env: bool = True
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, validator=attrs.validators.optional(_NON_EMPTY))
     api_key: str | None = attrs.field(default=None, repr=lambda v: "None" if v is None else "'***'")
-    provider: str = DEFAULT_PROVIDER
-    model: str = DEFAULT_MODEL
-    reasoning_effort: str | None = None
-    max_tokens: int | None = None
-    handshake_timeout: float = 30.0
-    handshake_attempts: int = 1
-    shutdown_timeout: float = 1.0
-    eof_grace: float = 2.0
-    terminate_grace: float = 2.0
-    exit_wait: float = 5.0
+    provider: str = attrs.field(default=DEFAULT_PROVIDER, validator=_NON_EMPTY)
+    model: str = attrs.field(default=DEFAULT_MODEL, validator=_NON_EMPTY)
+    reasoning_effort: str | None = attrs.field(default=None, validator=attrs.validators.optional(_NON_EMPTY))
+    max_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(_POSITIVE_INT))
+    handshake_timeout: float = attrs.field(default=30.0, validator=_SECONDS)
+    handshake_attempts: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
+    shutdown_timeout: float = attrs.field(default=1.0, validator=_SECONDS)
+    eof_grace: float = attrs.field(default=2.0, validator=_SECONDS)
+    terminate_grace: float = attrs.field(default=2.0, validator=_SECONDS)
+    exit_wait: float = attrs.field(default=5.0, validator=_SECONDS)
     stderr_tail_lines: int = 200
     name: str | None = None
     approval_relay: str = "auto"
@@ -155,17 +155,6 @@ class RuntimeSpec:
                 "RuntimeSpec needs an explicit ", Param("dsh_home", spelled="dsh_home"), " (the runtime's DSH_HOME); "
                 "dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
             )
-        for name in ("provider", "model", "profile"):
-            _NON_EMPTY.check(name, getattr(self, name))
-        if self.reasoning_effort is not None:
-            _NON_EMPTY.check("reasoning_effort", self.reasoning_effort)
-        if self.max_tokens is not None:
-            _POSITIVE_INT.check("max_tokens", self.max_tokens)
-        for field in ("handshake_timeout", "shutdown_timeout", "eof_grace", "terminate_grace", "exit_wait"):
-            _SECONDS.check(field, getattr(self, field))
-        _AT_LEAST_ONE.check("handshake_attempts", self.handshake_attempts)
-        if self.base_url is not None:
-            _NON_EMPTY.check("base_url", self.base_url)
         if self.relay_approvals is not None:
             warnings.warn(
                 "RuntimeSpec(relay_approvals=...) is deprecated: use approval_relay='on' | 'off' | 'auto'",
