@@ -80,9 +80,29 @@ def fix_module(value: Any, name: str, package: str) -> None:
         return
     if getattr(value, "__name__", None) != name or getattr(value, "__qualname__", name) != name:
         return
-    if isinstance(value, type) and attrs.has(value):
-        try:  # resolve string annotations while the defining module is still named (cattrs, get_type_hints)
-            attrs.resolve_types(value, globalns=vars(sys.modules[module]))
-        except NameError:
-            pass  # an annotation only known under TYPE_CHECKING: it stays a string, as before
+    if isinstance(value, type):
+        _resolve_annotations(value, vars(sys.modules[module]))
     value.__module__ = public_path(name, package)
+
+
+def _resolve_annotations(cls: type, namespace: dict[str, Any]) -> None:
+    """Evaluate ``cls``'s own string annotations in its defining module's ``namespace`` (with
+    ``from __future__ import annotations`` they are strings, which ``typing.get_type_hints``,
+    cattrs and hypothesis would look up in the module ``__module__`` names). An annotation
+    that cannot be evaluated here (a name imported only under TYPE_CHECKING) stays a string."""
+    own = cls.__dict__.get("__annotations__")
+    if own:
+        local = dict(vars(cls))
+        resolved = dict(own)
+        for key, annotation in own.items():
+            if isinstance(annotation, str):
+                try:
+                    resolved[key] = eval(annotation, namespace, local)  # noqa: S307 (our own annotations)
+                except Exception:  # noqa: BLE001 (left as the string it was)
+                    pass
+        cls.__annotations__ = resolved
+    if attrs.has(cls):
+        try:
+            attrs.resolve_types(cls, globalns=namespace)
+        except NameError:
+            pass

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import traceback
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,14 @@ def test_the_wire_converter_still_structures_renamed_classes() -> None:
     params = PromptParams(session_id="s", content_blocks=[TextBlock(text="hi")])
     assert PromptParams.__module__ == "dsh_orchestra.protocol"
     assert structure(unstructure(params), PromptParams, method="session/prompt") == params
+
+
+def test_type_hints_of_exported_classes_resolve() -> None:
+    """``typing.get_type_hints`` (hypothesis, cattrs, users) still finds every annotation's names,
+    although the module ``__module__`` names is no longer the defining one."""
+    for package, name, value in exported():
+        if isinstance(value, type):
+            typing.get_type_hints(value)
 
 
 def test_each_package_writes_its_all_once() -> None:

@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from typing import Any, Callable, Final, Literal, TypeAlias, TypeVar
+from typing import Any, Callable, Final, Literal, TypeAlias, TypeVar, cast
 
 import attrs
 import cattrs
@@ -493,9 +493,9 @@ _HOOKS: Final[dict[type, dict[str, Callable[[Any, Any], Any]]]] = {
 }
 _CONVERTER: Final = cattrs.Converter(detailed_validation=True)
 for _cls, _hooks in _HOOKS.items():
+    _overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in _hooks.items()}
     _CONVERTER.register_structure_hook(_cls, make_dict_structure_fn(
-        _cls, _CONVERTER, _cattrs_forbid_extra_keys=True,
-        **{name: override(struct_hook=hook) for name, hook in _hooks.items()},
+        _cls, _CONVERTER, _cattrs_forbid_extra_keys=True, **_overrides,
     ))
 
 
@@ -509,6 +509,6 @@ def _structure(cls: type[T], data: Mapping[str, Any], source: str, where: str, a
             key = next(key for key in data if key not in allowed)
             raise ScriptError(source, where, key, "is not a known key here; expected one of: "
                               + ", ".join(allowed)) from None
-        order = [field.name for field in attrs.fields(cls)]
+        order = [field.name for field in attrs.fields(cast(Any, cls))]
         error, note = min(failed, key=lambda pair: order.index(pair[1].name))
         raise ScriptError(source, where, note.name, "is required" if isinstance(error, KeyError) else str(error)) from None
