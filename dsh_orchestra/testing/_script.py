@@ -195,19 +195,20 @@ def load_script(path: str | os.PathLike[str]) -> Script:
 def parse_script(data: Mapping[str, Any], *, source: str = "<script>") -> Script:
     """Validate an already decoded TOML document and build the :class:`Script`.
 
-    Each table is structured by cattrs (``_CONVERTER``); a problem becomes a ScriptError
-    naming the file, the table and the key (the first problem of the table, in reading order).
+    Each table is structured by cattrs (``_CONVERTER``, into the script classes themselves); a
+    problem becomes a ScriptError naming the file, the table and the key (the table's first).
     """
-    top: _TopTable = _structure(_TopTable, data, source, "top level", _TOP_KEYS)
-    _check_placeholders(_Place(source, "top level"), "default_reply", top.default_reply, Behaviour())
+    place = _Place(source, "top level", data)
+    script = _structure(Script, place, _TOP_KEYS)
+    _check_placeholders(place, "default_reply", script.default_reply, Behaviour())
     rules: list[Rule] = []
-    for index, raw in enumerate(top.rules):
-        rule = _parse_rule(raw, source, index, top.default_reply)
+    for index, raw in enumerate(script.rules):
+        rule = _parse_rule(cast(Mapping[str, Any], raw), source, index, script.default_reply)
         if any(other.name == rule.name for other in rules):
             raise ScriptError(source, f"rules[{index}]", "name",
                               f"repeats the rule name {rule.name!r}")
         rules.append(rule)
-    return Script(default_reply=top.default_reply, crash_after_prompts=top.crash_after_prompts, rules=tuple(rules))
+    return attrs.evolve(script, rules=tuple(rules))
 
 
 def _parse_rule(data: Mapping[str, Any], source: str, index: int, default_reply: str) -> Rule:
@@ -217,28 +218,27 @@ def _parse_rule(data: Mapping[str, Any], source: str, index: int, default_reply:
         raise ScriptError(source, where, "name",
                           f"must be a non-empty string, not {_describe(name)}")
     place = _Place(source, where if name == where else f"{where} {name!r}", data)
-    table: _RuleTable = _structure(_RuleTable, data, source, place.where, _RULE_KEYS)
-    if table.match is not None and table.regex is not None:
+    keys = _structure(_RuleKeys, place, _RULE_KEYS)
+    if keys.match is not None and keys.regex is not None:
         raise place.error("regex", "cannot be combined with 'match'; give one of them, "
                           "or neither to match every prompt")
     regex = None
-    if table.regex is not None:
+    if keys.regex is not None:
         try:
-            regex = re.compile(table.regex)
+            regex = re.compile(keys.regex)
         except re.error as exc:
             raise place.error("regex", f"is not a valid regular expression: {exc}") from None
-    spawn = tuple(_parse_spawn(raw, place.sub("spawn", i, raw), default_reply) for i, raw in enumerate(table.spawn))
-    tools = tuple(_parse_tool(raw, place.sub("tools", i, raw)) for i, raw in enumerate(table.tools))
-    behaviour = Behaviour(
-        reply=table.reply or default_reply, thinking=table.thinking, delay=table.delay, fail=table.fail,
-        max_tokens=table.max_tokens, after_subagents=table.after_subagents, spawn=spawn, tools=tools,
-        events=_child(_EventsTable, table.events, place, "events", ("count", "size"), EventsSpec),
-        approval=_child(_ApprovalTable, table.approval, place, "approval", ("tool", "reason", "timeout"), ApprovalSpec),
-        question=_child(_QuestionTable, table.question, place, "question", _QUESTION_KEYS, QuestionSpec),
-        crash=table.crash, hang=table.hang, malformed_frames=table.malformed_frames,
+    raw = _structure(Behaviour, place, _RULE_KEYS)
+    behaviour = attrs.evolve(
+        raw, reply=raw.reply if place.given("reply") else default_reply,
+        spawn=tuple(_parse_spawn(place.sub("spawn", i, table), default_reply) for i, table in enumerate(cast(Any, raw.spawn))),
+        tools=tuple(_parse_tool(place.sub("tools", i, table)) for i, table in enumerate(cast(Any, raw.tools))),
+        events=_child(EventsSpec, place, "events", ("count", "size")),
+        approval=_child(ApprovalSpec, place, "approval", ("tool", "reason", "timeout")),
+        question=_child(QuestionSpec, place, "question", _QUESTION_KEYS),
     )
     _check_combinations(place, behaviour)
-    return Rule(name=name, match=table.match, regex=regex, behaviour=behaviour)
+    return Rule(name=name, match=keys.match, regex=regex, behaviour=behaviour)
 
 
 def _check_combinations(table: _Place, b: Behaviour) -> None:
@@ -266,28 +266,28 @@ def _check_placeholders(table: _Place, key: str, text: str, b: Behaviour) -> Non
         raise table.error(key, "uses {answer} but there is no 'question' here to answer")
 
 
-def _parse_spawn(data: Mapping[str, Any], place: _Place, default_reply: str) -> SpawnSpec:
-    table: _SpawnTable = _structure(_SpawnTable, data, place.source, place.where, _SPAWN_KEYS)
+def _parse_spawn(place: _Place, default_reply: str) -> SpawnSpec:
+    keys = _structure(_SpawnKeys, place, _SPAWN_KEYS)
     behaviour = None
-    if any(key in data for key in _CHILD_KEYS):  # an inline behaviour for the child
-        behaviour = Behaviour(reply=table.reply or default_reply, thinking=table.thinking, delay=table.delay,
-                              fail=table.fail, max_tokens=table.max_tokens)
+    if any(place.given(key) for key in _CHILD_KEYS):  # an inline behaviour for the child
+        child = _structure(Behaviour, place, _SPAWN_KEYS)
+        behaviour = attrs.evolve(child, reply=child.reply if place.given("reply") else default_reply)
         _check_combinations(place, behaviour)
-    return SpawnSpec(description=table.description, prompt=table.prompt, behaviour=behaviour)
+    return SpawnSpec(description=keys.description, prompt=keys.prompt, behaviour=behaviour)
 
 
-def _parse_tool(data: Mapping[str, Any], place: _Place) -> ToolCallSpec:
-    table: _ToolTable = _structure(_ToolTable, data, place.source, place.where, ("name", "input"))
-    _check_json(place, table.input)
-    return ToolCallSpec(name=table.name, input=table.input)
+def _parse_tool(place: _Place) -> ToolCallSpec:
+    tool = _structure(ToolCallSpec, place, ("name", "input"))
+    _check_json(place, tool.input)
+    return tool
 
 
-def _child(table_class: type[Any], data: Any, parent: _Place, key: str, allowed: tuple[str, ...], spec: type[T]) -> T | None:
-    """The optional sub-table ``key`` (already known to be a table) as ``spec``."""
+def _child(cls: type[T], parent: _Place, key: str, allowed: tuple[str, ...]) -> T | None:
+    """The optional sub-table ``key`` of ``parent`` (already known to be a table) as ``cls``."""
+    data = parent.data.get(key)
     if data is None:
         return None
-    table = _structure(table_class, data, parent.source, f"{parent.where} {key}", allowed)
-    return spec(**attrs.asdict(table, recurse=False))
+    return _structure(cls, _Place(parent.source, f"{parent.where} {key}", data), allowed)
 
 
 def _check_json(table: _Place, value: Any) -> None:
@@ -316,11 +316,11 @@ def _describe(value: Any) -> str:
 
 @attrs.frozen
 class _Place:
-    """Where a table is in the file (for messages), and what it holds."""
+    """A table being read: where it is in the file (for messages), and what it holds."""
 
     source: str
     where: str
-    data: Mapping[str, Any] = attrs.field(factory=dict)
+    data: Mapping[str, Any]
 
     def error(self, key: str | None, problem: str) -> ScriptError:
         return ScriptError(self.source, self.where, key, problem)
@@ -386,10 +386,10 @@ def _tables(section: str) -> Callable[[Any, Any], list[Any]]:
     return hook
 
 
-def _table(value: Any, _: Any) -> dict[str, Any]:
+def _table(value: Any, _: Any) -> None:
     if not isinstance(value, dict):
         raise ValueError(f"must be a table, not {_describe(value)}")
-    return value
+    # read as its own table by _child
 
 
 def _options(value: Any, _: Any) -> tuple[str, ...]:
@@ -404,111 +404,54 @@ def _arguments(value: Any, _: Any) -> dict[str, Any]:
     return value
 
 
-# ---- the tables, fields in the order they are read (the first problem is reported) --------
-
 @attrs.frozen(kw_only=True)
-class _TopTable:
-    default_reply: str = DEFAULT_REPLY
-    crash_after_prompts: int | None = None
-    rules: list[Any] = attrs.field(factory=list)
+class _RuleKeys:
+    """A rule's own keys (the rest of its table is a Behaviour)."""
 
-
-@attrs.frozen(kw_only=True)
-class _RuleTable:
     name: Any = None  # checked first, by _parse_rule
     match: str | None = None
     regex: str | None = None
-    fail: Any = None
-    reply: str | None = None
-    thinking: str | None = None
-    delay: float = 0.0
-    max_tokens: bool = False
-    after_subagents: str = DEFAULT_AFTER_SUBAGENTS
-    spawn: list[Any] = attrs.field(factory=list)
-    tools: list[Any] = attrs.field(factory=list)
-    events: Any = None
-    approval: Any = None
-    question: Any = None
-    crash: bool = False
-    hang: bool = False
-    malformed_frames: int = 0
 
 
 @attrs.frozen(kw_only=True)
-class _SpawnTable:
+class _SpawnKeys:
+    """A spawn's own keys (the rest of its table is the child's Behaviour)."""
+
     description: str
     prompt: str
-    fail: Any = None
-    reply: str | None = None
-    thinking: str | None = None
-    delay: float = 0.0
-    max_tokens: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class _ToolTable:
-    name: str
-    input: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen(kw_only=True)
-class _EventsTable:
-    count: int
-    size: int = 200
-
-
-@attrs.frozen(kw_only=True)
-class _ApprovalTable:
-    tool: str
-    reason: str = ""
-    timeout: float | None = None
-
-
-@attrs.frozen(kw_only=True)
-class _QuestionTable:
-    options: tuple[str, ...] = ()
-    id: str = "q1"
-    question: str
-    header: str | None = None
-    multi_select: bool = False
-    detail: str | None = None
-    timeout: float | None = None
 
 
 _QUESTION_KEYS: Final = ("id", "question", "options", "header", "multi_select", "detail", "timeout")
-_BEHAVIOUR_HOOKS: Final = dict(fail=_fail, reply=_text(), thinking=_text(), delay=_delay, max_tokens=_boolean)
 _HOOKS: Final[dict[type, dict[str, Callable[[Any, Any], Any]]]] = {
-    _TopTable: dict(default_reply=_text(), crash_after_prompts=_integer(1), rules=_tables("rules")),
-    _RuleTable: dict(
-        name=lambda value, _: value, match=_text(), regex=_text(), **_BEHAVIOUR_HOOKS, after_subagents=_text(),
+    Script: dict(default_reply=_text(), crash_after_prompts=_integer(1), rules=_tables("rules")),
+    _RuleKeys: dict(name=lambda value, _: value, match=_text(), regex=_text()),
+    Behaviour: dict(
+        reply=_text(), thinking=_text(), delay=_delay, fail=_fail, max_tokens=_boolean, after_subagents=_text(),
         spawn=_tables("rules.spawn"), tools=_tables("rules.tools"), events=_table, approval=_table,
         question=_table, crash=_boolean, hang=_boolean, malformed_frames=_integer(0),
     ),
-    _SpawnTable: dict(description=_text(), prompt=_text(), **_BEHAVIOUR_HOOKS),
-    _ToolTable: dict(name=_text(), input=_arguments),
-    _EventsTable: dict(count=_integer(0), size=_integer(1)),
-    _ApprovalTable: dict(tool=_text(), reason=_text(empty=True), timeout=_timeout),
-    _QuestionTable: dict(options=_options, id=_text(), question=_text(), header=_text(), multi_select=_boolean,
-                         detail=_text(), timeout=_timeout),
+    _SpawnKeys: dict(description=_text(), prompt=_text()),
+    ToolCallSpec: dict(name=_text(), input=_arguments),
+    EventsSpec: dict(count=_integer(0), size=_integer(1)),
+    ApprovalSpec: dict(tool=_text(), reason=_text(empty=True), timeout=_timeout),
+    QuestionSpec: dict(id=_text(), question=_text(), options=_options, header=_text(), multi_select=_boolean,
+                       detail=_text(), timeout=_timeout),
 }
 _CONVERTER: Final = cattrs.Converter(detailed_validation=True)
 for _cls, _hooks in _HOOKS.items():
     _overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in _hooks.items()}
-    _CONVERTER.register_structure_hook(_cls, make_dict_structure_fn(
-        _cls, _CONVERTER, _cattrs_forbid_extra_keys=True, **_overrides,
-    ))
+    _CONVERTER.register_structure_hook(_cls, make_dict_structure_fn(_cls, _CONVERTER, **_overrides))
 
 
-def _structure(cls: type[T], data: Mapping[str, Any], source: str, where: str, allowed: tuple[str, ...]) -> T:
-    """``data`` as ``cls``; the table's first problem as a ScriptError (unknown keys first)."""
+def _structure(cls: type[T], place: _Place, allowed: tuple[str, ...]) -> T:
+    """The keys of ``place`` that are ``cls``'s fields, as ``cls``; the table's first problem
+    (an unknown key, then the fields in order) as a ScriptError."""
+    unknown = next((key for key in place.data if key not in allowed), None)
+    if unknown is not None:
+        raise place.error(unknown, "is not a known key here; expected one of: " + ", ".join(allowed))
+    names = [field.name for field in attrs.fields(cast(Any, cls))]
     try:
-        return _CONVERTER.structure(data, cls)
+        return _CONVERTER.structure({k: v for k, v in place.data.items() if k in names}, cls)
     except cattrs.ClassValidationError as exc:
-        failed, other = exc.group_exceptions()
-        if any(isinstance(error, cattrs.ForbiddenExtraKeysError) for error in other):
-            key = next(key for key in data if key not in allowed)
-            raise ScriptError(source, where, key, "is not a known key here; expected one of: "
-                              + ", ".join(allowed)) from None
-        order = [field.name for field in attrs.fields(cast(Any, cls))]
-        error, note = min(failed, key=lambda pair: order.index(pair[1].name))
-        raise ScriptError(source, where, note.name, "is required" if isinstance(error, KeyError) else str(error)) from None
+        error, note = min(exc.group_exceptions()[0], key=lambda pair: names.index(pair[1].name))
+        raise place.error(note.name, "is required" if isinstance(error, KeyError) else str(error)) from None
