@@ -17,7 +17,13 @@ from ._dataset import (
     parse_shard as parse_shard,
     stable_hash as stable_hash,
 )
-from ._executor import Attempt as Attempt, AttemptRunner as AttemptRunner, Executor as Executor
+from ._crashes import ALONE_AFTER as ALONE_AFTER, RUNTIME_CRASHED as RUNTIME_CRASHED
+from ._executor import (
+    Attempt as Attempt,
+    AttemptRunner as AttemptRunner,
+    Executor as Executor,
+    RuntimeCrash as RuntimeCrash,
+)
 from ._local import PoolExecutor as PoolExecutor, attempt_on_pool as attempt_on_pool
 from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._results import (
