@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 import attrs
 import trio
 
-from .._params import Param
+from .._params import Param, rewrap
 from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
@@ -64,7 +64,7 @@ def plan_of(options: BatchOptions, spec: RuntimeSpec | None) -> EvalPlan:
         plan.price()
         check_scorers(plan.scorers)
     except (ScoringError, PricesError, ValueError) as exc:
-        raise BatchUsageError(str(exc)) from exc
+        raise rewrap(BatchUsageError, exc) from exc
     if options.max_total_cost is not None and not math.isfinite(options.max_total_cost):
         raise BatchUsageError(Param("max_total_cost", options.max_total_cost, spelled="max_total_cost"), f" must be a finite number of USD >= 0, not {options.max_total_cost!r}")
     if options.max_total_cost is not None and plan.prices is None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Sequence
 
 import attrs
 from attrs import validators as v
 
-from .._params import Param, ParamError
+from .._params import Check, Param, ParamError, integer, non_negative, positive
 
 
 class BatchUsageError(ParamError, ValueError):
@@ -20,26 +19,12 @@ class BatchUsageError(ParamError, ValueError):
     """
 
 
-def _bad(attribute: attrs.Attribute[Any], value: Any, expected: str) -> BatchUsageError:
-    return BatchUsageError(Param(attribute.name, value, spelled=attribute.name), f" must be {expected}, not {value!r}")
+def _count(minimum: int) -> Check:
+    return integer(minimum).raising(BatchUsageError)
 
 
-def _count(minimum: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise _bad(attribute, value, f"an integer >= {minimum}")
-
-    return check
-
-
-def _seconds(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise _bad(attribute, value, "a positive number of seconds (finite)")
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise _bad(attribute, value, "a finite number >= 0")
+_seconds = positive("a positive number of seconds (finite)", finite=True).raising(BatchUsageError)
+_non_negative = non_negative().raising(BatchUsageError)
 
 
 @attrs.frozen(kw_only=True)

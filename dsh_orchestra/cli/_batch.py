@@ -12,6 +12,7 @@ from typing import Any
 import trio
 
 from .._logging import redact
+from .._params import ParamError
 from .._paths import PathConflictError
 from .._scratch import scratch_dir
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
@@ -132,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
                 executor = RayExecutor(**scale)
             with warnings_reported():  # printed and logged once above: not again per runtime
                 summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
-        except (DatasetError, BatchUsageError) as exc:
+        except (DatasetError, ParamError) as exc:  # BatchUsageError, or a bad value found on the way in
             return fail(exc)
         except PathConflictError as exc:
             return fail(exc.format(describe_flag))

@@ -3,6 +3,7 @@
 Knows nothing about workflow graphs or datasets.
 """
 
+from .._public import publish as _publish
 from ._pool import (
     PoolStatistics as PoolStatistics,
     RuntimePool as RuntimePool,
@@ -18,7 +19,4 @@ from ._retry import (
 )
 from ._supervisor import Ended as Ended, Supervisor as Supervisor, serving as serving
 
-__all__ = [
-    "Backoff", "Ended", "PoolClosedError", "PoolStatistics", "RuntimePool", "SessionBusyError", "SpecFactory",
-    "Supervisor", "open_pool", "retryable", "serving",
-]
+__all__ = _publish(globals())

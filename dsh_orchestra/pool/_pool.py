@@ -14,12 +14,15 @@ from typing import Any, AsyncIterator, Callable
 import attrs
 import trio
 
+from .._params import Param, ParamValueError, integer
 from ..approvals import AuditLog
 from ..protocol import OrchestraError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import PromptInput, Runtime, TurnResult, open_runtime
 from ._retry import Backoff, PoolClosedError
 from ._supervisor import Ended, Supervisor, serving
+
+_AT_LEAST_ONE = integer(1)
 
 log = logging.getLogger("dsh_orchestra.pool")
 
@@ -97,12 +100,10 @@ class RuntimePool:
         backoff: Backoff | tuple[float, float] | None = None,
         max_start_failures: int = 5,
     ) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"pool size must be an integer >= 1, not {size!r}")
-        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-            raise ValueError(f"max_sessions must be an integer >= 1, not {max_sessions!r}")
-        if isinstance(max_start_failures, bool) or not isinstance(max_start_failures, int) or max_start_failures < 1:
-            raise ValueError(f"max_start_failures must be an integer >= 1, not {max_start_failures!r}")
+        if not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+            raise ParamValueError("pool ", Param("size", size, spelled="size"), f" must be an integer >= 1, not {size!r}")
+        _AT_LEAST_ONE.check("max_sessions", max_sessions)
+        _AT_LEAST_ONE.check("max_start_failures", max_start_failures)
         chosen = Backoff(0.5, 15.0) if backoff is None else Backoff.of(backoff, jitter=0.0)
         self._spec_for: SpecFactory = _same_spec(spec) if isinstance(spec, RuntimeSpec) else spec
         self.size = size
@@ -294,7 +295,7 @@ class RuntimePool:
         """
         wanted = self.size if count is None else count
         if not 1 <= wanted <= self.size:
-            raise ValueError(f"count must be between 1 and the pool size {self.size}, not {count!r}")
+            raise ParamValueError(Param("count", count, spelled="count"), f" must be between 1 and the pool size {self.size}, not {count!r}")
         while sum(1 for s in self._slots if s.usable) < wanted:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")

@@ -20,7 +20,8 @@ from typing import Any, Mapping
 import attrs
 import trio
 
-from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor, PoolRunner
+from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor
+from ..batch._local import PoolRunner
 from ..protocol import OrchestraError
 from ._portable import ActorSpec, RemoteError
 

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 import attrs
 import trio
 
-from .._params import Param
+from .._params import Param, integer, positive
 from ..batch import Attempt, BatchItem, BatchOptions, BatchSummary, BatchUsageError, run_batch
 from ..pool import Backoff, Ended, Supervisor, serving
 from ..protocol import OrchestraError
@@ -47,14 +47,8 @@ class ScaleError(OrchestraError):
     """The Ray run cannot go on (every actor slot kept failing to start); results so far are kept."""
 
 
-def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, not {value!r}")
-
-
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{attribute.name} must be a positive number, not {value!r}")
+_at_least_one = integer(1)
+_positive = positive()
 
 
 def _import_ray() -> Any:
