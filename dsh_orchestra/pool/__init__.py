@@ -16,9 +16,10 @@ from ._retry import (
     SessionBusyError as SessionBusyError,
     retryable as retryable,
 )
+from ._rss import process_tree_rss as process_tree_rss, runtime_rss_mib as runtime_rss_mib
 from ._supervisor import Ended as Ended, Supervisor as Supervisor, serving as serving
 
 __all__ = [
     "Backoff", "Ended", "PoolClosedError", "PoolStatistics", "RuntimePool", "SessionBusyError", "SpecFactory",
-    "Supervisor", "open_pool", "retryable", "serving",
+    "Supervisor", "open_pool", "process_tree_rss", "retryable", "runtime_rss_mib", "serving",
 ]

@@ -1,34 +1,41 @@
 """RuntimePool: N runtimes under one nursery, least-loaded placement, supervision, recycling.
 
-Owns: one supervisor task per slot (start, watch, restart with backoff), placement with a
-per-runtime limit of sessions in flight, recycling a runtime that holds abandoned turns once
-it is idle, graceful close. Must not know about graphs or datasets.
+Owns: one supervisor task per slot (start, watch, restart with backoff), one host task per
+runtime process (it owns the process from start to close), placement with a per-runtime limit
+of sessions in flight, recycling (a runtime holding abandoned turns once it is idle; a runtime
+that served ``max_sessions_per_runtime`` sessions or passed ``max_runtime_rss_mib``, drained
+while its replacement already serves), graceful close. Must not know about graphs or datasets.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 import attrs
 import trio
 
+from .._params import Param, ParamValueError
 from ..approvals import AuditLog
 from ..protocol import OrchestraError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import PromptInput, Runtime, TurnResult, open_runtime
 from ._retry import Backoff, PoolClosedError
+from ._rss import runtime_rss_mib
 from ._supervisor import Ended, Supervisor, serving
 
 log = logging.getLogger("dsh_orchestra.pool")
 
 SpecFactory = Callable[[int], RuntimeSpec]
+RssReader = Callable[[Runtime], "float | None"]
 
 
 @attrs.frozen
 class PoolStatistics:
-    """A snapshot of the pool."""
+    """A snapshot of the pool. ``draining``: runtimes being recycled that still finish the
+    sessions they hold (their replacements are counted in ``live`` or ``starting``)."""
 
     size: int
     live: int
@@ -36,6 +43,31 @@ class PoolStatistics:
     restarts: int
     recycled: int
     starting: int
+    draining: int = 0
+
+
+class _Instance:
+    """One runtime of a slot, from its start to its close (hosted by its own task)."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self.in_flight = 0
+        self.placed = 0  # sessions placed on it
+        self.recycling: str | None = None  # why it takes no new sessions while it drains
+        self.leave = trio.Event()  # set with retire, or when recycling starts
+        self.retire = trio.Event()  # close it now
+        self.released = trio.Event()  # the slot may start its next runtime
+        self.ended = Ended.CRASHED
+
+    @property
+    def usable(self) -> bool:
+        runtime = self.runtime  # a runtime holding abandoned turns takes no new work: it drains
+        return (runtime is not None and runtime.alive and not runtime.abandoned and self.recycling is None
+                and not self.retire.is_set())
+
+    def close(self) -> None:
+        self.retire.set()
+        self.leave.set()
 
 
 class _Slot:
@@ -43,10 +75,12 @@ class _Slot:
 
     def __init__(self, index: int, supervisor: Supervisor) -> None:
         self.index = index
-        self.runtime: Runtime | None = None
-        self.in_flight = 0
-        self.retire = trio.Event()
+        self.current = _Instance()
         self.supervisor = supervisor  # starts, failed starts in a row, restarts
+
+    @property
+    def runtime(self) -> Runtime | None:
+        return self.current.runtime
 
     @property
     def failures(self) -> int:
@@ -58,8 +92,7 @@ class _Slot:
 
     @property
     def usable(self) -> bool:
-        runtime = self.runtime  # a runtime holding abandoned turns takes no new work: it drains
-        return runtime is not None and runtime.alive and not runtime.abandoned and not self.retire.is_set()
+        return self.current.usable
 
 
 def _same_spec(spec: RuntimeSpec) -> SpecFactory:
@@ -67,6 +100,20 @@ def _same_spec(spec: RuntimeSpec) -> SpecFactory:
         return spec.evolve(name=f"{spec.display_name}#{index}")
 
     return spec_for
+
+
+def _optional_count(name: str, value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ParamValueError(Param(name, value, spelled=name), f" must be an integer >= 1 or None, not {value!r}")
+    return value
+
+
+def _optional_mib(name: str, value: Any) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value <= 0):
+        raise ParamValueError(Param(name, value, spelled=name),
+                              f" must be a positive finite number of MiB or None, not {value!r}")
+    return value
 
 
 class RuntimePool:
@@ -80,6 +127,13 @@ class RuntimePool:
     and is recycled (closed and started afresh, without backoff) once none of its sessions is
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
     gives up: ``run`` raises the last start error.
+
+    Long runs: a runtime that was given ``max_sessions_per_runtime`` sessions, or whose process
+    tree's resident memory passed ``max_runtime_rss_mib`` MiB when one of its sessions ended
+    (read by ``measure_rss``, default ``runtime_rss_mib``: /proc), is recycled: it takes no new
+    sessions, its replacement starts at once, and it is closed once the sessions it holds have
+    ended (none is cut). Both default to None (never): a pinned ``lease(runtime)`` on a
+    recycling runtime fails, so leave them off for sessions that go on across leases.
     """
 
     def __init__(
@@ -93,6 +147,9 @@ class RuntimePool:
         audit: AuditLog | None = None,
         backoff: Backoff | tuple[float, float] | None = None,
         max_start_failures: int = 5,
+        max_sessions_per_runtime: int | None = None,
+        max_runtime_rss_mib: float | None = None,
+        measure_rss: RssReader = runtime_rss_mib,
     ) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"pool size must be an integer >= 1, not {size!r}")
@@ -104,6 +161,9 @@ class RuntimePool:
         self._spec_for: SpecFactory = _same_spec(spec) if isinstance(spec, RuntimeSpec) else spec
         self.size = size
         self.max_sessions = max_sessions
+        self.max_sessions_per_runtime = _optional_count("max_sessions_per_runtime", max_sessions_per_runtime)
+        self.max_runtime_rss_mib = _optional_mib("max_runtime_rss_mib", max_runtime_rss_mib)
+        self.measure_rss = measure_rss
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
@@ -111,6 +171,8 @@ class RuntimePool:
         self.max_start_failures = max_start_failures
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
+        self._hosted: set[_Instance] = set()  # every runtime not closed yet, draining ones included
+        self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
         self._closing = False
         self._running = False
@@ -134,6 +196,7 @@ class RuntimePool:
         failure: OrchestraError | None = None
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 for slot in self._slots:
                     nursery.start_soon(self._supervise, slot)
                 failure = await self._watch(task_status)
@@ -167,35 +230,56 @@ class RuntimePool:
         await slot.supervisor.run(lambda: self._run_slot(slot))
 
     async def _run_slot(self, slot: _Slot) -> Ended:
-        """Start the slot's runtime and serve until it is retired or dies."""
-        slot.retire = trio.Event()  # before starting, so aclose() can always reach it
-        crashed = True
+        """Start the slot's next runtime (hosted by a task of its own); return how it ended,
+        or ``RECYCLED`` as soon as it is recycled for its sessions or memory, so that the
+        replacement starts while it drains."""
+        instance = _Instance()  # before starting, so aclose() can always reach it
+        slot.current = instance
+        self._hosted.add(instance)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._host, slot, instance)
+        await instance.released.wait()
+        return instance.ended
+
+    async def _host(self, slot: _Slot, instance: _Instance) -> None:
+        """Run one runtime from its start to its close; say how it ended (``instance.released``)."""
         try:
             async with open_runtime(
                 self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
             ) as runtime:
-                slot.runtime = runtime
+                instance.runtime = runtime
                 slot.supervisor.ready()
                 self._notify()
                 async with trio.open_nursery() as watch:
-                    watch.start_soon(_set_when_closed, runtime, slot.retire)
-                    await slot.retire.wait()
+                    watch.start_soon(_close_when_gone, runtime, instance)
+                    await instance.leave.wait()
+                    if instance.recycling is not None and runtime.alive and not self._closing:
+                        # the replacement starts now; this one drains, then closes
+                        log.info("recycling runtime %r (%s); %d session(s) still in flight there",
+                                 runtime.name, instance.recycling, instance.in_flight)
+                        instance.ended = Ended.RECYCLED
+                        instance.released.set()
+                        self._notify()
+                        await instance.retire.wait()
                     watch.cancel_scope.cancel()
-                crashed = not runtime.alive
-                if not crashed and not self._closing:
+                if not instance.released.is_set() and runtime.alive and not self._closing:
                     self._recycled += 1
                     log.info("recycling runtime %r (abandoned turns: %d)", runtime.name, len(runtime.abandoned))
+                    instance.ended = Ended.RECYCLED
+                elif not runtime.alive and not instance.released.is_set():
+                    instance.ended = Ended.CRASHED
                 # drain: nothing is in flight when retired for recycling or closing
         except OrchestraError as exc:
             log.warning("runtime slot %d failed to start: %s", slot.index, exc)
             self._last_error = exc
-            return Ended.DONE if self._closing else Ended.FAILED
+            instance.ended = Ended.FAILED
         finally:
-            slot.runtime = None
+            instance.runtime = None
+            self._hosted.discard(instance)
+            if self._closing and not instance.released.is_set():
+                instance.ended = Ended.DONE
+            instance.released.set()  # a crash backs off, a recycle restarts at once
             self._notify()
-        if self._closing:
-            return Ended.DONE
-        return Ended.CRASHED if crashed else Ended.RECYCLED  # a crash backs off; a recycle restarts at once
 
     def _notify(self) -> None:
         self._changed.set()
@@ -206,27 +290,50 @@ class RuntimePool:
 
     # ---- placement -------------------------------------------------------------------
 
-    async def _acquire(self, pinned: Runtime | None = None) -> _Slot:
+    async def _acquire(self, pinned: Runtime | None = None) -> _Instance:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
             if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
-            best: _Slot | None = None  # the fewest in flight; the lowest index among equals
+            best: _Instance | None = None  # the fewest in flight; the lowest index among equals
             for slot in self._slots:
-                if slot.in_flight < self.max_sessions and (best is None or slot.in_flight < best.in_flight) and (
-                    slot.usable and (pinned is None or slot.runtime is pinned)
+                here = slot.current
+                if here.in_flight < self.max_sessions and (best is None or here.in_flight < best.in_flight) and (
+                    here.usable and (pinned is None or here.runtime is pinned)
                 ):
-                    best = slot
+                    best = here
             if best is not None:
                 best.in_flight += 1
+                best.placed += 1
+                limit = self.max_sessions_per_runtime
+                if limit is not None and best.placed >= limit:
+                    self._recycle(best, f"{best.placed} sessions served")
                 return best
             await self._wait_changed()
 
-    def _release(self, slot: _Slot, runtime: Runtime) -> None:
-        slot.in_flight -= 1
-        if runtime.abandoned and slot.in_flight == 0 and slot.runtime is runtime:
-            slot.retire.set()  # recycle: it may still be busy with abandoned turns
+    def _release(self, instance: _Instance, runtime: Runtime) -> None:
+        instance.in_flight -= 1
+        limit = self.max_runtime_rss_mib
+        if limit is not None and instance.recycling is None and runtime.alive and not self._closing:
+            try:
+                rss = self.measure_rss(runtime)
+            except OSError:
+                rss = None
+            if rss is not None and rss > limit:
+                self._recycle(instance, f"resident memory {rss:.0f} MiB > {limit:g} MiB")
+        if instance.in_flight == 0 and instance.runtime is runtime and (runtime.abandoned or instance.recycling):
+            instance.close()  # it may still be busy with abandoned turns
+        self._notify()
+
+    def _recycle(self, instance: _Instance, why: str) -> None:
+        """Place nothing more on ``instance``; its host starts the replacement and closes it
+        once its sessions have ended."""
+        instance.recycling = why
+        self._recycled += 1
+        instance.leave.set()
+        if instance.in_flight == 0:
+            instance.close()
         self._notify()
 
     @asynccontextmanager
@@ -234,16 +341,16 @@ class RuntimePool:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
 
         Raises:
-            TransportClosedError: the pinned ``runtime`` is gone.
+            TransportClosedError: the pinned ``runtime`` is gone or recycling.
             PoolClosedError: the pool is closing.
         """
-        slot = await self._acquire(runtime)
-        runtime = slot.runtime
+        instance = await self._acquire(runtime)
+        runtime = instance.runtime
         assert runtime is not None
         try:
             yield runtime
         finally:
-            self._release(slot, runtime)
+            self._release(instance, runtime)
 
     async def run_prompt(self, input: PromptInput, *, session_id: str | None = None, resume: bool = False) -> TurnResult:
         """Run one prompt in its own session on the least-loaded runtime.
@@ -276,19 +383,24 @@ class RuntimePool:
 
     def statistics(self) -> PoolStatistics:
         """Counts of live runtimes, sessions in flight, restarts and recycles."""
+        current = {id(s.current) for s in self._slots}
         return PoolStatistics(
             size=self.size,
             live=sum(1 for s in self._slots if s.usable),
-            in_flight=sum(s.in_flight for s in self._slots),
+            in_flight=sum(i.in_flight for i in self._hosted | {s.current for s in self._slots}),
             restarts=sum(s.supervisor.restarts for s in self._slots),
             recycled=self._recycled,
             starting=sum(1 for s in self._slots if s.runtime is None),
+            draining=sum(1 for i in self._hosted if id(i) not in current and i.runtime is not None),
         )
 
     @property
     def runtimes(self) -> list[Runtime]:
-        """The runtimes live right now."""
-        return [s.runtime for s in self._slots if s.runtime is not None]
+        """The runtimes live right now: the slots' own, then those being recycled that still
+        finish their sessions."""
+        found = [s.runtime for s in self._slots if s.runtime is not None]
+        found += [i.runtime for i in self._hosted if i.runtime is not None and i.runtime not in found]
+        return found
 
     # ---- closing ---------------------------------------------------------------------
 
@@ -305,21 +417,21 @@ class RuntimePool:
         """
         self._begin_close()
         if drain:
-            while any(s.in_flight for s in self._slots) and not self._stopped.is_set():
+            while self.statistics().in_flight and not self._stopped.is_set():
                 await self._wait_changed()
-        for slot in self._slots:
-            slot.retire.set()
+        for instance in list(self._hosted) + [s.current for s in self._slots]:
+            instance.close()
         if self._running:
             await self._stopped.wait()
         else:
             await trio.lowlevel.checkpoint()
 
 
-async def _set_when_closed(runtime: Runtime, event: trio.Event) -> None:
+async def _close_when_gone(runtime: Runtime, instance: _Instance) -> None:
     connection = runtime.actor.connection
     if connection is not None:
         await connection.wait_closed()
-    event.set()
+    instance.close()
 
 
 @asynccontextmanager
