@@ -35,8 +35,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from _common import machine  # noqa: E402
-from batch_real import API_KEY, ENV, REPLY, start_fake_model  # noqa: E402
+from _common import machine
+from batch_real import API_KEY, ENV, REPLY, start_fake_model
 
 
 def own_rss_mib() -> float:

@@ -32,6 +32,10 @@ def _count(minimum: int) -> Any:
     return check
 
 
+def _optional(check: Any) -> Any:
+    return v.optional(check)
+
+
 def _seconds(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise _bad(attribute, value, "a positive number of seconds (finite)")
@@ -103,7 +107,7 @@ class BatchOptions:
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)
     approval_relay: str | None = None  # auto | on | off; None: the spec's (auto by default; docs/approvals.md)
     # long runs: recycle a runtime after this many sessions / past this resident memory (None: never)
-    max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=v.optional(_count(1)))
+    max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=_optional(_count(1)))
     max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
 
     def __attrs_post_init__(self) -> None:

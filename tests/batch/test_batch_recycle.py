@@ -12,15 +12,20 @@ from typing import Any
 
 import pytest
 import trio
+from batch_support import by_id, cli_args, items, sim_process, write_dataset
+from process_table import assert_gone
 
-from dsh_orchestra.batch import BatchOptions, BatchUsageError, PoolExecutor, PoolRunner, run_batch
+from dsh_orchestra.batch import (
+    BatchOptions,
+    BatchUsageError,
+    PoolExecutor,
+    PoolRunner,
+    run_batch,
+)
 from dsh_orchestra.cli import main
 from dsh_orchestra.cli._errors import message
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime
-
-from batch_support import by_id, cli_args, items, sim_process, write_dataset
-from process_table import assert_gone
 
 
 class PidRecorder:

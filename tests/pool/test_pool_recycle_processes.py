@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 import pytest
 import trio
+from process_table import assert_gone
 
 from dsh_orchestra.pool import open_pool, process_tree_rss, runtime_rss_mib
 from dsh_orchestra.protocol import RuntimeStartError
 from dsh_orchestra.runtime import RuntimeSpec
-
-from process_table import assert_gone
 
 SpecMaker = Callable[..., RuntimeSpec]
 

@@ -9,11 +9,13 @@ No session is cut, none fails, no restart (backoff) is counted.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from typing import Any
 
 import pytest
 import trio
+from pool_support import in_process
 from trio.testing import MockClock
 
 from dsh_orchestra._params import ParamValueError
@@ -22,8 +24,6 @@ from dsh_orchestra.protocol import RuntimeStartError, TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime
 from dsh_orchestra.testing._script import Script
-
-from pool_support import in_process
 
 
 async def test_recycles_after_max_sessions_per_runtime(autojump_clock: MockClock, pool_script: Script) -> None:
@@ -139,7 +139,7 @@ async def test_a_replacement_that_cannot_start_backs_off_and_the_pool_gives_up(
             await trio.sleep_forever()
     assert caught.group_contains(RuntimeStartError, match="reasoning effort")
     assert len(starts) == 4  # the good start, then three failed ones 1 s apart
-    assert [b - a for a, b in zip(starts[1:], starts[2:])] == pytest.approx([1.0, 1.0], abs=0.05)
+    assert [b - a for a, b in itertools.pairwise(starts[1:])] == pytest.approx([1.0, 1.0], abs=0.05)
     assert not runtimes[0].alive
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scale_support import our_runtimes, sim_spec
+
 from dsh_orchestra.batch import BatchItem, BatchOptions
 from dsh_orchestra.scale import HostConfig, PoolHost, split_spec
-
-from scale_support import our_runtimes, sim_spec
 
 
 def test_a_host_recycles_its_runtimes(tmp_path: Path) -> None:
