@@ -17,7 +17,8 @@ processes used so far. Every result is checked (``completed``, the scripted repl
     python bench/recycle_real.py --runtime sim --sessions 2000
 
 Prints one JSON line per sample and a JSON summary (wall, sessions/s, peak runtime RSS,
-runtimes used, recycles, orchestrator RSS, load average).
+runtimes used, recycles, orchestrator RSS, the time the RSS read took, each stretch with no
+runtime taking sessions (a replacement starting; polled every 10 ms), load average).
 """
 
 from __future__ import annotations
@@ -101,9 +102,26 @@ async def run(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
                 if done % args.every == 0:
                     sample()
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(4):
-                nursery.start_soon(worker)
+        gaps: list[float] = []
+
+        async def watch_gaps() -> None:  # time with no runtime taking sessions (a replacement starting)
+            since: float | None = None
+            while True:
+                live = pool.statistics().live
+                now = time.perf_counter()
+                if live == 0 and since is None:
+                    since = now
+                elif live and since is not None:
+                    gaps.append(now - since)
+                    since = None
+                await trio.sleep(0.01)
+
+        async with trio.open_nursery() as outer:
+            outer.start_soon(watch_gaps)
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(worker)
+            outer.cancel_scope.cancel()
         wall = time.perf_counter() - t0
         stats = pool.statistics()
     peak = max((max(s["runtime_rss_mib"]) for s in samples if s["runtime_rss_mib"]), default=None)
@@ -114,6 +132,7 @@ async def run(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         "runtimes_used": len(pids), "recycled": stats.recycled, "restarts": stats.restarts,
         "orchestrator_rss_mib": [samples[0]["orchestrator_rss_mib"], samples[-1]["orchestrator_rss_mib"]],
         "rss_read_us": round(read_s / max(reads, 1) * 1e6, 1), "loadavg": os.getloadavg(),
+        "no_live_runtime_s": [round(g, 2) for g in gaps],
     }
 
 
