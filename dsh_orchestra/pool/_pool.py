@@ -308,7 +308,7 @@ class RuntimePool:
                 best.placed += 1
                 limit = self.max_sessions_per_runtime
                 if limit is not None and best.placed >= limit:
-                    self._recycle(best, f"{best.placed} sessions served")
+                    self._recycle(best, f"given {best.placed} sessions")
                 return best
             await self._wait_changed()
 
