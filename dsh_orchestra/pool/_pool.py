@@ -47,23 +47,39 @@ class PoolStatistics:
 
 
 class _Instance:
-    """One runtime of a slot, from its start to its close (hosted by its own task)."""
+    """One runtime of a slot, from its start to its close (hosted by its own task).
 
-    def __init__(self) -> None:
+    A successor started ahead of a recycle waits (not usable) until its ``predecessor``
+    stops taking sessions."""
+
+    def __init__(self, predecessor: _Instance | None = None) -> None:
         self.runtime: Runtime | None = None
         self.in_flight = 0
         self.placed = 0  # sessions placed on it
         self.recycling: str | None = None  # why it takes no new sessions while it drains
-        self.leave = trio.Event()  # set with retire, or when recycling starts
+        self.succeeded = False  # its successor was started (ahead of its recycle, or at it)
+        self.predecessor = predecessor
+        self.leave = trio.Event()  # set with retire, or when its successor is to start
         self.retire = trio.Event()  # close it now
         self.released = trio.Event()  # the slot may start its next runtime
         self.ended = Ended.CRASHED
 
     @property
-    def usable(self) -> bool:
+    def taking(self) -> bool:
         runtime = self.runtime  # a runtime holding abandoned turns takes no new work: it drains
         return (runtime is not None and runtime.alive and not runtime.abandoned and self.recycling is None
                 and not self.retire.is_set())
+
+    @property
+    def usable(self) -> bool:
+        before = self.predecessor
+        if before is not None and not before.taking:
+            self.predecessor = before = None  # it stopped taking sessions: from now on this one does
+        return self.taking and before is None
+
+    @property
+    def draining(self) -> bool:
+        return self.runtime is not None and self.recycling is not None
 
     def close(self) -> None:
         self.retire.set()
@@ -71,16 +87,20 @@ class _Instance:
 
 
 class _Slot:
-    """One runtime position in the pool; its supervisor restarts the runtime as needed."""
+    """One runtime position in the pool; its supervisor restarts the runtime as needed. While a
+    runtime is recycled the slot hosts two: the old one (serving, then draining) and its successor."""
 
     def __init__(self, index: int, supervisor: Supervisor) -> None:
         self.index = index
-        self.current = _Instance()
+        self.current = _Instance()  # the newest
+        self.instances: list[_Instance] = []  # every one not closed yet, oldest first
         self.supervisor = supervisor  # starts, failed starts in a row, restarts
 
     @property
-    def runtime(self) -> Runtime | None:
-        return self.current.runtime
+    def runtimes(self) -> list[Runtime]:
+        """Its runtimes not closed yet: the one taking sessions first."""
+        ordered = sorted(self.instances, key=lambda i: not i.usable)
+        return [i.runtime for i in ordered if i.runtime is not None]
 
     @property
     def failures(self) -> int:
@@ -92,7 +112,7 @@ class _Slot:
 
     @property
     def usable(self) -> bool:
-        return self.current.usable
+        return any(i.usable for i in self.instances)
 
 
 def _same_spec(spec: RuntimeSpec) -> SpecFactory:
@@ -164,6 +184,8 @@ class RuntimePool:
         self.max_sessions_per_runtime = _optional_count("max_sessions_per_runtime", max_sessions_per_runtime)
         self.max_runtime_rss_mib = _optional_mib("max_runtime_rss_mib", max_runtime_rss_mib)
         self.measure_rss = measure_rss
+        limit = self.max_sessions_per_runtime  # its successor starts this many sessions ahead
+        self._lead = 0 if limit is None else max(max_sessions, limit // 5)
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
@@ -171,7 +193,6 @@ class RuntimePool:
         self.max_start_failures = max_start_failures
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
-        self._hosted: set[_Instance] = set()  # every runtime not closed yet, draining ones included
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
         self._closing = False
@@ -231,11 +252,11 @@ class RuntimePool:
 
     async def _run_slot(self, slot: _Slot) -> Ended:
         """Start the slot's next runtime (hosted by a task of its own); return how it ended,
-        or ``RECYCLED`` as soon as it is recycled for its sessions or memory, so that the
-        replacement starts while it drains."""
-        instance = _Instance()  # before starting, so aclose() can always reach it
+        or ``RECYCLED`` as soon as its successor is to start (ahead of its recycle, or at it)."""
+        serving = next((i for i in slot.instances if i.taking), None)  # one being succeeded ahead of its recycle
+        instance = _Instance(serving)  # before starting, so aclose() can always reach it
         slot.current = instance
-        self._hosted.add(instance)
+        slot.instances.append(instance)
         assert self._nursery is not None
         self._nursery.start_soon(self._host, slot, instance)
         await instance.released.wait()
@@ -253,10 +274,10 @@ class RuntimePool:
                 async with trio.open_nursery() as watch:
                     watch.start_soon(_close_when_gone, runtime, instance)
                     await instance.leave.wait()
-                    if instance.recycling is not None and runtime.alive and not self._closing:
-                        # the replacement starts now; this one drains, then closes
-                        log.info("recycling runtime %r (%s); %d session(s) still in flight there",
-                                 runtime.name, instance.recycling, instance.in_flight)
+                    if instance.succeeded and runtime.alive and not self._closing:
+                        # its successor starts now; this one serves until its limit, drains, closes
+                        log.info("starting the successor of runtime %r (%s)", runtime.name,
+                                 instance.recycling or f"given {instance.placed} sessions")
                         instance.ended = Ended.RECYCLED
                         instance.released.set()
                         self._notify()
@@ -275,7 +296,7 @@ class RuntimePool:
             instance.ended = Ended.FAILED
         finally:
             instance.runtime = None
-            self._hosted.discard(instance)
+            slot.instances.remove(instance)
             if self._closing and not instance.released.is_set():
                 instance.ended = Ended.DONE
             instance.released.set()  # a crash backs off, a recycle restarts at once
@@ -294,13 +315,13 @@ class RuntimePool:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
-            if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
+            candidates = [i for s in self._slots for i in s.instances if i.usable]
+            if pinned is not None and not any(i.runtime is pinned for i in candidates):
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
             best: _Instance | None = None  # the fewest in flight; the lowest index among equals
-            for slot in self._slots:
-                here = slot.current
+            for here in candidates:
                 if here.in_flight < self.max_sessions and (best is None or here.in_flight < best.in_flight) and (
-                    here.usable and (pinned is None or here.runtime is pinned)
+                    pinned is None or here.runtime is pinned
                 ):
                     best = here
             if best is not None:
@@ -309,6 +330,8 @@ class RuntimePool:
                 limit = self.max_sessions_per_runtime
                 if limit is not None and best.placed >= limit:
                     self._recycle(best, f"given {best.placed} sessions")
+                elif limit is not None and best.placed >= limit - self._lead:
+                    self._succeed(best)  # start its successor now, so that it is ready in time
                 return best
             await self._wait_changed()
 
@@ -327,13 +350,19 @@ class RuntimePool:
         self._notify()
 
     def _recycle(self, instance: _Instance, why: str) -> None:
-        """Place nothing more on ``instance``; its host starts the replacement and closes it
-        once its sessions have ended."""
+        """Place nothing more on ``instance``; its successor takes over (started now, unless it
+        was already); it is closed once its sessions have ended."""
         instance.recycling = why
         self._recycled += 1
-        instance.leave.set()
+        self._succeed(instance)
         if instance.in_flight == 0:
             instance.close()
+
+    def _succeed(self, instance: _Instance) -> None:
+        """Let the slot start ``instance``'s successor (once)."""
+        if not instance.succeeded:
+            instance.succeeded = True
+            instance.leave.set()
         self._notify()
 
     @asynccontextmanager
@@ -383,24 +412,22 @@ class RuntimePool:
 
     def statistics(self) -> PoolStatistics:
         """Counts of live runtimes, sessions in flight, restarts and recycles."""
-        current = {id(s.current) for s in self._slots}
+        instances = [i for s in self._slots for i in s.instances]
         return PoolStatistics(
             size=self.size,
             live=sum(1 for s in self._slots if s.usable),
-            in_flight=sum(i.in_flight for i in self._hosted | {s.current for s in self._slots}),
+            in_flight=sum(i.in_flight for i in instances),
             restarts=sum(s.supervisor.restarts for s in self._slots),
             recycled=self._recycled,
-            starting=sum(1 for s in self._slots if s.runtime is None),
-            draining=sum(1 for i in self._hosted if id(i) not in current and i.runtime is not None),
+            starting=sum(1 for s in self._slots if s.current.runtime is None),
+            draining=sum(1 for i in instances if i.draining),
         )
 
     @property
     def runtimes(self) -> list[Runtime]:
-        """The runtimes live right now: the slots' own, then those being recycled that still
-        finish their sessions."""
-        found = [s.runtime for s in self._slots if s.runtime is not None]
-        found += [i.runtime for i in self._hosted if i.runtime is not None and i.runtime not in found]
-        return found
+        """The runtimes live right now, by slot: the one taking sessions first, then one being
+        recycled (still finishing its sessions) or a successor starting ahead of a recycle."""
+        return [runtime for s in self._slots for runtime in s.runtimes]
 
     # ---- closing ---------------------------------------------------------------------
 
@@ -419,7 +446,7 @@ class RuntimePool:
         if drain:
             while self.statistics().in_flight and not self._stopped.is_set():
                 await self._wait_changed()
-        for instance in list(self._hosted) + [s.current for s in self._slots]:
+        for instance in [i for s in self._slots for i in (*s.instances, s.current)]:
             instance.close()
         if self._running:
             await self._stopped.wait()

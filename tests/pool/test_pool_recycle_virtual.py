@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from dsh_orchestra.protocol import RuntimeStartError, TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime
 from dsh_orchestra.testing._script import Script
+from dsh_orchestra.testing._simulator import open_simulator_stream
 
 
 async def test_recycles_after_max_sessions_per_runtime(autojump_clock: MockClock, pool_script: Script) -> None:
@@ -85,7 +88,33 @@ async def test_recycling_runtime_finishes_its_sessions_while_the_replacement_ser
         assert trio.current_time() == pytest.approx(5.0, abs=0.1)
         await trio.testing.wait_all_tasks_blocked()
         assert not old.alive
-        assert pool.statistics().draining == 0 and pool.runtimes == [fresh]
+        assert pool.statistics().draining == 0 and pool.runtimes[0] is fresh and old not in pool.runtimes
+
+
+async def test_the_successor_starts_ahead_so_placement_never_waits(autojump_clock: MockClock, pool_script: Script) -> None:
+    """Runtimes take 3 s to start; 20 SLOW sessions (5 s each) one after the other, 10 per
+    runtime: the successor is started 2 sessions ahead (a fifth of the quota), so the 20 take
+    exactly 100 s: no session waits for a start. Each runtime serves exactly 10."""
+    starts: list[float] = []
+
+    @asynccontextmanager
+    async def slow_start() -> AsyncIterator[trio.abc.Stream]:
+        starts.append(trio.current_time())
+        await trio.sleep(3)
+        async with open_simulator_stream(pool_script) as stream:
+            yield stream
+
+    served: collections.Counter[Runtime] = collections.Counter()
+    async with open_pool(RuntimeSpec(connect=slow_start, name="slow"), 1, max_sessions=1,
+                         max_sessions_per_runtime=10) as pool:
+        began = trio.current_time()
+        for i in range(20):
+            async with pool.lease() as runtime:
+                served[runtime] += 1
+                assert (await runtime.session().run(f"SLOW {i}")).final_response == "slow done"
+        assert trio.current_time() - began == pytest.approx(100.0, abs=0.1)
+    assert list(served.values()) == [10, 10]
+    assert starts == pytest.approx([0.0, 38.0, 88.0], abs=0.1)  # at the 8th session of each: 3 + 5 * 7, 3 + 5 * 17
 
 
 async def test_rss_limit_recycles_when_a_session_ends(autojump_clock: MockClock, pool_script: Script) -> None:
