@@ -151,9 +151,11 @@ class RuntimePool:
     Long runs: a runtime that was given ``max_sessions_per_runtime`` sessions, or whose process
     tree's resident memory passed ``max_runtime_rss_mib`` MiB when one of its sessions ended
     (read by ``measure_rss``, default ``runtime_rss_mib``: /proc), is recycled: it takes no new
-    sessions, its replacement starts at once, and it is closed once the sessions it holds have
-    ended (none is cut). Both default to None (never): a pinned ``lease(runtime)`` on a
-    recycling runtime fails, so leave them off for sessions that go on across leases.
+    sessions and is closed once the sessions it holds have ended (none is cut). Its successor
+    is started ahead (when all but a fifth of the quota, at least ``max_sessions``, was given)
+    and takes over at once; for the memory limit it starts when the limit is passed. Both
+    default to None (never): a pinned ``lease(runtime)`` on a recycling runtime fails, so
+    leave them off for sessions that go on across leases.
     """
 
     def __init__(
