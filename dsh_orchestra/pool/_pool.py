@@ -56,6 +56,8 @@ class _Instance:
         self.runtime: Runtime | None = None
         self.in_flight = 0
         self.placed = 0  # sessions placed on it
+        self.alone = False  # its one session in flight holds it alone (an exclusive lease)
+        self.reserved = 0  # exclusive leases waiting for it to drain: it takes no new sessions
         self.recycling: str | None = None  # why it takes no new sessions while it drains
         self.succeeded = False  # its successor was started (ahead of its recycle, or at it)
         self.predecessor = predecessor
@@ -146,7 +148,8 @@ class RuntimePool:
     TransportClosedError (retryable). A runtime holding abandoned turns takes no new sessions
     and is recycled (closed and started afresh, without backoff) once none of its sessions is
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
-    gives up: ``run`` raises the last start error.
+    gives up: ``run`` raises the last start error. ``lease(alone=True)`` holds a runtime with
+    no other session on it.
 
     Long runs: a runtime that was given ``max_sessions_per_runtime`` sessions, or whose process
     tree's resident memory passed ``max_runtime_rss_mib`` MiB when one of its sessions ended
@@ -313,7 +316,7 @@ class RuntimePool:
 
     # ---- placement -------------------------------------------------------------------
 
-    async def _acquire(self, pinned: Runtime | None = None) -> _Instance:
+    async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Instance:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
@@ -322,12 +325,13 @@ class RuntimePool:
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
             best: _Instance | None = None  # the fewest in flight; the lowest index among equals
             for here in candidates:
-                if here.in_flight < self.max_sessions and (best is None or here.in_flight < best.in_flight) and (
+                if self._fits(here, alone) and (best is None or here.in_flight < best.in_flight) and (
                     pinned is None or here.runtime is pinned
                 ):
                     best = here
             if best is not None:
                 best.in_flight += 1
+                best.alone = alone
                 best.placed += 1
                 limit = self.max_sessions_per_runtime
                 if limit is not None and best.placed >= limit:
@@ -337,8 +341,27 @@ class RuntimePool:
                 return best
             await self._wait_changed()
 
+    async def _acquire_alone(self, pinned: Runtime | None) -> _Instance:
+        """A runtime with no other session, kept so until released: meanwhile the emptiest runtime
+        takes no new sessions, so that it drains."""
+        waiting_on = min((i for s in self._slots for i in (s.instances or [s.current])),
+                         key=lambda i: (pinned is not None and i.runtime is not pinned, not i.usable, i.in_flight))
+        waiting_on.reserved += 1
+        try:
+            return await self._acquire(pinned, alone=True)
+        finally:
+            waiting_on.reserved -= 1
+            self._notify()
+
+    def _fits(self, instance: _Instance, alone: bool) -> bool:
+        """Whether ``instance`` can take a session now (``alone``: one with the runtime to itself)."""
+        if not instance.usable or instance.alone:
+            return False
+        return instance.in_flight == 0 if alone else instance.in_flight < self.max_sessions and not instance.reserved
+
     def _release(self, instance: _Instance, runtime: Runtime) -> None:
         instance.in_flight -= 1
+        instance.alone = False
         limit = self.max_runtime_rss_mib
         if limit is not None and instance.recycling is None and runtime.alive and not self._closing:
             try:
@@ -368,14 +391,18 @@ class RuntimePool:
         self._notify()
 
     @asynccontextmanager
-    async def lease(self, runtime: Runtime | None = None) -> AsyncIterator[Runtime]:
+    async def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncIterator[Runtime]:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
+
+        With ``alone`` the place is a whole runtime: it waits for one with no session in
+        flight (keeping new sessions off the emptiest one meanwhile, so it drains), and no
+        other session is placed there until the block ends.
 
         Raises:
             TransportClosedError: the pinned ``runtime`` is gone or recycling.
             PoolClosedError: the pool is closing.
         """
-        instance = await self._acquire(runtime)
+        instance = await (self._acquire_alone(runtime) if alone else self._acquire(runtime))
         runtime = instance.runtime
         assert runtime is not None
         try:
