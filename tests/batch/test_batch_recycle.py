@@ -40,8 +40,8 @@ class PidRecorder:
             lease = runner.pool.lease
 
             @asynccontextmanager
-            async def noting(runtime: Runtime | None = None) -> AsyncIterator[Runtime]:
-                async with lease(runtime) as placed:
+            async def noting(runtime: Runtime | None = None, *, alone: bool = False) -> AsyncIterator[Runtime]:
+                async with lease(runtime, alone=alone) as placed:
                     assert placed.actor.pid is not None
                     self.pids.append(placed.actor.pid)
                     yield placed
