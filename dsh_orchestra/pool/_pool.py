@@ -34,8 +34,9 @@ RssReader = Callable[[Runtime], "float | None"]
 
 @attrs.frozen
 class PoolStatistics:
-    """A snapshot of the pool. ``draining``: runtimes being recycled that still finish the
-    sessions they hold (their replacements are counted in ``live`` or ``starting``)."""
+    """A snapshot of the pool. ``starting``: slots whose newest runtime is not up yet (a
+    successor started ahead of a recycle included); ``draining``: runtimes being recycled that
+    still finish the sessions they hold (their successors count in ``live`` or ``starting``)."""
 
     size: int
     live: int
