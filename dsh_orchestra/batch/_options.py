@@ -25,6 +25,12 @@ def _count(minimum: int) -> Check:
 
 _seconds = positive("a positive number of seconds (finite)", finite=True).raising(BatchUsageError)
 _non_negative = non_negative().raising(BatchUsageError)
+_mib = positive("a positive number of MiB (finite)", finite=True).raising(BatchUsageError)
+_optional_count: Any = v.optional(_count(1))  # Any: the field's default is an int, its type int | None
+
+MAX_SESSIONS_PER_RUNTIME = 500
+"""Sessions a runtime serves before the batch recycles it (docs/batch.md: measured on the real
+runtime, which keeps about 0.15-0.3 MiB per session served)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -41,10 +47,15 @@ class BatchOptions:
     ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
     (kept with ``keep_workspaces``).
+
+    Long runs: a runtime is recycled (no new items; a replacement starts at once; closed once
+    its items in flight have finished, none cut or retried) after ``max_sessions_per_runtime``
+    sessions (default 500; None: never) or once its process tree's resident memory passes
+    ``max_runtime_rss_mib`` MiB (default None: no limit).
     """
 
     runtimes: int = attrs.field(default=1, validator=_count(1))
-    concurrency: int | None = attrs.field(default=None, validator=v.optional(_count(1)))
+    concurrency: int | None = attrs.field(default=None, validator=_optional_count)
     timeout: float | None = attrs.field(default=None, validator=v.optional(_seconds))
     retries: int = attrs.field(default=2, validator=_count(0))
     retry_backoff: float = attrs.field(default=0.5, validator=_non_negative)
@@ -72,6 +83,9 @@ class BatchOptions:
     keep_workspaces: bool = False
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)
     approval_relay: str | None = None  # auto | on | off; None: the spec's (auto by default; docs/approvals.md)
+    # long runs: recycle a runtime after this many sessions / past this resident memory (None: never)
+    max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=_optional_count)
+    max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

@@ -17,6 +17,7 @@ from ._retry import (
     SessionBusyError as SessionBusyError,
     retryable as retryable,
 )
+from ._rss import process_tree_rss as process_tree_rss, runtime_rss_mib as runtime_rss_mib
 from ._supervisor import Ended as Ended, Supervisor as Supervisor, serving as serving
 
 __all__ = _publish(globals())

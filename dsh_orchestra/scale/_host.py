@@ -50,10 +50,12 @@ class HostConfig:
     @classmethod
     def for_items(cls, actor_spec: ActorSpec, options: BatchOptions, *, slot: int, runtimes: int, in_flight: int) -> HostConfig:
         """A host for ``in_flight`` items at once over ``runtimes`` runtimes; the options
-        only an attempt needs (nothing the driver owns: results, retries, summary, resume, shard)."""
+        only an attempt or the host's pool needs (nothing the driver owns: results, retries,
+        summary, resume, shard)."""
         item_options = BatchOptions(
             runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, policy=options.policy,
             answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
+            max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
         )
         return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes, in_flight=in_flight, options=item_options)
 
