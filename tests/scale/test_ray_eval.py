@@ -14,6 +14,8 @@ from scale_support import RayCluster, by_id, lines_of, sim_spec, write_dataset
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (pytest -n N --dist loadgroup)
+
 
 def scored(line: dict[str, Any]) -> tuple[Any, ...]:
     return (line["id"], line.get("epoch"), line["status"], line["scores"], line["usage"], line.get("cost_usd"))
