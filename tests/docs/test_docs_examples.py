@@ -262,6 +262,20 @@ def test_command_allowlist_is_minimal() -> None:
                 f"{command.key!r} no longer has {kind!r}: it can run now, remove {prefix!r} from COMMAND_ALLOWLIST")
 
 
+def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
+    shell, cluster = COMMAND_KINDS.values()
+    assert shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "$i/4"]) and shell(["dsh-orchestra", "--out", "r-{}.jsonl"])
+    assert not shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "0/4"])
+    assert cluster(["dsh-orchestra", "batch", "d", "--ray", "head.example:6379"]) and cluster(["x", "--ray", "ray://h:10001"])
+    for local in (["--ray"], ["--ray", "--ray-actors", "2"], ["--ray", "127.0.0.1:6379"], ["--ray", "auto"]):
+        assert not cluster(["dsh-orchestra", "batch", "d", *local]), local
+    found = documented_commands(Block(ROOT / "docs" / "x.md", 1, "sh", "until dsh-orchestra batch d --out r; do\n"
+                                      "dsh-orchestra policy replay a --policy p > o.txt   # exit status 1\ndone\n"))
+    assert [(c.words, c.expect, c.stdout) for c in found] == [
+        (("dsh-orchestra", "batch", "d", "--out", "r"), 0, None),
+        (("dsh-orchestra", "policy", "replay", "a", "--policy", "p"), 1, "o.txt")]
+
+
 def run_commands(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
     """Run a block's commands in order in a fresh copy of the repository; the problems found."""
     repo = workdir / "repo"
@@ -276,7 +290,7 @@ def run_commands(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(open(repo / command.stdout, "w")) if command.stdout else subprocess.PIPE
             done = subprocess.run([program, *command.words[1:]], cwd=repo, env=env, stdout=out,
-                                  stderr=subprocess.PIPE, text=True, timeout=300)
+                                  stderr=subprocess.PIPE, text=True, timeout=300, check=False)
         if done.returncode != command.expect:
             problems.append(f"{block.where}: `{' '.join(command.words)}` exited {done.returncode}, the text says "
                             f"{command.expect}:\n{done.stderr[-2000:]}")
