@@ -163,6 +163,11 @@ def register_secrets(values: Iterable[str]) -> None:
     _SECRETS.add(values)
 
 
+def registered_secrets() -> list[str]:
+    """The values registered with :func:`register_secrets`, longest first."""
+    return list(_SECRETS.secrets)
+
+
 def forget_secrets() -> None:
     """Drop every registered secret (for tests)."""
     _SECRETS.clear()

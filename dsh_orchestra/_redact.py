@@ -8,13 +8,25 @@ and transcripts all redact through ``Redactor``.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 REDACTED = "***"
 SECRET_LOOKING = re.compile(
     r"(?i)(sk-[A-Za-z0-9_\-]{8,}|(?:api[_-]?key|token|secret|password)\s*[=:]\s*\S+|bearer\s+\S+)"
 )
 """Tokens that look like secrets whatever their value: ``sk-...``, ``token=...``, ``Bearer ...``."""
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
+"""Names of environment variables whose values are secrets."""
+
+MIN_INHERITED_SECRET = 8
+"""Shorter values of secret-named variables are not taken as secrets (``...AUTH...=1``)."""
+
+
+def environment_secrets(env: Mapping[str, str], *, min_length: int = MIN_INHERITED_SECRET) -> list[str]:
+    """The values of ``env``'s secret-named variables at least ``min_length`` long, longest first."""
+    values = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= min_length}
+    return sorted(values, key=len, reverse=True)
 
 
 class Redactor:

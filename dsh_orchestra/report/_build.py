@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from .._logging import registered_secrets
 from .._paths import check_paths
+from .._redact import Redactor, environment_secrets
 from ._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT, build_payload
 from ._html import render_html
 
@@ -27,6 +29,7 @@ def write_report(
     group_by: str | None = None,
     compare: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    secrets: Iterable[str] | None = None,
 ) -> Path:
     """Write the self-contained HTML report to ``out`` and return its path.
 
@@ -37,6 +40,11 @@ def write_report(
     longer than ``max_text`` characters are cut (the report says so). ``group_by`` (a metadata
     key) adds per-group metrics; ``compare`` (a baseline's results file) adds the comparison of
     ``results`` against it, its statistics seeded by ``seed``.
+
+    Every text of the page is redacted of ``secrets`` (default: the values of this process's
+    secret-named environment variables, e.g. ``DEEPSEEK_API_KEY``) and of every value given to
+    ``register_secrets``: a results file written before its run redacted them (or by another
+    tool) does not carry a key into the page.
 
     Raises:
         PathConflictError: ``out`` is one of the inputs (nothing is written).
@@ -52,13 +60,19 @@ def write_report(
         transcripts=transcripts, out=path, title=title, max_text=max_text, max_transcript=max_transcript,
         group_by=group_by, compare=compare, seed=seed,
     )
-    return write_page(path, payload)
+    return write_page(path, payload, secrets=secrets)
 
 
-def write_page(out: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Render ``payload`` and write it to ``out`` atomically (a temporary name, then renamed)."""
+def write_page(out: str | os.PathLike[str], payload: dict[str, Any], *, secrets: Iterable[str] | None = None) -> Path:
+    """Render ``payload`` and write it to ``out`` atomically (a temporary name, then renamed).
+
+    Every text is redacted first: of ``secrets`` (default: the environment's secret-named
+    values) and of every registered secret.
+    """
     path = Path(out)
-    data = render_html(payload).encode("utf-8")
+    redactor = Redactor(environment_secrets(os.environ) if secrets is None else secrets)
+    redactor.add(registered_secrets())
+    data = render_html(redactor.value(payload)).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -7,7 +7,6 @@ bounds. Must not know about sessions, pools or workflows. Secrets never appear i
 from __future__ import annotations
 
 import os
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 
 import attrs
 
-from .._redact import redact
+from .._redact import MIN_INHERITED_SECRET, SECRET_NAME, redact
 from ..protocol import ClientCapabilities, InitializeParams
 
 Connector = Callable[[], AsyncContextManager[Any]]
@@ -28,8 +27,8 @@ work); ``off`` never relays."""
 
 DEFAULT_PROVIDER = "deepseek-official"
 DEFAULT_MODEL = "deepseek-v4-flash"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
-_MIN_INHERITED_SECRET = 8
+_SECRET_NAME = SECRET_NAME
+_MIN_INHERITED_SECRET = MIN_INHERITED_SECRET
 _MIN_SECRET = 4
 
 

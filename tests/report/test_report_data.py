@@ -198,3 +198,34 @@ def test_report_refuses_files_that_are_not_what_they_are_given_as(tmp_path: Path
         assert not out.exists()
     assert main(["report", str(results), "--out", str(out)]) == 0 and out.is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_secrets_of_the_environment_are_redacted_from_an_older_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A results file written without redaction (an older version, another tool) carries the key:
+    the page does not (the environment's secret-named values and registered secrets)."""
+    key, token = "sk-oldrunkey-1234567890abcdef", "tok-registered-0987654321"
+    monkeypatch.setenv("DEEPSEEK_API_KEY", key)
+    monkeypatch.setenv("SOME_AUTH", "1")  # too short to be a secret: "1" stays readable
+    results = write_lines(tmp_path / "results.jsonl", [
+        line("a", final_response=f"the key is {key}", metadata={key: token}),
+        line(key, status="error", final_response=None, error={"type": "X", "message": f"{key} and {token}"}),
+    ])
+    from dsh_orchestra import register_secrets
+    from dsh_orchestra._logging import forget_secrets
+    register_secrets([token])
+    try:
+        page = write_report(tmp_path / "report.html", results=results).read_text(encoding="utf-8")
+        done = cli("report", str(results), "--out", str(tmp_path / "cli.html"))
+    finally:
+        forget_secrets()
+    assert done.returncode == 0, done.stderr
+    for html in (page, (tmp_path / "cli.html").read_text(encoding="utf-8")):
+        assert key not in html and "oldrunkey" not in html
+        assert "the key is ***" in html
+    assert token not in page
+    explicit = write_report(tmp_path / "explicit.html", results=results, secrets=[token]).read_text(encoding="utf-8")
+    assert token not in explicit and key in explicit  # secrets= replaces the environment's
+    from dsh_orchestra.report import write_compare
+    base = write_lines(tmp_path / "base.jsonl", [line("a", final_response="plain"), line(key, final_response=key)])
+    compared = write_compare(tmp_path / "compare.html", base=base, candidate=results).read_text(encoding="utf-8")
+    assert key not in compared and "oldrunkey" not in compared
