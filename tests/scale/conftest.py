@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +23,8 @@ import pytest
 
 from dsh_orchestra.scale._local import LocalRay
 
-from scale_support import RayCluster, our_runtimes
-from process_table import describe, fail_on_leaks, our_children
+from scale_support import RayCluster, our_runtimes, wait_gone
+from process_table import fail_on_leaks, our_children
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -37,14 +36,6 @@ def _is_ray(process: psutil.Process) -> bool:
         return bool(RAY_PROCESS.search(process.name()) or RAY_PROCESS.search(" ".join(process.cmdline())))
     except psutil.Error:
         return True  # gone (or a zombie without a command line): nothing to leak
-
-
-def _running(process: psutil.Process) -> bool:
-    """Alive and not a zombie (an orphan's corpse is init's to reap)."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -84,9 +75,4 @@ def ray_cluster() -> Iterator[RayCluster]:
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
             os.environ["RAY_AUTH_MODE"] = saved
-        deadline = time.monotonic() + 15
-        while (alive := [p for p in members if _running(p)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for process in alive:
-            process.kill()
-        assert not alive, f"Ray processes outlived the instance: {[describe(p) for p in alive]}"
+        wait_gone(members, 15, "Ray processes outlived the instance")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
-from process_table import describe
-from scale_support import SCRIPT, by_id, mixed_items, sim_spec, write_dataset
+from scale_support import SCRIPT, by_id, mixed_items, sim_spec, wait_gone, write_dataset
 
 from dsh_orchestra.approvals import ApprovalRequest, allow
 from dsh_orchestra.batch import BatchOptions, run_batch
@@ -144,13 +142,6 @@ class TwoNodes:
         return str(self.cluster.head_node.node_id)
 
 
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[TwoNodes]:
     saved = os.environ.get("RAY_AUTH_MODE")
@@ -170,12 +161,7 @@ def two_nodes() -> Iterator[TwoNodes]:
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
             os.environ["RAY_AUTH_MODE"] = saved
-        deadline = time.monotonic() + 30
-        while (alive := [p for p in members if _running(p)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for process in alive:
-            process.kill()
-        assert not alive, f"Ray processes outlived the cluster: {[describe(p) for p in alive]}"
+        wait_gone(members, 30, "Ray processes outlived the cluster")
 
 
 RESOURCES = [{"node_a": 1}, {"node_b": 1}]

@@ -21,7 +21,7 @@ from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.scale import HostConfig, PoolHost, RemoteError, split_spec
 from dsh_orchestra.scale._portable import API_KEY
 
-from scale_support import our_runtimes, sim_spec
+from scale_support import our_runtimes, run_cli, sim_spec
 
 SECRET_KEY = "sk-test-secret-key-0123456789"
 SECRET_TOKEN = "tok-secret-value-9876543210"
@@ -123,13 +123,8 @@ def test_each_actor_slot_gets_its_resources_in_turn() -> None:
 def test_bad_ray_actor_resources_is_exit_2_before_anything_runs(tmp_path: Path) -> None:
     dataset = tmp_path / "ds.jsonl"
     dataset.write_text('{"id": "a", "prompt": "hi"}\n')
-    code = (
-        "import sys\n"
-        "from dsh_orchestra.cli import main\n"
-        f"sys.exit(main(['batch', {str(dataset)!r}, '--out', {str(tmp_path / 'r.jsonl')!r}, '--ray', "
-        "'--ray-actor-resources', '[{\"node_a\": -1}]', '--no-progress']))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--ray", "--ray-actor-resources",
+                    '[{"node_a": -1}]', "--no-progress"], cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "--ray-actor-resources" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r.jsonl").exists()
