@@ -26,6 +26,7 @@ import attrs
 import pytest
 
 from docs_blocks import NOT_CODE, PARSE, ROOT, RUN, SHELL, Block, all_blocks, command_lines, commands, documents, looks_like_python
+from ray_serial import ray_serial
 
 BLOCKS = all_blocks()
 HERE = Path(__file__).resolve().parent
@@ -111,15 +112,17 @@ PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program]
 @pytest.mark.parametrize("block", [
     pytest.param(b, marks=[pytest.mark.xdist_group("ray")] if _uses_ray(b) else []) for b in PROGRAMS
 ], ids=ids(PROGRAMS))
-def test_python_programs_run(block: Block, scratch: Path, model_url: str, tmp_path: Path) -> None:
+def test_python_programs_run(block: Block, scratch: Path, model_url: str, tmp_path: Path,
+                             tmp_path_factory: pytest.TempPathFactory) -> None:
     known(block)
     script = tmp_path / "example.py"
     script.write_text(block.text, encoding="utf-8")
-    for run in (1, 2):  # twice: an example must not trip over what its first run left behind
-        done = subprocess.run([sys.executable, str(script)], cwd=scratch, env=offline_env(model_url, tmp_path),
-                              capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"{block.where} (run {run}) failed:\n{done.stderr[-3000:]}"
-        assert " error ()" not in done.stdout, f"{block.where} printed an unexplained error:\n{done.stdout}"
+    with ray_serial(tmp_path_factory) if _uses_ray(block) else contextlib.nullcontext():
+        for run in (1, 2):  # twice: an example must not trip over what its first run left behind
+            done = subprocess.run([sys.executable, str(script)], cwd=scratch, env=offline_env(model_url, tmp_path),
+                                  capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, f"{block.where} (run {run}) failed:\n{done.stderr[-3000:]}"
+            assert " error ()" not in done.stdout, f"{block.where} printed an unexplained error:\n{done.stdout}"
 
 
 FRAGMENT_DOCS = sorted({b.path for b in BLOCKS if b.language in RUN and not b.program})
@@ -317,11 +320,13 @@ def command_runs(model_url: str, tmp_path_factory: pytest.TempPathFactory) -> di
 @pytest.mark.parametrize("block", [
     pytest.param(b, marks=[pytest.mark.xdist_group("ray")] if _uses_ray(b) else []) for b in RUN_BLOCKS
 ], ids=ids(RUN_BLOCKS))
-def test_documented_commands_run(block: Block, request: pytest.FixtureRequest, model_url: str, tmp_path: Path) -> None:
+def test_documented_commands_run(block: Block, request: pytest.FixtureRequest, model_url: str, tmp_path: Path,
+                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     """Each ``dsh-orchestra`` command runs offline from a copy of the repository, in the order of
     its block, with the exit status the text gives (0 unless a ``# exit status N`` comment says)."""
     if _uses_ray(block):  # a local Ray instance: not next to the others (one Ray at a time)
-        problems = run_commands(block, tmp_path, offline_env(model_url, tmp_path))
+        with ray_serial(tmp_path_factory):
+            problems = run_commands(block, tmp_path, offline_env(model_url, tmp_path))
     else:
         problems = request.getfixturevalue("command_runs")[block.where]
     assert not problems, "\n".join(problems)

@@ -1,5 +1,7 @@
 """Fixtures of the scale-out tests.
 
+* ``one_ray_at_a_time`` (module scope, autouse): a module marked ``xdist_group("ray")`` holds
+  the run's Ray lock (tests/ray_serial.py) while it runs: one Ray cluster at a time under xdist.
 * ``ray_cluster`` (module scope): one small local Ray instance (2 CPUs, no dashboard) for the
   module, started with ``LocalRay`` and joined by this process with ``ray.init``; the tests
   using it are skipped, saying why, only when ``ray`` is not importable. After the module:
@@ -25,6 +27,7 @@ from dsh_orchestra.scale._local import LocalRay
 
 from scale_support import RayCluster, our_runtimes, wait_gone
 from process_table import fail_on_leaks, our_children
+from ray_serial import ray_serial
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -54,8 +57,18 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     fail_on_leaks(leaked, LEAK_GRACE, "processes")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A module marked ``xdist_group("ray")`` holds the run's Ray lock while it runs (ray_serial.py)."""
+    if request.node.get_closest_marker("xdist_group") is None:
+        yield
+        return
+    with ray_serial(tmp_path_factory):
+        yield
+
+
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayCluster]:
+def ray_cluster(one_ray_at_a_time: None) -> Iterator[RayCluster]:
     """A local Ray instance for the module, this process connected to it as a driver."""
     ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
     saved = os.environ.get("RAY_AUTH_MODE")

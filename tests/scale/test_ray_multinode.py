@@ -143,7 +143,7 @@ class TwoNodes:
 
 
 @pytest.fixture(scope="module")
-def two_nodes() -> Iterator[TwoNodes]:
+def two_nodes(one_ray_at_a_time: None) -> Iterator[TwoNodes]:
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback only, as in conftest's ray_cluster
     me = psutil.Process()

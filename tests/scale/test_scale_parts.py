@@ -277,3 +277,20 @@ def test_host_config_makes_the_audit_and_transcripts_paths_absolute(tmp_path: Pa
     assert config.options.audit == str(tmp_path / "audit.jsonl")
     assert config.options.transcripts == str(tmp_path / "tr")
     assert HostConfig.for_items(actor_spec, BatchOptions(), slot=0, runtimes=1, in_flight=2).options.audit is None
+
+
+def test_ray_serial_holds_an_exclusive_lock_among_xdist_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock that keeps two Ray clusters of one xdist run apart (tests/ray_serial.py)."""
+    from ray_serial import ray_serial
+
+    class Factory:
+        def getbasetemp(self) -> Path:
+            return tmp_path / "popen-gw0"
+
+    try_lock = ("import fcntl, sys\nf = open(sys.argv[1], 'a')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "except BlockingIOError:\n    sys.exit(3)\n")
+    lock = str(tmp_path / "ray-serial.lock")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    with ray_serial(Factory()), ray_serial(Factory()):  # type: ignore[arg-type]  # re-entrant
+        assert subprocess.run([sys.executable, "-c", try_lock, lock], timeout=60).returncode == 3  # another worker waits
+    assert subprocess.run([sys.executable, "-c", try_lock, lock], timeout=60).returncode == 0  # released
