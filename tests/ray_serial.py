@@ -3,8 +3,8 @@
 Ray tests start clusters that take seconds and hundreds of MiB each: two at once on a small
 machine starve each other. They are marked ``xdist_group("ray")`` (``--dist loadgroup`` sends a
 group to one worker), and they also take this lock, because the mark alone does nothing with
-pytest 9 and pytest-xdist 3.8 (xdist renames ``item._nodeid``, which pytest 9 no longer reads)
-and nothing under ``--dist load``. The lock is an exclusive ``flock`` on a file in the run's
+pytest 9.2 and pytest-xdist 3.8 (xdist renames ``item._nodeid``, which pytest 9.2 no longer
+reads; pytest-dev/pytest-xdist#1386) and nothing under ``--dist load``. The lock is an exclusive ``flock`` on a file in the run's
 shared base temporary directory (``popen-gwN``'s parent), held while a module's cluster is up or
 a Ray test runs. Without xdist there is one process: nothing to lock. Re-entrant within a process.
 """

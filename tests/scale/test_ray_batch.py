@@ -37,8 +37,7 @@ from scale_support import (
 )
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
-
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (pytest -n N --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance at a time (tests/conftest.py)
 
 SECRET_KEY = "sk-scale-test-secret-0123456789"
 SECRET_TOKEN = "tok-scale-test-secret-9876543210"

@@ -13,8 +13,7 @@ from dsh_orchestra.scale import RayExecutor
 from scale_support import RayCluster, by_id, lines_of, sim_spec, write_dataset
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
-
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (pytest -n N --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance at a time (tests/conftest.py)
 
 
 def scored(line: dict[str, Any]) -> tuple[Any, ...]:

@@ -35,7 +35,7 @@ from dsh_orchestra.scale import run_batch_ray
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
 from ray.cluster_utils import Cluster
 
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (pytest -n N --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance at a time (tests/conftest.py)
 
 GATED = 4
 """Gated items at the head of each dataset: two places per actor, two actors."""
