@@ -53,14 +53,13 @@ class HostConfig:
     @classmethod
     def for_items(cls, actor_spec: ActorSpec, options: BatchOptions, *, slot: int, runtimes: int, in_flight: int) -> HostConfig:
         """A host for ``in_flight`` items at once over ``runtimes`` runtimes; the options
-        only an attempt needs (nothing the driver owns: results, retries, summary, resume, shard).
-        The audit log and transcripts paths are made absolute here, on the driver: an actor's
-        working directory is not the driver's."""
+        only an attempt needs (nothing the driver owns: results, retries, summary, resume, shard)."""
         item_options = BatchOptions(
             runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, policy=options.policy,
-            answerer=options.answerer, audit=_absolute(options.audit), transcripts=_absolute(options.transcripts),
-            progress="none",
+            answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
         )
+        # paths made absolute here, on the driver: an actor's working directory is not the driver's
+        item_options = attrs.evolve(item_options, audit=_absolute(options.audit), transcripts=_absolute(options.transcripts))
         return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes, in_flight=in_flight, options=item_options)
 
 
