@@ -14,7 +14,13 @@ from ._dataset import (
     parse_shard as parse_shard,
     stable_hash as stable_hash,
 )
-from ._executor import Attempt as Attempt, AttemptRunner as AttemptRunner, Executor as Executor
+from ._crashes import ALONE_AFTER as ALONE_AFTER, RUNTIME_CRASHED as RUNTIME_CRASHED
+from ._executor import (
+    Attempt as Attempt,
+    AttemptRunner as AttemptRunner,
+    Executor as Executor,
+    RuntimeCrash as RuntimeCrash,
+)
 from ._local import PoolExecutor as PoolExecutor, PoolRunner as PoolRunner, attempt_on_pool as attempt_on_pool
 from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._progress import Counters as Counters, Progress as Progress
@@ -35,7 +41,7 @@ from ._transcripts import read_transcript as read_transcript, transcript_name as
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, percentile as percentile, summarize as summarize
 
 __all__ = [
-    "OK_FINISH_REASONS", "PLACE_LOST", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
+    "ALONE_AFTER", "OK_FINISH_REASONS", "PLACE_LOST", "RUNTIME_CRASHED", "RuntimeCrash", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary",
     "BatchUsageError", "Counters", "DatasetCheck", "DatasetError", "Executor", "PoolExecutor", "PoolRunner", "Progress",
     "ResultsFileError", "ResultsLock", "ResultsLockedError", "ResultsWriter", "SessionBusyError", "Tally", "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset",
     "load_dataset", "parse_shard", "percentile", "read_results", "read_transcript", "result_line", "transcript_name", "result_problem", "run_batch", "scan_results",

@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
@@ -25,6 +24,7 @@ import attrs
 import trio
 
 from .._params import Param
+from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
@@ -102,7 +102,7 @@ class Workspaces:
             self.root = Path(f"{out}.workspaces").absolute()
             self.root.mkdir(exist_ok=True)
         else:
-            self.root = Path(tempfile.mkdtemp(prefix="dsh-orchestra-workspaces-"))
+            self.root = scratch_path("workspaces")  # swept by the next run if this one is killed
 
     async def create(self, item_id: str, epoch: int) -> Path:
         """A fresh copy of the template for one attempt (an earlier attempt's copy is replaced)."""

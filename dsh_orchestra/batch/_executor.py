@@ -11,7 +11,10 @@ somewhere and says how many it can run at once:
 * ``AttemptRunner.capacity`` is how many attempts the run loop keeps in flight at once;
   ``AttemptRunner.attempt(item, session_id)`` runs one attempt (the per-item timeout applies
   to the session's work, not to waiting for a place) and returns an ``Attempt``: plain,
-  picklable data, whatever machine it ran on.
+  picklable data, whatever machine it ran on. When the runtime the attempt ran on died under
+  it, ``Attempt.crash`` says which runtime incarnation and how (the run loop finds the item
+  that kills runtimes from that); ``attempt(..., alone=True)`` runs an attempt with no other
+  session on its runtime.
 
 Two executors ship: ``PoolExecutor`` (a local ``RuntimePool``, the default) and
 ``dsh_orchestra.scale.RayExecutor``. docs/architecture.md explains how to write another.
@@ -38,6 +41,27 @@ def error_of(exc: BaseException) -> dict[str, str]:
 
 
 @attrs.frozen(kw_only=True)
+class RuntimeCrash:
+    """The runtime an attempt ran on died under it (exited on its own: a crash, a kill, OOM).
+
+    ``runtime``: an identifier of that runtime incarnation (a restarted runtime gets a new
+    one), the same for every attempt that was in flight on it. ``exit_status``: the process's
+    exit status (negative: the signal), when known. ``stderr_tail``: its last stderr lines,
+    secrets redacted.
+    """
+
+    runtime: str
+    exit_status: int | None = None
+    stderr_tail: str = ""
+
+    def describe(self) -> str:
+        """``exit status 3`` (or ``exit status unknown``), then the stderr tail when there is one."""
+        status = "unknown" if self.exit_status is None else str(self.exit_status)
+        text = f"exit status {status}"
+        return f"{text}; stderr tail:\n{self.stderr_tail}" if self.stderr_tail else text
+
+
+@attrs.frozen(kw_only=True)
 class Attempt:
     """What one attempt at one item produced.
 
@@ -46,7 +70,9 @@ class Attempt:
     the attempt failed before (then ``error`` says why). ``retryable``: another attempt may
     succeed (``dsh_orchestra.pool.retryable`` of the failure). ``lost``: the place the attempt
     ran on went away (a Ray actor died): not the item's fault, so it runs again elsewhere
-    without spending a retry, at most ``AttemptRunner.max_lost`` times.
+    without spending a retry, at most ``AttemptRunner.max_lost`` times. ``crash``: the
+    runtime died under the attempt (set with ``error``); the run loop decides from it whether
+    the item is the one killing runtimes or a neighbour of it.
     """
 
     session_id: str
@@ -54,11 +80,13 @@ class Attempt:
     error: dict[str, str] | None = None
     retryable: bool = False
     lost: bool = False
+    crash: RuntimeCrash | None = None
 
     @classmethod
-    def failed(cls, session_id: str, exc: BaseException, *, retryable: bool, lost: bool = False) -> Attempt:
+    def failed(cls, session_id: str, exc: BaseException, *, retryable: bool, lost: bool = False,
+               crash: RuntimeCrash | None = None) -> Attempt:
         """An attempt that ended in ``exc`` before its turn settled."""
-        return cls(session_id=session_id, error=error_of(exc), retryable=retryable, lost=lost)
+        return cls(session_id=session_id, error=error_of(exc), retryable=retryable, lost=lost, crash=crash)
 
 
 @runtime_checkable
@@ -75,11 +103,14 @@ class AttemptRunner(Protocol):
         """How often one item may lose its place (``Attempt.lost``) before it is given up."""
         ...
 
-    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
+                      alone: bool = False) -> Attempt:
         """Run one attempt at ``item`` in the session ``session_id`` (with ``workspace`` as the
         session's working directory, when given); never raises for the item's own failures
-        (they are in the Attempt). Raises only when the executor itself can go on no more
-        (the run stops; results so far are kept)."""
+        (they are in the Attempt). With ``alone``, no other session runs on the runtime while
+        this one does (the run loop asks for it for an item suspected of killing runtimes;
+        it is passed only then). Raises only when the executor itself can go on no more (the
+        run stops; results so far are kept)."""
         ...
 
     def pending_approvals(self) -> int:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
+import uuid
+import weakref
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -19,11 +22,11 @@ import trio
 from .._scratch import scratch_dir
 from ..approvals import AuditLog
 from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
-from ..protocol import OrchestraError, SessionExistsError, SessionOwnedError
+from ..protocol import OrchestraError, RuntimeExitedError, SessionExistsError, SessionOwnedError
 from ..runtime import RuntimeSpec
 from ..session import Runtime, Session, TurnResult
 from ._dataset import BatchItem
-from ._executor import Attempt
+from ._executor import Attempt, RuntimeCrash
 from ._options import BatchOptions
 from ._transcripts import TranscriptWriter
 
@@ -54,6 +57,28 @@ async def _prompt(session: Session, item: BatchItem, workspace: str | None) -> T
     return await session.run(item.prompt)
 
 
+_INCARNATIONS: weakref.WeakKeyDictionary[Runtime, str] = weakref.WeakKeyDictionary()
+
+
+def incarnation(runtime: Runtime) -> str:
+    """An identifier of this runtime incarnation, unique across restarts, hosts and runs:
+    ``<name>@<host>:<pid>/<random>``."""
+    found = _INCARNATIONS.get(runtime)
+    if found is None:
+        found = _INCARNATIONS[runtime] = f"{runtime.name}@{socket.gethostname()}:{runtime.actor.pid}/{uuid.uuid4().hex[:8]}"
+    return found
+
+
+def crash_of(runtime: Runtime) -> RuntimeCrash | None:
+    """How ``runtime`` died on its own (its process exited or its stream ended, not closed by
+    us), or None while it lives or when it was closed."""
+    connection = runtime.actor.connection
+    error = connection.closed_error if connection is not None else None
+    if not isinstance(error, RuntimeExitedError):
+        return None
+    return RuntimeCrash(runtime=incarnation(runtime), exit_status=error.returncode, stderr_tail=error.stderr_tail)
+
+
 async def attempt_on_pool(
     pool: RuntimePool,
     item: BatchItem,
@@ -62,17 +87,23 @@ async def attempt_on_pool(
     timeout: float | None = None,
     transcripts: TranscriptWriter | None = None,
     workspace: str | None = None,
+    alone: bool = False,
 ) -> Attempt:
     """One attempt at ``item`` on ``pool``: a place on the least-loaded runtime, then the
     session under ``timeout``; the item's transcript is written (to ``transcripts``) before
     this returns, so a result line always implies its transcript. ``workspace``: the
-    session's working directory (an item's own copy of a workspace template).
+    session's working directory (an item's own copy of a workspace template). ``alone``: a
+    runtime to itself (``RuntimePool.lease(alone=True)``). When the runtime died under the
+    attempt, ``Attempt.crash`` says which incarnation and how.
 
     The timeout covers the session's work only, not the wait for a place (a runtime that is
     restarting delays items without burning their retries).
     """
+    placed: Runtime | None = None
     try:
-        async with pool.lease() as runtime:
+        async with pool.lease(alone=alone) as runtime:
+            placed = runtime
+            incarnation(runtime)  # named while it lives (its pid)
             try:
                 with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                     turn = await _run_session(runtime, item, session_id, workspace)
@@ -83,7 +114,8 @@ async def attempt_on_pool(
         return Attempt.failed(session_id, TimeoutError(f"item {item.id!r} did not finish within {timeout:g} s"),
                               retryable=True)
     except (OrchestraError, OSError) as exc:
-        return Attempt.failed(session_id, exc, retryable=retryable(exc))
+        crash = crash_of(placed) if placed is not None else None
+        return Attempt.failed(session_id, exc, retryable=retryable(exc), crash=crash)
     if transcripts is not None:
         await transcripts.write(item.id, turn)
     return Attempt(session_id=session_id, turn=turn)
@@ -99,9 +131,10 @@ class PoolRunner:
     transcripts: TranscriptWriter | None = None
     max_lost: int = 1  # a local place is never "lost": a dead runtime is a retryable failure
 
-    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
+                      alone: bool = False) -> Attempt:
         return await attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts,
-                                     workspace=workspace)
+                                     workspace=workspace, alone=alone)
 
     def pending_approvals(self) -> int:
         return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)

@@ -26,6 +26,7 @@ from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
+from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, EvalTally
 from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
@@ -54,6 +55,7 @@ class _Run:
     backoff: Backoff
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
+    deaths: Deaths = attrs.field(factory=Deaths)
     _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
     _serial: Iterator[int] = attrs.field(factory=itertools.count, init=False)
 
@@ -73,10 +75,14 @@ def _turn_error(attempt: Attempt) -> dict[str, str] | None:
 
 async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
     """Attempts at ``item`` (its ``epoch``) until one settles, retries are spent, or its place
-    was lost too often; its result line, scored (not written)."""
+    was lost too often; its result line, scored (not written).
+
+    A runtime dying under the item costs it no retry until it was in flight at ``ALONE_AFTER``
+    deaths; from then on it runs alone, and each further death is its own doing (``_crashes``).
+    """
     options = run.options
     started = trio.current_time()
-    attempts = retried = lost = 0
+    attempts = retried = lost = crashes = crashes_alone = 0
     workspace = None
     while True:
         attempts += 1
@@ -84,10 +90,12 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
         session_id = item.session_id or run.new_session_id()
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
-        if workspace is None:  # runners that predate workspaces keep working
-            attempt = await run.runner.attempt(unit, session_id)
-        else:
-            attempt = await run.runner.attempt(unit, session_id, workspace=str(workspace))
+        alone = crashes >= ALONE_AFTER
+        extra: dict[str, Any] = {} if workspace is None else {"workspace": str(workspace)}
+        if alone:  # only then: runners that predate ``alone`` keep working for everything else
+            extra["alone"] = True
+        attempt = await run.runner.attempt(unit, session_id, **extra)
+        crash = attempt.crash
         if attempt.lost:
             lost += 1
             reason = (attempt.error or {}).get("message", "")
@@ -96,6 +104,17 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
                     f"the place running item {item.id!r} was lost {lost} times (last: {reason}); not run again")})
                 break
             log.info("item %r runs again: its place was lost (%s)", item.id, reason)
+        elif crash is not None and attempt.turn is None:
+            crashes += 1
+            run.deaths.note(item.id, crash, alone=alone)
+            if alone:  # nothing else ran there: this item killed it
+                crashes_alone += 1
+                if retried >= options.retries:
+                    attempt = attrs.evolve(attempt, error=crashed_error(item.id, crashes, crashes_alone, crash))
+                    break
+                log.info("retrying item %r alone after it crashed its runtime (attempt %d)", item.id, attempts)
+                await run.backoff.sleep(retried)
+                retried += 1
         elif attempt.error is None or not attempt.retryable or retried >= options.retries:
             break
         else:

@@ -20,6 +20,7 @@ from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report._data import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
+from .._scratch import scratch_dir
 from ._errors import message
 from ._common import UsageError, fail
 from ._paths import Paths
@@ -127,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         base = load_result_lines(args.base, "base results file", strict=True)
         candidate = load_result_lines(args.candidate, "candidate results file", strict=True)
-        with tempfile.TemporaryDirectory(prefix="dsh-orchestra-compare-") as directory:
+        with scratch_dir("compare") as directory:
             base = _score_run(args, args.base, base, directory, "base")
             candidate = _score_run(args, args.candidate, candidate, directory, "candidate")
         names = None

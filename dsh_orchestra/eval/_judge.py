@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import tempfile
 import uuid
 from contextlib import AbstractAsyncContextManager
 from typing import Any, AsyncIterator, Callable, Literal, Mapping, Sequence
@@ -23,6 +22,7 @@ from ..pool import open_pool
 from ..runtime import RuntimeSpec
 from ..session import Runtime
 from ..workflow import OutputParseError, parse_output, repair_prompt
+from .._scratch import scratch_dir
 from ._config import ScorerSpec, ScoringError
 from ._score import ItemLike, Score, targets_of
 from ._usage import Usage, turn_usage
@@ -166,7 +166,7 @@ async def open_judges(
         yield leases
         return
     async with contextlib.AsyncExitStack() as stack:
-        home = stack.enter_context(tempfile.TemporaryDirectory(prefix="dsh-orchestra-judge-"))
+        home = stack.enter_context(scratch_dir("judge"))
         opened: dict[str, Lease] = {}  # one pool per distinct runtime setting
         for spec in judges:
             runtime = judge_spec(spec.settings, dsh_home=home)

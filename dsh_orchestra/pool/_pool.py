@@ -45,6 +45,8 @@ class _Slot:
         self.index = index
         self.runtime: Runtime | None = None
         self.in_flight = 0
+        self.alone = False  # its one session in flight holds it alone (an exclusive lease)
+        self.reserved = 0  # exclusive leases waiting for it to drain: it takes no new sessions
         self.retire = trio.Event()
         self.supervisor = supervisor  # starts, failed starts in a row, restarts
 
@@ -79,7 +81,8 @@ class RuntimePool:
     TransportClosedError (retryable). A runtime holding abandoned turns takes no new sessions
     and is recycled (closed and started afresh, without backoff) once none of its sessions is
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
-    gives up: ``run`` raises the last start error.
+    gives up: ``run`` raises the last start error. ``lease(alone=True)`` holds a runtime with
+    no other session on it.
     """
 
     def __init__(
@@ -206,7 +209,7 @@ class RuntimePool:
 
     # ---- placement -------------------------------------------------------------------
 
-    async def _acquire(self, pinned: Runtime | None = None) -> _Slot:
+    async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Slot:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
@@ -214,30 +217,54 @@ class RuntimePool:
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
             best: _Slot | None = None  # the fewest in flight; the lowest index among equals
             for slot in self._slots:
-                if slot.in_flight < self.max_sessions and (best is None or slot.in_flight < best.in_flight) and (
-                    slot.usable and (pinned is None or slot.runtime is pinned)
+                if self._fits(slot, alone) and (best is None or slot.in_flight < best.in_flight) and (
+                    pinned is None or slot.runtime is pinned
                 ):
                     best = slot
             if best is not None:
                 best.in_flight += 1
+                best.alone = alone
                 return best
             await self._wait_changed()
 
+    async def _acquire_alone(self, pinned: Runtime | None) -> _Slot:
+        """A slot with no other session, kept so until released: meanwhile the emptiest runtime
+        takes no new sessions, so that it drains."""
+        waiting_on = min(self._slots, key=lambda s: (pinned is not None and s.runtime is not pinned, not s.usable,
+                                                     s.in_flight))
+        waiting_on.reserved += 1
+        try:
+            return await self._acquire(pinned, alone=True)
+        finally:
+            waiting_on.reserved -= 1
+            self._notify()
+
+    def _fits(self, slot: _Slot, alone: bool) -> bool:
+        """Whether ``slot`` can take a session now (``alone``: one with the runtime to itself)."""
+        if not slot.usable or slot.alone:
+            return False
+        return slot.in_flight == 0 if alone else slot.in_flight < self.max_sessions and not slot.reserved
+
     def _release(self, slot: _Slot, runtime: Runtime) -> None:
         slot.in_flight -= 1
+        slot.alone = False
         if runtime.abandoned and slot.in_flight == 0 and slot.runtime is runtime:
             slot.retire.set()  # recycle: it may still be busy with abandoned turns
         self._notify()
 
     @asynccontextmanager
-    async def lease(self, runtime: Runtime | None = None) -> AsyncIterator[Runtime]:
+    async def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncIterator[Runtime]:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
+
+        With ``alone`` the place is a whole runtime: it waits for one with no session in
+        flight (keeping new sessions off the emptiest one meanwhile, so it drains), and no
+        other session is placed there until the block ends.
 
         Raises:
             TransportClosedError: the pinned ``runtime`` is gone.
             PoolClosedError: the pool is closing.
         """
-        slot = await self._acquire(runtime)
+        slot = await (self._acquire_alone(runtime) if alone else self._acquire(runtime))
         runtime = slot.runtime
         assert runtime is not None
         try:

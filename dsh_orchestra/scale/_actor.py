@@ -47,12 +47,12 @@ class HostActor:
             raise RemoteError.of(exc) from None
         return attrs.evolve(info, node_id=ray.get_runtime_context().get_node_id())
 
-    def process(self, item: BatchItem, session_id: str, workspace: str | None = None) -> Attempt:
+    def process(self, item: BatchItem, session_id: str, workspace: str | None = None, alone: bool = False) -> Attempt:
         """One attempt at ``item`` (see ``PoolHost.process``)."""
         if self._host is None:
             raise RemoteError("HostFailedError", "the actor was not started")
         try:
-            return self._host.process(item, session_id, workspace)
+            return self._host.process(item, session_id, workspace, alone)
         except Exception as exc:  # sent back by value: our errors do not survive plain pickling
             raise RemoteError.of(exc) from None
 

@@ -144,8 +144,9 @@ class PoolHost:
         return HostInfo(slot=self.config.slot, pid=os.getpid(), hostname=socket.gethostname(),
                         startup_s=self._startup_s, runtimes=self.config.runtimes)
 
-    def process(self, item: BatchItem, session_id: str, workspace: str | None = None) -> Attempt:
-        """One attempt at ``item`` in ``session_id`` on the pool (``attempt_on_pool``).
+    def process(self, item: BatchItem, session_id: str, workspace: str | None = None, alone: bool = False) -> Attempt:
+        """One attempt at ``item`` in ``session_id`` on the pool (``attempt_on_pool``; ``alone``:
+        on a runtime of the pool with no other session).
 
         Raises:
             HostFailedError: the pool is gone or closing; the item may not have run.
@@ -155,15 +156,15 @@ class PoolHost:
             why = f": {self._failure}" if self._failure is not None else ""
             raise HostFailedError(f"host {self.config.slot} is not running ({self._state}{why})")
         try:
-            return trio.from_thread.run(self._attempt, item, session_id, workspace, trio_token=token)
+            return trio.from_thread.run(self._attempt, item, session_id, workspace, alone, trio_token=token)
         except (trio.RunFinishedError, trio.Cancelled) as exc:  # another thread: converted, not swallowed
             raise HostFailedError(f"host {self.config.slot} stopped while item {item.id!r} was running") from exc
 
-    async def _attempt(self, item: BatchItem, session_id: str, workspace: str | None) -> Attempt:
+    async def _attempt(self, item: BatchItem, session_id: str, workspace: str | None, alone: bool = False) -> Attempt:
         runner = self._runner
         if runner is None:
             raise HostFailedError(f"host {self.config.slot} has no pool")
-        attempt = await runner.attempt(item, session_id, workspace=workspace)
+        attempt = await runner.attempt(item, session_id, workspace=workspace, alone=alone)
         if attempt.error is not None and attempt.error["type"] == "PoolClosedError":
             # the pool is closing under the item (it gave up): not the item's answer
             raise HostFailedError(f"host {self.config.slot}: {attempt.error['message']}")

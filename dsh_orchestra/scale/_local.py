@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .._scratch import owned_prefix, sweep_owned
 from ..protocol import OrchestraError
 
 LOCAL_OBJECT_STORE = 256 * 1024 * 1024
@@ -58,6 +59,11 @@ def supported() -> bool:
     return sys.platform.startswith("linux")
 
 
+_MAX_TEMP_DIR = 40
+"""Longest temp dir: Ray's sockets go in ``<it>/session_<date>_<pid>/sockets/plasma_store``
+(about 66 more characters) and a socket's path must fit 107 bytes."""
+
+
 class LocalRayError(OrchestraError):
     """The local Ray head did not start (the message carries the tail of its output)."""
 
@@ -76,7 +82,14 @@ class LocalRay:
         self.auth_mode = auth_mode()
         self._own_temp = temp_dir is None
         base = "/tmp" if os.path.isdir("/tmp") else None  # short: Ray's socket paths must fit 107 bytes
-        self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="dsh-ray-", dir=base)
+        if temp_dir is None:  # a killed run's is removed by the next one (``_scratch``)
+            parent = base or tempfile.gettempdir()
+            sweep_owned(Path(parent), "dsh-ray")
+            prefix = owned_prefix("dsh-ray")
+            if len(os.path.join(parent, prefix)) + 8 > _MAX_TEMP_DIR:  # no room for the start time
+                prefix = f"dsh-ray-{os.getpid()}-"
+            temp_dir = tempfile.mkdtemp(prefix=prefix, dir=base)
+        self.temp_dir = temp_dir
         self.process: subprocess.Popen[bytes] | None = None
         self.address: str | None = None
         self.startup_s = 0.0

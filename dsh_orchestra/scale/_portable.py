@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from .._scratch import scratch_dir
 from ..protocol import OrchestraError, RuntimeStartError
 from ..runtime import RuntimeSpec
 
@@ -67,7 +68,7 @@ class ActorSpec:
             changes["command"] = (sys.executable, *command[1:])  # the simulator: this node's interpreter
         home: tempfile.TemporaryDirectory[str] | None = None
         if self.temp_home:
-            home = tempfile.TemporaryDirectory(prefix=f"dsh-orchestra-actor{slot}-")
+            home = scratch_dir("actor")  # swept by the next run on this node if the actor is killed
             changes["dsh_home"] = home.name
         elif self.spec.dsh_home is not None:
             path = Path(str(self.spec.dsh_home).replace(ACTOR_PLACEHOLDER, str(slot)))

@@ -242,11 +242,12 @@ class RayRunner:
 
     # ---- attempts ----------------------------------------------------------------------
 
-    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None) -> Attempt:
+    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
+                      alone: bool = False) -> Attempt:
         slot = await self._acquire()
         actor = slot.actor
-        try:
-            return await _wait_ref(actor.process.remote(item, session_id, workspace))  # type: ignore[no-any-return]
+        try:  # ``alone``: a runtime of the actor's pool to itself
+            return await _wait_ref(actor.process.remote(item, session_id, workspace, alone))  # type: ignore[no-any-return]
         except Exception as exc:
             kind, cause = self._classify(exc)
             if kind == "error":

@@ -31,7 +31,6 @@ import shutil
 import socket as stdlib_socket
 import struct
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -40,6 +39,7 @@ import orjson
 import trio
 
 from .._logging import SessionContexts
+from .._scratch import proc_stat, scratch_path
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService
 from ..protocol import USER_QUESTION_CANCELLED, ApprovalRequestParams, UserQuestionAskParams, structure, unstructure
@@ -98,16 +98,17 @@ def relay_warnings(spec: RuntimeSpec, *, approvals: bool, answerer: bool) -> lis
 
 
 def _private_dir() -> Path:
-    """A fresh directory only we can enter, short enough for a socket path inside it."""
-    base = tempfile.gettempdir()
-    if len(os.path.join(base, "dsh-orchestra-relay-XXXXXXXX", "approvals.sock")) > _MAX_SOCKET_PATH:
-        base = "/tmp"
-    path = Path(tempfile.mkdtemp(prefix="dsh-orchestra-relay-", dir=base))
+    """A fresh directory only we can enter, short enough for a socket path inside it, where the
+    next run removes it if this process dies without doing so (``_scratch``)."""
+    path = scratch_path("relay", room=len("/approvals.sock"))
     os.chmod(path, 0o700)
     info = path.stat()
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         shutil.rmtree(path, ignore_errors=True)
         raise PermissionError(f"relay directory {str(path)!r} is not private to this user")
+    if len(str(path / "approvals.sock")) > _MAX_SOCKET_PATH:
+        shutil.rmtree(path, ignore_errors=True)
+        raise OSError(f"relay directory {str(path)!r} is too long a path for a socket; set TMPDIR to a shorter one")
     return path
 
 
@@ -128,14 +129,9 @@ def peer_pid(connection: Any) -> int | None:
 
 
 def _parent_of(pid: int) -> int | None:
+    fields = proc_stat(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses; split after the last ")".
-    fields = stat[stat.rfind(")") + 2:].split()
-    try:
-        return int(fields[1])
+        return int(fields[1]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 

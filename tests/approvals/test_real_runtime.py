@@ -289,14 +289,17 @@ async def test_a_pool_of_relayed_runtimes(dsh_spec: Callable[..., RuntimeSpec], 
 
 
 async def test_a_failed_start_with_the_relay_leaves_nothing(dsh_spec: Callable[..., RuntimeSpec]) -> None:
-    import tempfile
-    from glob import glob
+    import os
 
+    from dsh_orchestra._scratch import scratch_root
     from dsh_orchestra.protocol import RuntimeStartError
 
-    pattern = str(Path(tempfile.gettempdir()) / "dsh-orchestra-relay-*")
-    before = set(glob(pattern))
+    def relay_dirs() -> set[Path]:  # this process's relay directories, in either scratch root
+        roots = {r for r in (scratch_root(), scratch_root("/tmp")) if r is not None}
+        return {p for root in roots for p in root.glob(f"relay-{os.getpid()}-*")}
+
+    before = relay_dirs()
     with trio.fail_after(30), pytest.raises(RuntimeStartError, match='no adapter registered for provider "nope"'):
         async with open_runtime(dsh_spec(provider="nope"), approvals=allow_tools("bash")):
             pass
-    assert set(glob(pattern)) - before == set()
+    assert relay_dirs() - before == set()

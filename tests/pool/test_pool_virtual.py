@@ -281,3 +281,60 @@ def assert_pruned(runtime: Runtime) -> None:
     assert runtime.approvals is not None and not any(runtime.approvals._by_session.values())
     assert runtime.connection.statistics().pending_requests == 0
     assert runtime.abandoned == set()
+
+
+async def test_an_alone_lease_waits_for_an_empty_runtime_and_keeps_others_off(
+    autojump_clock: MockClock, pool_script: Script
+) -> None:
+    """``lease(alone=True)`` on one runtime: it waits for the sessions in flight to finish, no
+    new session is placed meanwhile (it drains), and none while it holds the runtime."""
+    events: list[str] = []
+    async with open_pool(in_process(pool_script), 1, max_sessions=4) as pool:
+        await pool.wait_live()
+
+        async def normal(name: str, delay: float) -> None:
+            await trio.sleep(delay)
+            async with pool.lease() as runtime:
+                events.append(f"{name} in")
+                await runtime.session(f"s-{name}").run("SLOW job")
+                events.append(f"{name} out")
+
+        async def alone() -> None:
+            await trio.sleep(0.1)
+            async with pool.lease(alone=True) as runtime:
+                events.append("alone in")
+                assert pool.statistics().in_flight == 1
+                await runtime.session("s-alone").run("SLOW job")
+                assert pool.statistics().in_flight == 1
+                events.append("alone out")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(normal, "a", 0)
+            nursery.start_soon(normal, "b", 0)
+            nursery.start_soon(alone)
+            nursery.start_soon(normal, "c", 0.2)  # arrives while the alone lease waits
+        assert pool.statistics().in_flight == 0
+    assert events.index("alone in") > max(events.index("a out"), events.index("b out"))
+    assert events.index("c in") > events.index("alone out")
+
+
+async def test_an_alone_lease_takes_an_idle_runtime_and_the_others_keep_serving(
+    autojump_clock: MockClock, pool_script: Script
+) -> None:
+    """Two runtimes: the alone lease gets one to itself; every other session goes to the other."""
+    async with open_pool(in_process(pool_script), 2, max_sessions=4) as pool:
+        await pool.wait_live()
+        async with pool.lease(alone=True) as mine:
+            others: list[Runtime] = []
+
+            async def normal(i: int) -> None:
+                async with pool.lease() as runtime:
+                    others.append(runtime)
+                    await runtime.session(f"n-{i}").run("SLOW job")
+
+            async with trio.open_nursery() as nursery:
+                for i in range(6):
+                    nursery.start_soon(normal, i)
+                await mine.session("alone").run("SLOW job")
+            assert others and all(runtime is not mine for runtime in others)
+        assert pool.statistics().in_flight == 0
