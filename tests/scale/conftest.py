@@ -68,9 +68,17 @@ def one_ray_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(one_ray_at_a_time: None) -> Iterator[RayCluster]:
-    """A local Ray instance for the module, this process connected to it as a driver."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A local Ray instance for the module, this process connected to it as a driver (holding
+    the run's Ray lock, marked or not)."""
+    pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+    with ray_serial(tmp_path_factory):
+        yield from _ray_cluster()
+
+
+def _ray_cluster() -> Iterator[RayCluster]:
+    import ray
+
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback only; a token file other users rewrite must not matter
     local = LocalRay(num_cpus=2)

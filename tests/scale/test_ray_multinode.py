@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from ray_serial import ray_serial
 from scale_support import SCRIPT, by_id, mixed_items, sim_spec, wait_gone, write_dataset
 
 from dsh_orchestra.approvals import ApprovalRequest, allow
@@ -143,7 +144,12 @@ class TwoNodes:
 
 
 @pytest.fixture(scope="module")
-def two_nodes(one_ray_at_a_time: None) -> Iterator[TwoNodes]:
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    with ray_serial(tmp_path_factory):
+        yield from _two_nodes()
+
+
+def _two_nodes() -> Iterator[TwoNodes]:
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback only, as in conftest's ray_cluster
     me = psutil.Process()

@@ -17,6 +17,7 @@ from poison_support import POISON_SCRIPT, poison_rows
 from scale_support import ENV, RayCluster, by_id, write_dataset
 
 ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray instance at a time (tests/conftest.py)
 
 
 async def test_a_poison_item_fails_alone_on_ray(ray_cluster: RayCluster, tmp_path: Path) -> None:
