@@ -36,6 +36,10 @@ class HostFailedError(OrchestraError):
     to the end here and goes to another host."""
 
 
+def _absolute(path: str | os.PathLike[str] | None) -> str | None:
+    return None if path is None else os.path.abspath(os.fspath(path))
+
+
 @attrs.frozen(kw_only=True)
 class HostConfig:
     """Everything a host needs but its secrets (picklable: it is an actor's creation argument)."""
@@ -57,6 +61,8 @@ class HostConfig:
             answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
             max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
         )
+        # paths made absolute here, on the driver: an actor's working directory is not the driver's
+        item_options = attrs.evolve(item_options, audit=_absolute(options.audit), transcripts=_absolute(options.transcripts))
         return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes, in_flight=in_flight, options=item_options)
 
 
