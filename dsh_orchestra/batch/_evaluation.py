@@ -242,7 +242,10 @@ async def open_batch_eval(
     template = check_workspace_template(options)
     workspaces = Workspaces(template, out, keep=options.keep_workspaces) if template is not None else None
     try:
-        async with open_judges(plan.scorers, lease=lease, fallback=spec) as judges:
+        async with open_judges(
+            plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
+            max_runtime_rss_mib=options.max_runtime_rss_mib,
+        ) as judges:
             yield BatchEval(
                 plan=plan, scorers=bind_scorers(plan.scorers, judges=judges), price=plan.price(),
                 tally=tally if tally is not None else EvalTally(plan), budget=Budget(options.max_total_tokens, options.max_total_cost),

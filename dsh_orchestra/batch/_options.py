@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .._params import Check, Param, ParamError, integer, non_negative, positive
+from ..pool import SESSIONS_PER_RUNTIME
 
 
 class BatchUsageError(ParamError, ValueError):
@@ -28,9 +29,8 @@ _non_negative = non_negative().raising(BatchUsageError)
 _mib = positive("a positive number of MiB (finite)", finite=True).raising(BatchUsageError)
 _optional_count: Any = v.optional(_count(1))  # Any: the field's default is an int, its type int | None
 
-MAX_SESSIONS_PER_RUNTIME = 500
-"""Sessions a runtime serves before the batch recycles it (docs/batch.md: measured on the real
-runtime, which keeps about 0.15-0.3 MiB per session served)."""
+MAX_SESSIONS_PER_RUNTIME = SESSIONS_PER_RUNTIME
+"""Sessions a runtime serves before the batch recycles it (``pool.SESSIONS_PER_RUNTIME``)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -5,12 +5,12 @@ Knows nothing about workflow graphs or datasets.
 
 from .._public import publish as _publish
 from ._pool import (
+    SESSIONS_PER_RUNTIME as SESSIONS_PER_RUNTIME,
     PoolStatistics as PoolStatistics,
     RuntimePool as RuntimePool,
     SpecFactory as SpecFactory,
     open_pool as open_pool,
 )
-
 from ._retry import (
     Backoff as Backoff,
     PoolClosedError as PoolClosedError,
