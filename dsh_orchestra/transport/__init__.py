@@ -3,6 +3,7 @@
 Knows nothing about what methods mean.
 """
 
+from .._public import publish as _publish
 from ._connection import (
     Connection as Connection,
     ConnectionStatistics as ConnectionStatistics,
@@ -11,18 +12,10 @@ from ._connection import (
 )
 from ._subscription import (
     DEFAULT_CAPACITY as DEFAULT_CAPACITY,
+    Lender as Lender,
     Notification as Notification,
     NotificationFilter as NotificationFilter,
     Subscription as Subscription,
 )
 
-__all__ = [
-    "Connection",
-    "ConnectionStatistics",
-    "DEFAULT_CAPACITY",
-    "NoReply",
-    "Notification",
-    "NotificationFilter",
-    "RpcError",
-    "Subscription",
-]
+__all__ = _publish(globals())
