@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 import attrs
 import trio
@@ -114,7 +114,10 @@ class RuntimePool:
         self.max_start_failures = max_start_failures
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
-        self._changed = trio.Event()
+        # Made only when a task waits (most releases have no waiter): ``_changed`` for slot and
+        # closing changes (the watcher, wait_live), ``_freed`` for those and freed places too.
+        self._changed: trio.Event | None = None
+        self._freed: trio.Event | None = None
         self._closing = False
         self._running = False
         self._stopped = trio.Event()
@@ -201,11 +204,28 @@ class RuntimePool:
         return Ended.CRASHED if crashed else Ended.RECYCLED  # a crash backs off; a recycle restarts at once
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        """A slot changed or the pool is closing: wake every waiter."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+        self._notify_places()
+
+    def _notify_places(self) -> None:
+        """A place was freed: wake the tasks waiting for one (not the watcher: it only
+        cares about slots, and waking it at every release was a task step per item)."""
+        freed, self._freed = self._freed, None
+        if freed is not None:
+            freed.set()
 
     async def _wait_changed(self) -> None:
+        if self._changed is None:
+            self._changed = trio.Event()
         await self._changed.wait()
+
+    async def _wait_places(self) -> None:
+        if self._freed is None:
+            self._freed = trio.Event()
+        await self._freed.wait()
 
     # ---- placement -------------------------------------------------------------------
 
@@ -225,7 +245,7 @@ class RuntimePool:
                 best.in_flight += 1
                 best.alone = alone
                 return best
-            await self._wait_changed()
+            await self._wait_places()
 
     async def _acquire_alone(self, pinned: Runtime | None) -> _Slot:
         """A slot with no other session, kept so until released: meanwhile the emptiest runtime
@@ -250,10 +270,9 @@ class RuntimePool:
         slot.alone = False
         if runtime.abandoned and slot.in_flight == 0 and slot.runtime is runtime:
             slot.retire.set()  # recycle: it may still be busy with abandoned turns
-        self._notify()
+        self._notify_places()
 
-    @asynccontextmanager
-    async def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncIterator[Runtime]:
+    def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncContextManager[Runtime]:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
 
         With ``alone`` the place is a whole runtime: it waits for one with no session in
@@ -264,13 +283,7 @@ class RuntimePool:
             TransportClosedError: the pinned ``runtime`` is gone.
             PoolClosedError: the pool is closing.
         """
-        slot = await (self._acquire_alone(runtime) if alone else self._acquire(runtime))
-        runtime = slot.runtime
-        assert runtime is not None
-        try:
-            yield runtime
-        finally:
-            self._release(slot, runtime)
+        return _Lease(self, runtime, alone)
 
     async def run_prompt(self, input: PromptInput, *, session_id: str | None = None, resume: bool = False) -> TurnResult:
         """Run one prompt in its own session on the least-loaded runtime.
@@ -333,13 +346,42 @@ class RuntimePool:
         self._begin_close()
         if drain:
             while any(s.in_flight for s in self._slots) and not self._stopped.is_set():
-                await self._wait_changed()
+                await self._wait_places()
         for slot in self._slots:
             slot.retire.set()
         if self._running:
             await self._stopped.wait()
         else:
             await trio.lowlevel.checkpoint()
+
+
+class _Lease:
+    """``RuntimePool.lease``: a plain async context manager (one per item in a batch; a
+    generator-based one costs a generator, its frame and two extra steps)."""
+
+    __slots__ = ("_pool", "_pinned", "_alone", "_slot", "_runtime")
+
+    def __init__(self, pool: RuntimePool, pinned: Runtime | None, alone: bool) -> None:
+        self._pool = pool
+        self._pinned = pinned
+        self._alone = alone
+        self._slot: _Slot | None = None
+        self._runtime: Runtime | None = None
+
+    async def __aenter__(self) -> Runtime:
+        if self._slot is not None:
+            raise RuntimeError("a lease is entered once")
+        pool = self._pool
+        slot = await (pool._acquire_alone(self._pinned) if self._alone else pool._acquire(self._pinned))
+        runtime = slot.runtime
+        assert runtime is not None
+        self._slot, self._runtime = slot, runtime
+        return runtime
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        slot, runtime = self._slot, self._runtime
+        assert slot is not None and runtime is not None
+        self._pool._release(slot, runtime)
 
 
 async def _set_when_closed(runtime: Runtime, event: trio.Event) -> None:
