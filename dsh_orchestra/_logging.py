@@ -119,7 +119,7 @@ def log_context(**fields: str | None) -> Iterator[dict[str, str]]:
     """
     unknown = set(fields) - set(FIELDS)
     if unknown:
-        raise ValueError(f"log_context takes {', '.join(FIELDS)}, not {sorted(unknown)}")
+        raise ParamValueError("log_context takes ", Param("fields", sorted(unknown), spelled=", ".join(FIELDS)), f", not {sorted(unknown)}")
     token, merged = enter_log_context(fields)
     try:
         yield dict(merged)
@@ -291,7 +291,7 @@ def parse_level(value: str | int | None, default: int) -> int:
         return int(text)
     level = logging.getLevelName(text.upper())
     if not isinstance(level, int):
-        raise ValueError(f"log level must be debug, info, warning, error or critical, not {value!r}")
+        raise ParamValueError("log ", Param("level", value, spelled="level"), f" must be debug, info, warning, error or critical, not {value!r}")
     return level
 
 

@@ -9,6 +9,7 @@ flag. An error keeps what it names as attributes: ``.param`` (the first paramete
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import attrs
@@ -75,3 +76,70 @@ def _rebuild(cls: type[ParamError], parts: tuple[str | Param, ...]) -> ParamErro
 
 class ParamValueError(ParamError, ValueError):
     """A bad argument value, said with the parameter's name (a ValueError)."""
+
+
+class ParamTypeError(ParamError, TypeError):
+    """An argument of the wrong type, said with the parameter's name (a TypeError)."""
+
+
+def rewrap(error: type[ParamError], exc: BaseException) -> ParamError:
+    """``exc`` as an ``error``, keeping its ``Param`` parts (a plain exception: its text)."""
+    return error(*exc.parts) if isinstance(exc, ParamError) else error(str(exc))
+
+
+@attrs.frozen
+class Check:
+    """A value check that names the parameter: an attrs validator, or ``check(name, value)``.
+
+    A value for which ``test`` is false raises ``error`` (a ``ParamValueError`` unless given):
+    ``<name> must be <expected>, not <value>``.
+    """
+
+    test: Callable[[Any], bool]
+    expected: str
+    error: type[ParamError] = ParamValueError
+
+    def __call__(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        self.check(attribute.name, value)
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise ``error`` naming ``name`` unless ``value`` passes."""
+        if not self.test(value):
+            raise self.error(Param(name, value, spelled=name), f" must be {self.expected}, not {value!r}")
+
+    def raising(self, error: type[ParamError]) -> Check:
+        """The same check raising ``error``."""
+        return attrs.evolve(self, error=error)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def integer(minimum: int, expected: str | None = None) -> Check:
+    """An ``int`` (not a bool) >= ``minimum``."""
+    return Check(lambda v: _is_int(v) and v >= minimum, expected or f"an integer >= {minimum}")
+
+
+def positive(expected: str = "a positive number", *, finite: bool = False) -> Check:
+    """A number (not a bool) > 0 (and finite, when ``finite``)."""
+    return Check(lambda v: _is_number(v) and v > 0 and (not finite or math.isfinite(v)), expected)
+
+
+def non_negative(expected: str = "a finite number >= 0") -> Check:
+    """A finite number (not a bool) >= 0."""
+    return Check(lambda v: _is_number(v) and math.isfinite(v) and v >= 0, expected)
+
+
+def non_empty(expected: str = "a non-empty string") -> Check:
+    """A string with something but whitespace in it."""
+    return Check(lambda v: isinstance(v, str) and bool(v.strip()), expected)
+
+
+def one_of(*choices: str) -> Check:
+    """One of ``choices``."""
+    return Check(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))

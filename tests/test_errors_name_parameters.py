@@ -5,6 +5,8 @@ flags; no module outside cli/ names one of our flags."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -118,3 +120,68 @@ def test_no_module_outside_cli_names_a_flag_of_ours() -> None:
                 if flag in ours and flag not in theirs:
                     found.append(f"{relative}:{number}: {flag}")
     assert found == []
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--max-tokens", "0"], "dsh-orchestra: --max-tokens must be a positive integer, not 0"),
+    (["--model", " "], "dsh-orchestra: --model must be a non-empty string, not ' '"),
+    (["--reasoning-effort", ""], "dsh-orchestra: --reasoning-effort must be a non-empty string, not ''"),
+    (["--group-by", ""], "dsh-orchestra: --group-by must be a metadata key (a non-empty string), not ''"),
+    (["--epoch-reducer", "pass@3"],
+     "dsh-orchestra: --epoch-reducer 'pass@3' needs k <= the epochs (1); raise --epochs or lower k"),
+])
+def test_the_cli_names_the_flag_of_a_runtime_layer_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str,
+) -> None:
+    """Errors raised below the CLI (RuntimeSpec, the scoring plan) come out with flags: exit 2."""
+    from dsh_orchestra.cli import main
+
+    dataset = tmp_path / "ds.jsonl"
+    dataset.write_text('{"id": "a", "prompt": "hi"}\n')
+    out = tmp_path / "r.jsonl"
+    status = main(["batch", str(dataset), "--out", str(out), "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert (status, err.strip()) == (2, expected)
+    assert not out.exists()
+
+
+def test_a_report_option_checked_by_the_library_is_named_as_a_flag(tmp_path: Path) -> None:
+    """A real process: the message names ``--max-transcript``, exit 2, no traceback."""
+    results = tmp_path / "r.jsonl"
+    results.write_text('{"id": "a", "status": "ok"}\n')
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from dsh_orchestra.cli import main; sys.exit(main())", "report", str(results), "--out", str(tmp_path / "r.html"),
+         "--max-transcript", "0"], capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "dsh-orchestra: --max-transcript must be an integer >= 1, not 0\n"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_runtime_layer_errors_are_param_errors_and_still_value_errors() -> None:
+    from dsh_orchestra import RuntimePool, RuntimeSpec
+    from dsh_orchestra._params import ParamError
+    from dsh_orchestra.protocol import LineFramer
+    from dsh_orchestra.scale import RayExecutor
+
+    with pytest.raises(ValueError) as caught:
+        RuntimeSpec(dsh_home="/tmp/h", handshake_timeout=0)
+    assert isinstance(caught.value, ParamError) and (caught.value.param, caught.value.value) == ("handshake_timeout", 0)
+    assert str(caught.value) == "handshake_timeout must be a positive number of seconds, not 0"
+    assert message(caught.value) == "--handshake-timeout must be a positive number of seconds, not 0"
+    with pytest.raises(ValueError) as relay:
+        RuntimeSpec(dsh_home="/tmp/h", command=["x"], approval_relay="on")
+    assert isinstance(relay.value, ParamError) and (relay.value.param, relay.value.value) == ("approval_relay", "on")
+    with pytest.raises(TypeError) as env:
+        RuntimeSpec(dsh_home="/tmp/h", env={"A": 1})
+    assert isinstance(env.value, ParamError) and env.value.param == "env"
+    with pytest.raises(ValueError) as actors:
+        RayExecutor(actors=0)
+    assert isinstance(actors.value, ParamError) and str(actors.value) == "actors must be an integer >= 1, not 0"
+    with pytest.raises(ValueError) as framer:
+        LineFramer(max_frame_size=0)
+    assert isinstance(framer.value, ParamError) and framer.value.param == "max_frame_size"
+    spec = RuntimeSpec(dsh_home="/tmp/h")
+    with pytest.raises(ValueError) as size:
+        RuntimePool(spec, 0)
+    assert isinstance(size.value, ParamError) and str(size.value) == "pool size must be an integer >= 1, not 0"

@@ -3,6 +3,7 @@
 Imports only the protocol layer. Fails closed: anything but a valid decision is ``rejected``.
 """
 
+from .._public import publish as _publish
 from ._audit import AuditLog as AuditLog, read_audit as read_audit, redact_text as redact_text
 from ._replay import ReplayChange as ReplayChange, ReplayReport as ReplayReport, replay as replay
 from ._model import (
@@ -45,11 +46,4 @@ from ._service import (
     decide as decide,
 )
 
-__all__ = [
-    "ALLOWED_ONCE", "CANCELLED", "DEFAULT_DEADLINE", "OUTCOMES", "REJECTED",
-    "ApprovalRequest", "ApprovalService", "AuditLog", "Decision", "DecisionRecord", "LoadedPolicy",
-    "Outcome", "Policy", "PolicyFileError", "ReplayChange", "ReplayReport", "Rule",
-    "all_of", "allow", "allow_tools", "any_of", "ask_terminal", "budget", "by_session", "callback",
-    "coerce_decision", "decide", "deny_tools", "first_match", "load_policy", "load_rules_file", "parse_rules",
-    "read_audit", "reason_matches", "redact_text", "reject", "replay",
-]
+__all__ = _publish(globals())

@@ -11,6 +11,7 @@ from typing import IO, Iterable
 
 import orjson
 
+from .._params import Param, ParamValueError
 from .._redact import Redactor
 from ._model import DecisionRecord
 
@@ -34,7 +35,7 @@ class AuditLog:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, stream: IO[bytes] | None = None, secrets: Iterable[str] = ()) -> None:
         if (path is None) == (stream is None):
-            raise ValueError("give AuditLog either a path or a binary stream")
+            raise ParamValueError("give AuditLog either a ", Param("path", spelled="path"), " or a binary ", Param("stream", spelled="stream"))
         self.path = Path(path) if path is not None else None
         self._stream: IO[bytes] = stream if stream is not None else open(self.path, "ab")  # type: ignore[arg-type]
         self._owns = stream is None

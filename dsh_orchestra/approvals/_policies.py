@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, TextIO
 import regex
 import trio
 
+from .._params import Param, ParamValueError
 from ._model import ALLOWED_ONCE, OUTCOMES, REJECTED, ApprovalRequest, Decision, Outcome, Policy
 
 
@@ -77,7 +78,7 @@ def _matches(value: str | None, patterns: tuple[str, ...]) -> bool:
 
 def _check_outcome(outcome: str) -> Outcome:
     if outcome not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        raise ParamValueError(Param("outcome", outcome, spelled="outcome"), f" must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
     return outcome
 
 
@@ -189,7 +190,7 @@ def all_of(*policies: Policy, name: str = "all-of") -> Policy:
     That one's decision is returned (a policy that does not decide, None, rejects).
     """
     if not policies:
-        raise ValueError("all_of needs at least one policy")
+        raise ParamValueError("all_of needs at least one ", Param("policies", spelled="policy"))
 
     async def policy(request: ApprovalRequest) -> Decision:
         rules = []
@@ -208,7 +209,7 @@ def all_of(*policies: Policy, name: str = "all-of") -> Policy:
 def any_of(*policies: Policy, name: str = "any-of") -> Policy:
     """Allow when any policy allows (the first that does wins); otherwise the first decision (or None)."""
     if not policies:
-        raise ValueError("any_of needs at least one policy")
+        raise ParamValueError("any_of needs at least one ", Param("policies", spelled="policy"))
 
     async def policy(request: ApprovalRequest) -> Decision | None:
         first: Decision | None = None
@@ -232,7 +233,7 @@ def budget(policy: Policy, limit: int, *, tools: Iterable[str] | str = "*", name
     policy object, so one object shared by several runtimes counts across all of them.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"budget limit must be an integer >= 0, not {limit!r}")
+        raise ParamValueError("budget ", Param("limit", limit, spelled="limit"), f" must be an integer >= 0, not {limit!r}")
     patterns = _globs(tools)
     used: dict[str, int] = defaultdict(int)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, override
 
 from .._objects import import_object as _import_object
 from .._params import Param, ParamError
@@ -63,69 +65,130 @@ def valid_deadline(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def _strings(value: Any, where: str) -> list[str]:
+def _strings(value: Any, _: Any) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise PolicyFileError(f"{where} must be a non-empty string or list of non-empty strings, not {value!r}")
+        raise ValueError(f"must be a non-empty string or list of non-empty strings, not {value!r}")
     return value
+
+
+def _outcome(value: Any, _: Any) -> str:
+    if value not in OUTCOMES:
+        raise ValueError(f"must be one of {', '.join(OUTCOMES)}, not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _deadline(value: Any, _: Any) -> float | None:
+    if value is not None and not valid_deadline(value):
+        raise ValueError(f"must be a positive number of seconds (finite), not {value!r}")
+    return None if value is None else float(value)
+
+
+def _kind(check: Any, expected: str) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if not check(value):
+            raise ValueError(expected.format(value=value))
+        return value
+
+    return hook
+
+
+@attrs.frozen(kw_only=True)
+class RuleTable:
+    """One ``[[rules]]`` table of a rules file."""
+
+    outcome: str
+    name: str | None = None
+    tools: list[str] | None = None
+    sessions: list[str] | None = None
+    reason: str | None = None
+    budget: int | None = None
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class RulesFile:
+    """What a rules file holds."""
+
+    default: str = REJECTED
+    deadline: float | None = None
+    rules: list[Any] = attrs.field(factory=list)  # each a RuleTable, structured one by one (names in messages)
+
+
+_CONVERTER = cattrs.Converter(detailed_validation=True)
+_CONVERTER.register_structure_hook(RulesFile, make_dict_structure_fn(
+    RulesFile, _CONVERTER, _cattrs_forbid_extra_keys=True,
+    default=override(struct_hook=_outcome), deadline=override(struct_hook=_deadline),
+    rules=override(struct_hook=_kind(lambda v: isinstance(v, list), "must be an array of tables ([[rules]])")),
+))
+_CONVERTER.register_structure_hook(RuleTable, make_dict_structure_fn(
+    RuleTable, _CONVERTER, _cattrs_forbid_extra_keys=True,
+    outcome=override(struct_hook=_outcome),
+    name=override(struct_hook=_kind(lambda v: isinstance(v, str) and v, "must be a non-empty string, not {value!r}")),
+    tools=override(struct_hook=_strings), sessions=override(struct_hook=_strings),
+    reason=override(struct_hook=_kind(lambda v: isinstance(v, str), "must be a regular expression string")),
+    budget=override(struct_hook=_kind(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                                      "must be an integer >= 0, not {value!r}")),
+    note=override(struct_hook=_kind(lambda v: isinstance(v, str), "must be a string")),
+))
+"""Rules files -> ``RulesFile`` / ``RuleTable``: every problem of a table at once."""
+
+
+def _problems(exc: cattrs.ClassValidationError, expected_keys: set[str]) -> list[str]:
+    """``key must be ...`` per failed key of one table, unknown keys last (a rule's order)."""
+    out, extra = [], []
+    failed, other = exc.group_exceptions()
+    for error, note in failed:
+        if isinstance(error, KeyError):
+            out.append(f"{note.name} is required (one of {', '.join(OUTCOMES)})")
+        else:
+            out.append(f"{note.name} {error}")
+    for error in other:
+        if isinstance(error, cattrs.ForbiddenExtraKeysError):
+            extra.append(f"unknown key(s) {sorted(error.extra_fields)}; expected {sorted(expected_keys)}")
+        else:
+            out.append(str(error))
+    return extra + out
+
+
+def _structured(data: Any, cls: type[Any], where: str, keys: set[str]) -> Any:
+    try:
+        return _CONVERTER.structure(data, cls)
+    except cattrs.ClassValidationError as exc:
+        raise PolicyFileError(f"{where}: " + "; ".join(_problems(exc, keys))) from None
 
 
 def parse_rules(data: dict[str, Any], *, source: str = "<rules>") -> LoadedPolicy:
     """Build a first-match policy from parsed TOML ``data``.
 
     Raises:
-        PolicyFileError: an unknown key, a wrong type or an unknown outcome (named in the message).
+        PolicyFileError: an unknown key, a wrong type or an unknown outcome (named in the
+            message with the file and the rule; every problem of the first bad table).
     """
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise PolicyFileError(f"{source}: unknown top-level key(s) {sorted(unknown)}; expected {sorted(_TOP_KEYS)}")
-    default = data.get("default", REJECTED)
-    if default not in OUTCOMES:
-        raise PolicyFileError(f"{source}: default must be one of {', '.join(OUTCOMES)}, not {default!r}")
-    deadline = data.get("deadline")
-    if deadline is not None and not valid_deadline(deadline):
-        raise PolicyFileError(f"{source}: deadline must be a positive number of seconds (finite), not {deadline!r}")
-    raw_rules = data.get("rules", [])
-    if not isinstance(raw_rules, list):
-        raise PolicyFileError(f"{source}: rules must be an array of tables ([[rules]])")
+    try:
+        file: RulesFile = _CONVERTER.structure(data, RulesFile)
+    except cattrs.ClassValidationError as exc:
+        problems = [p.replace("unknown key(s)", "unknown top-level key(s)") for p in _problems(exc, _TOP_KEYS)]
+        raise PolicyFileError(f"{source}: " + "; ".join(problems)) from None
     rules: list[Policy] = []
-    for index, raw in enumerate(raw_rules):
-        where = f"{source}: rules[{index}]"
+    for index, raw in enumerate(file.rules):
         if not isinstance(raw, dict):
-            raise PolicyFileError(f"{where} must be a table")
+            raise PolicyFileError(f"{source}: rules[{index}] must be a table")
         name = raw.get("name", f"rule-{index + 1}")
-        if not isinstance(name, str) or not name:
-            raise PolicyFileError(f"{where}: name must be a non-empty string, not {name!r}")
-        where = f"{source}: rule {name!r}"
-        unknown = set(raw) - _RULE_KEYS
-        if unknown:
-            raise PolicyFileError(f"{where}: unknown key(s) {sorted(unknown)}; expected {sorted(_RULE_KEYS)}")
-        if "outcome" not in raw:
-            raise PolicyFileError(f"{where}: outcome is required (one of {', '.join(OUTCOMES)})")
-        outcome = raw["outcome"]
-        if outcome not in OUTCOMES:
-            raise PolicyFileError(f"{where}: outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
-        note = raw.get("note", "")
-        if not isinstance(note, str):
-            raise PolicyFileError(f"{where}: note must be a string")
-        tools = _strings(raw["tools"], f"{where}: tools") if "tools" in raw else None
-        sessions = _strings(raw["sessions"], f"{where}: sessions") if "sessions" in raw else None
-        reason = raw.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            raise PolicyFileError(f"{where}: reason must be a regular expression string")
+        where = f"{source}: rule {name!r}" if isinstance(name, str) and name else f"{source}: rules[{index}]"
+        table: RuleTable = _structured(raw, RuleTable, where, _RULE_KEYS)
+        name = table.name or f"rule-{index + 1}"
         try:
-            rule: Policy = Rule(name, outcome, tools=tools, sessions=sessions, reason=reason, note=note)
+            rule: Policy = Rule(name, table.outcome, tools=table.tools, sessions=table.sessions, reason=table.reason,
+                                note=table.note)
         except Exception as exc:  # a bad regular expression
             raise PolicyFileError(f"{where}: {exc}") from exc
-        if "budget" in raw:
-            limit = raw["budget"]
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-                raise PolicyFileError(f"{where}: budget must be an integer >= 0, not {limit!r}")
-            rule = _budgeted(rule, limit, tools or ["*"], name)
+        if table.budget is not None:
+            rule = _budgeted(rule, table.budget, table.tools or ["*"], name)
         rules.append(rule)
-    policy = first_match(*rules, default=default)
-    return LoadedPolicy(policy=policy, deadline=float(deadline) if deadline is not None else None, source=source)
+    policy = first_match(*rules, default=file.default)
+    return LoadedPolicy(policy=policy, deadline=file.deadline, source=source)
 
 
 def _budgeted(rule: Policy, limit: int, tools: list[str], name: str) -> Policy:

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import trio
 
+from .._params import Param, ParamValueError
 from .._redact import Redactor
 from ..protocol import ApprovalRequestParams, ApprovalRequestResult
 from ._audit import AuditLog
@@ -94,7 +95,7 @@ class ApprovalService:
         given = deadline if deadline is not None else getattr(policy, "deadline", None)
         self.deadline = float(given) if given is not None else DEFAULT_DEADLINE
         if not self.deadline > 0:
-            raise ValueError(f"deadline must be a positive number of seconds, not {given!r}")
+            raise ParamValueError(Param("deadline", given, spelled="deadline"), f" must be a positive number of seconds, not {given!r}")
         self._redactor = Redactor(secrets)
         self.secrets = self._redactor.secrets
         if audit is not None:

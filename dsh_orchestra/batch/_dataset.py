@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Container, Iterator
 
 import attrs
+import cattrs
 import orjson
+from cattrs.gen import make_dict_structure_fn, override
 
 from .._params import Param
 from ..session import content_blocks
@@ -47,41 +49,92 @@ class BatchItem:
     line: int = 0
 
 
-def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, list[str]]:
-    if not isinstance(raw, dict):
-        return None, f"expected a JSON object, not {type(raw).__name__}", []
-    item_id = raw.get("id")
-    if "id" not in raw:
-        return None, "missing required field 'id'", []
-    if not isinstance(item_id, str) or not item_id:
-        return None, f"'id' must be a non-empty string, not {item_id!r}", []
-    if "prompt" not in raw:
-        return None, f"item {item_id!r}: missing required field 'prompt'", []
-    prompt = raw["prompt"]
+def _item_id(value: Any, _: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be a non-empty string, not {value!r}")
+    return value
+
+
+def _prompt(value: Any, _: Any) -> str | list[dict[str, Any]]:
     try:
-        content_blocks(prompt)
+        content_blocks(value)
     except (TypeError, ValueError) as exc:
-        return None, f"item {item_id!r}: 'prompt' must be a string or a non-empty list of content blocks ({exc})", []
-    session_id = raw.get("session_id")
-    if session_id is not None and (not isinstance(session_id, str) or not session_id):
-        return None, f"item {item_id!r}: 'session_id' must be a non-empty string, not {session_id!r}", []
-    metadata = raw.get("metadata", {})
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        return None, f"item {item_id!r}: 'metadata' must be an object, not {type(metadata).__name__}", []
-    target = raw.get("target")
-    if target is not None and not isinstance(target, str) and not (
-        isinstance(target, list) and target and all(isinstance(t, str) for t in target)
+        raise ValueError(f"must be a string or a non-empty list of content blocks ({exc})") from None
+    return value  # type: ignore[no-any-return]
+
+
+def _session_id(value: Any, _: Any) -> str | None:
+    return None if value is None else _item_id(value, _)
+
+
+def _metadata(value: Any, _: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"must be an object, not {type(value).__name__}")
+    return value
+
+
+def _target(value: Any, _: Any) -> str | list[str] | None:
+    if value is None or isinstance(value, str) or (
+        isinstance(value, list) and value and all(isinstance(t, str) for t in value)
     ):
-        return None, f"item {item_id!r}: 'target' must be a string or a non-empty list of strings, not {target!r}"[:300], []
-    choices = raw.get("choices")
-    if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
-        return None, f"item {item_id!r}: 'choices' must be a list of strings, not {choices!r}"[:300], []
-    extra = sorted(set(raw) - KNOWN_KEYS)
-    item = BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata, target=target, choices=choices,
-                     line=line)
-    return item, None, extra
+        return value
+    raise ValueError(f"must be a string or a non-empty list of strings, not {value!r}")
+
+
+def _choices(value: Any, _: Any) -> list[str] | None:
+    if value is None or (isinstance(value, list) and all(isinstance(c, str) for c in value)):
+        return value
+    raise ValueError(f"must be a list of strings, not {value!r}")
+
+
+_CONVERTER = cattrs.Converter(detailed_validation=True)
+_CONVERTER.register_structure_hook(BatchItem, make_dict_structure_fn(
+    BatchItem, _CONVERTER,
+    id=override(struct_hook=_item_id), prompt=override(struct_hook=_prompt),
+    session_id=override(struct_hook=_session_id), metadata=override(struct_hook=_metadata),
+    target=override(struct_hook=_target), choices=override(struct_hook=_choices), line=override(omit=True),
+))
+"""Dataset lines -> ``BatchItem``: every field's problem at once, in the dataset's words."""
+
+
+def _problems(exc: cattrs.ClassValidationError) -> list[str]:
+    """``'field' must be ...`` per failed field (``missing required field 'field'``)."""
+    out = []
+    for error, note in exc.group_exceptions()[0]:
+        name = note.name
+        if isinstance(error, KeyError):
+            out.append(f"missing required field {name!r}")
+        else:
+            out.append(f"{name!r} {error}"[:300])
+    return out
+
+
+def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, list[str]]:
+    if type(raw) is dict:  # the common well-formed line, checked without the converter
+        item_id, prompt = raw.get("id"), raw.get("prompt")
+        if type(item_id) is str and item_id and type(prompt) is str and raw.keys() <= KNOWN_KEYS:
+            session_id, metadata = raw.get("session_id"), raw.get("metadata")
+            target, choices = raw.get("target"), raw.get("choices")
+            if ((session_id is None or (type(session_id) is str and session_id))
+                    and (metadata is None or type(metadata) is dict)
+                    and (target is None or type(target) is str)
+                    and (choices is None or (type(choices) is list and all(type(c) is str for c in choices)))):
+                return BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata or {},
+                                 target=target, choices=choices, line=line), None, []
+    elif not isinstance(raw, dict):
+        return None, f"expected a JSON object, not {type(raw).__name__}", []
+    try:
+        item = _CONVERTER.structure(raw, BatchItem)
+    except cattrs.ClassValidationError as exc:
+        problems = _problems(exc)
+        item_id = raw.get("id")
+        if "id" not in raw or not isinstance(item_id, str) or not item_id:  # no name to give the item
+            return None, next(p for p in problems if p.startswith(("'id'", "missing required field 'id'"))), []
+        return None, f"item {item_id!r}: " + "; ".join(problems), []
+    item = attrs.evolve(item, line=line)
+    return item, None, sorted(set(raw) - KNOWN_KEYS)
 
 
 def _scan(path: Path, data: bytes | None = None) -> Iterator[tuple[int, BatchItem | None, str | None, list[str]]]:

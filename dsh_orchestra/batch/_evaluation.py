@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 import attrs
 import trio
 
-from .._params import Param
+from .._params import Param, rewrap
 from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
@@ -64,7 +64,7 @@ def plan_of(options: BatchOptions, spec: RuntimeSpec | None) -> EvalPlan:
         plan.price()
         check_scorers(plan.scorers)
     except (ScoringError, PricesError, ValueError) as exc:
-        raise BatchUsageError(str(exc)) from exc
+        raise rewrap(BatchUsageError, exc) from exc
     if options.max_total_cost is not None and not math.isfinite(options.max_total_cost):
         raise BatchUsageError(Param("max_total_cost", options.max_total_cost, spelled="max_total_cost"), f" must be a finite number of USD >= 0, not {options.max_total_cost!r}")
     if options.max_total_cost is not None and plan.prices is None:
@@ -242,7 +242,10 @@ async def open_batch_eval(
     template = check_workspace_template(options)
     workspaces = Workspaces(template, out, keep=options.keep_workspaces) if template is not None else None
     try:
-        async with open_judges(plan.scorers, lease=lease, fallback=spec) as judges:
+        async with open_judges(
+            plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
+            max_runtime_rss_mib=options.max_runtime_rss_mib,
+        ) as judges:
             yield BatchEval(
                 plan=plan, scorers=bind_scorers(plan.scorers, judges=judges), price=plan.price(),
                 tally=tally if tally is not None else EvalTally(plan), budget=Budget(options.max_total_tokens, options.max_total_cost),

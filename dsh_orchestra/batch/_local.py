@@ -154,6 +154,8 @@ class PoolExecutor:
     ``concurrency`` items in flight (default ``options.in_flight``: 4 per runtime).
 
     With no spec the simulator runs (as processes, in a temporary DSH_HOME removed afterwards).
+    Runtimes are recycled after ``options.max_sessions_per_runtime`` sessions or past
+    ``options.max_runtime_rss_mib`` (``RuntimePool``).
     The audit log (``options.audit``) and transcripts (``options.transcripts``) are written here.
     """
 
@@ -173,5 +175,7 @@ class PoolExecutor:
             async with open_pool(
                 spec, runtimes, max_sessions=max(1, math.ceil(in_flight / runtimes)),
                 approvals=options.policy, answerer=options.answerer, audit=audit,
+                max_sessions_per_runtime=options.max_sessions_per_runtime,
+                max_runtime_rss_mib=options.max_runtime_rss_mib,
             ) as pool:
                 yield PoolRunner(pool, in_flight, options.timeout, transcripts)

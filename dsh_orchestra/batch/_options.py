@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Sequence
 
 import attrs
 from attrs import validators as v
 
-from .._params import Param, ParamError
+from .._params import Check, Param, ParamError, integer, non_negative, positive
+from ..pool import SESSIONS_PER_RUNTIME
 
 
 class BatchUsageError(ParamError, ValueError):
@@ -20,26 +20,17 @@ class BatchUsageError(ParamError, ValueError):
     """
 
 
-def _bad(attribute: attrs.Attribute[Any], value: Any, expected: str) -> BatchUsageError:
-    return BatchUsageError(Param(attribute.name, value, spelled=attribute.name), f" must be {expected}, not {value!r}")
+def _count(minimum: int) -> Check:
+    return integer(minimum).raising(BatchUsageError)
 
 
-def _count(minimum: int) -> Any:
-    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise _bad(attribute, value, f"an integer >= {minimum}")
+_seconds = positive("a positive number of seconds (finite)", finite=True).raising(BatchUsageError)
+_non_negative = non_negative().raising(BatchUsageError)
+_mib = positive("a positive number of MiB (finite)", finite=True).raising(BatchUsageError)
+_optional_count: Any = v.optional(_count(1))  # Any: the field's default is an int, its type int | None
 
-    return check
-
-
-def _seconds(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise _bad(attribute, value, "a positive number of seconds (finite)")
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise _bad(attribute, value, "a finite number >= 0")
+MAX_SESSIONS_PER_RUNTIME = SESSIONS_PER_RUNTIME
+"""Sessions a runtime serves before the batch recycles it (``pool.SESSIONS_PER_RUNTIME``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,10 +47,15 @@ class BatchOptions:
     ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
     (kept with ``keep_workspaces``).
+
+    Long runs: a runtime is recycled (no new items; a replacement starts at once; closed once
+    its items in flight have finished, none cut or retried) after ``max_sessions_per_runtime``
+    sessions (default 500; None: never) or once its process tree's resident memory passes
+    ``max_runtime_rss_mib`` MiB (default None: no limit).
     """
 
     runtimes: int = attrs.field(default=1, validator=_count(1))
-    concurrency: int | None = attrs.field(default=None, validator=v.optional(_count(1)))
+    concurrency: int | None = attrs.field(default=None, validator=_optional_count)
     timeout: float | None = attrs.field(default=None, validator=v.optional(_seconds))
     retries: int = attrs.field(default=2, validator=_count(0))
     retry_backoff: float = attrs.field(default=0.5, validator=_non_negative)
@@ -87,6 +83,9 @@ class BatchOptions:
     keep_workspaces: bool = False
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)
     approval_relay: str | None = None  # auto | on | off; None: the spec's (auto by default; docs/approvals.md)
+    # long runs: recycle a runtime after this many sessions / past this resident memory (None: never)
+    max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=_optional_count)
+    max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

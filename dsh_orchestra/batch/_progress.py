@@ -15,6 +15,8 @@ from typing import Any, Callable, TextIO
 import attrs
 import trio
 
+from .._params import Param, ParamValueError
+
 
 @attrs.define
 class Counters:
@@ -42,7 +44,7 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if mode not in ("auto", "bar", "lines", "none"):
-            raise ValueError(f"progress mode must be auto, bar, lines or none, not {mode!r}")
+            raise ParamValueError(Param("progress", mode, spelled="progress"), f" mode must be auto, bar, lines or none, not {mode!r}")
         self.counters = counters
         self.stream = stream or sys.stderr
         if mode == "auto":

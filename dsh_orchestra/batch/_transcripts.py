@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import orjson
 import trio
 
+from .._params import integer
 from .._logging import redact_bytes
 from ..protocol import SESSION_EVENT
 from ..session import TurnResult
@@ -104,8 +105,7 @@ class TranscriptWriter:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES, compresslevel: int = 6) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes must be an integer >= 1, not {max_bytes!r}")
+        integer(1).check("max_bytes", max_bytes)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes

@@ -4,7 +4,8 @@
 ``dsh_orchestra.workflow``).
 """
 
+from .._public import publish as _publish
 from ..workflow import Recipe as Recipe, RecipeError as RecipeError, load_recipe as load_recipe
 from ._main import main as main
 
-__all__ = ["Recipe", "RecipeError", "load_recipe", "main"]
+__all__ = _publish(globals())

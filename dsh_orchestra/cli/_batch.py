@@ -12,9 +12,11 @@ from typing import Any
 import trio
 
 from .._logging import redact
+from .._params import ParamError
 from .._paths import PathConflictError
 from .._scratch import scratch_dir
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
+from ..batch._options import MAX_SESSIONS_PER_RUNTIME
 from ..batch._transcripts import may_write
 from ..protocol import OrchestraError, RuntimeStartError
 from ._common import (
@@ -58,6 +60,12 @@ def register(sub: Any) -> None:
     add_runtime_options(parser)
     parser.add_argument("--runtimes", type=int, default=1, metavar="N", help="runtime processes in the pool (default 1)")
     parser.add_argument("--concurrency", type=int, default=None, metavar="N", help="items in flight (default 4 per runtime)")
+    parser.add_argument("--max-sessions-per-runtime", type=int, default=MAX_SESSIONS_PER_RUNTIME, metavar="N",
+                        help=f"recycle a runtime after N sessions (default {MAX_SESSIONS_PER_RUNTIME}): it finishes its "
+                        "items in flight while a fresh one takes new items")
+    parser.add_argument("--max-runtime-rss", type=float, default=None, metavar="MIB",
+                        help="also recycle a runtime once its process tree's resident memory passes MIB (checked as "
+                        "each of its items ends; default: no limit)")
     parser.add_argument("--policy", default=None, metavar="FILE|module:attr", help="approval policy (TOML rules file or a Python policy)")
     parser.add_argument("--audit", default=None, metavar="FILE", help="append every approval decision to this JSONL file")
     parser.add_argument("--answerer", default=None, metavar="first-option|FILE|module:attr", help="answers user questions")
@@ -97,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
             options = BatchOptions(
                 runtimes=args.runtimes,
                 concurrency=args.concurrency,
+                max_sessions_per_runtime=args.max_sessions_per_runtime,
+                max_runtime_rss_mib=args.max_runtime_rss,
                 timeout=args.timeout,
                 retries=args.retries,
                 resume=args.resume,
@@ -132,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
                 executor = RayExecutor(**scale)
             with warnings_reported():  # printed and logged once above: not again per runtime
                 summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
-        except (DatasetError, BatchUsageError) as exc:
+        except (DatasetError, ParamError) as exc:  # BatchUsageError, or a bad value found on the way in
             return fail(exc)
         except PathConflictError as exc:
             return fail(exc.format(describe_flag))

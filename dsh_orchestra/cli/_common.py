@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .._logging import redact, register_secrets
+from .._params import ParamError
 from ..approvals import LoadedPolicy, PolicyFileError, load_policy
 from ..questions import Answerer, AnswererFileError, QuestionsRequest, load_answerer
 from ..runtime import RuntimeSpec
@@ -112,7 +113,7 @@ def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, rout
     except (ValueError, TypeError) as exc:
         if isinstance(exc, UsageError):
             raise
-        if "approval_relay='on'" in str(exc):
+        if isinstance(exc, ParamError) and exc.param == "approval_relay" and exc.value == "on":
             raise UsageError("--approval-relay on needs --runtime dsh (a runtime that loads --patch files)") from exc
         raise UsageError(message(exc)) from exc
 

@@ -20,6 +20,8 @@ FLAGS = {
     "epoch_reducer": "--epoch-reducer",
     "epochs": "--epochs",
     "keep_workspaces": "--keep-workspaces",
+    "max_runtime_rss_mib": "--max-runtime-rss",
+    "max_sessions_per_runtime": "--max-sessions-per-runtime",
     "max_total_cost": "--max-total-cost",
     "prices": "--prices",
     "workspace_template": "--workspace-template",

@@ -15,7 +15,8 @@ from ..runtime import RuntimeSpec
 
 
 def add_ray_options(parser: argparse.ArgumentParser) -> None:
-    """``--ray [ADDRESS]``, ``--ray-actors N``, ``--runtimes-per-actor M``, ``--ray-runtime-env JSON``."""
+    """``--ray [ADDRESS]``, ``--ray-actors N``, ``--runtimes-per-actor M``, ``--ray-runtime-env JSON``,
+    ``--ray-actor-resources JSON``."""
     group = parser.add_argument_group("scale-out on Ray (docs/scale-out.md; needs the ray extra)")
     group.add_argument(
         "--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -27,6 +28,10 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
                        help="runtime processes per actor (default: --runtimes)")
     group.add_argument("--ray-runtime-env", default=None, metavar="JSON|FILE",
                        help="a Ray runtime_env for the actors (pip, working_dir, env_vars, ...), as JSON or a JSON file")
+    group.add_argument("--ray-actor-resources", default=None, metavar="JSON|FILE",
+                       help='custom Ray resources each actor asks for, as JSON or a JSON file: an object for every '
+                       'actor ({"gpu_box": 1}), or a list of objects that actor i takes in turn '
+                       '([{"node_a": 1}, {"node_b": 1}])')
 
 
 def ray_options(args: argparse.Namespace, spec: RuntimeSpec, temp_home: str | None) -> dict[str, Any]:
@@ -41,15 +46,17 @@ def ray_options(args: argparse.Namespace, spec: RuntimeSpec, temp_home: str | No
         raise ValueError(f"--runtimes-per-actor must be an integer >= 1, not {args.runtimes_per_actor!r}")
     runtime_env: Any = None
     if args.ray_runtime_env is not None:
-        text = args.ray_runtime_env
-        try:
-            if not text.lstrip().startswith("{") and os.path.exists(text):
-                text = Path(text).read_text(encoding="utf-8")
-            runtime_env = orjson.loads(text)
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise ValueError(f"--ray-runtime-env {args.ray_runtime_env!r}: not a JSON object or a JSON file ({exc})") from exc
+        runtime_env = _json_value("--ray-runtime-env", args.ray_runtime_env)
         if not isinstance(runtime_env, dict):
             raise ValueError(f"--ray-runtime-env must be a JSON object, not {type(runtime_env).__name__}")
+    resources: Any = None
+    if args.ray_actor_resources is not None:
+        resources = _json_value("--ray-actor-resources", args.ray_actor_resources)
+        entries = resources if isinstance(resources, list) else [resources]
+        if not entries or not all(isinstance(e, dict) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in e.values()) for e in entries):
+            raise ValueError(f"--ray-actor-resources {args.ray_actor_resources!r}: give a JSON object of resource "
+                             'names and positive amounts, or a non-empty list of them, e.g. [{"node_a": 1}, {"node_b": 1}]')
     # the simulator in the CLI's temporary DSH_HOME: each actor makes its own instead
     private_home = temp_home is not None and spec.dsh_home is not None and Path(temp_home).absolute() == spec.dsh_home
     return {
@@ -58,4 +65,15 @@ def ray_options(args: argparse.Namespace, spec: RuntimeSpec, temp_home: str | No
         "runtimes_per_actor": args.runtimes_per_actor,
         "temp_home": private_home,
         "runtime_env": runtime_env,
+        "actor_resources": resources,
     }
+
+
+def _json_value(flag: str, text: str) -> Any:
+    """The JSON ``text`` of ``flag``, or the JSON file it names."""
+    try:
+        if not text.lstrip().startswith(("{", "[")) and os.path.exists(text):
+            return orjson.loads(Path(text).read_text(encoding="utf-8"))
+        return orjson.loads(text)
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"{flag} {text!r}: not JSON nor a JSON file ({exc})") from exc

@@ -4,6 +4,7 @@ Pure where it can be (a results file in, numbers out); only the ``judge`` scorer
 (through a pool lease). Knows nothing about datasets' files, batches or the CLI.
 """
 
+from .._public import publish as _publish
 from ._apply import (
     AttemptScores as AttemptScores,
     BoundScorer as BoundScorer,
@@ -84,14 +85,4 @@ from ._usage import (
     turn_usage as turn_usage,
 )
 
-__all__ = [
-    "BOOTSTRAP_RESAMPLES", "F1", "GRADES", "AttemptScores", "BoundScorer", "Choice", "CompareInputError", "EvalItem", "EvalPlan",
-    "EvalResult", "EvalTally", "Exact", "Includes", "ItemLike", "Judge", "JudgeError", "Lease", "Numeric", "Price", "Prices",
-    "PricesError", "Reducer", "Regex", "RescoreError", "Score", "ScoreTally", "ScoreValueError", "ScorerSpec",
-    "ScoringError", "ScoringFile", "Usage", "Verdict", "bind_scorers", "bootstrap_ci", "check_scorers",
-    "choice_answer", "compare_runs", "error_scores", "events_usage", "group_key", "judge_prompt", "last_number", "line_fields",
-    "load_function", "load_prices", "load_scoring", "make_plan", "mcnemar_exact", "mean", "metrics", "normalize", "open_judges",
-    "parse_prices", "parse_reducer", "parse_scoring", "pass_at_k", "read_result_lines", "reduce_epochs",
-    "rescore", "resolve_scorers", "score_attempt", "score_record", "scorer_specs", "sha256_file", "sign_flip_test", "squad_tokens",
-    "stderr", "step_usage", "targets_of", "token_f1", "turn_usage",
-]
+__all__ = _publish(globals())

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Literal, Mapping, Sequence
 
 import attrs
 
-from ..pool import open_pool
+from ..pool import SESSIONS_PER_RUNTIME, open_pool
 from ..runtime import RuntimeSpec
 from ..session import Runtime
 from ..workflow import OutputParseError, parse_output, repair_prompt
@@ -154,11 +154,14 @@ def judge_spec(settings: Mapping[str, Any], *, dsh_home: str, cwd: str | None = 
 @contextlib.asynccontextmanager
 async def open_judges(
     specs: Sequence[ScorerSpec], *, lease: Lease | None = None, fallback: RuntimeSpec | None = None,
+    max_sessions_per_runtime: int | None = SESSIONS_PER_RUNTIME, max_runtime_rss_mib: float | None = None,
 ) -> AsyncIterator[dict[str, Lease]]:
     """A lease per judge scorer of ``specs``: its own ``runtime`` (a pool of one opened here),
     else ``lease`` (the batch's pool), else a pool of one on ``fallback`` (default: the simulator).
 
-    Opens nothing when no scorer is a judge. Every pool opened here is closed on exit.
+    Opens nothing when no scorer is a judge. Every pool opened here is closed on exit, and
+    recycles its runtime as the batch's pool does (``max_sessions_per_runtime``,
+    ``max_runtime_rss_mib``: see ``RuntimePool``).
     """
     judges = [s for s in specs if s.kind == "judge"]
     leases: dict[str, Lease] = {}
@@ -177,7 +180,10 @@ async def open_judges(
             if key not in opened:
                 if runtime is None:
                     runtime = fallback or RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
-                pool = await stack.enter_async_context(open_pool(runtime, 1, max_sessions=4))
+                pool = await stack.enter_async_context(open_pool(
+                    runtime, 1, max_sessions=4, max_sessions_per_runtime=max_sessions_per_runtime,
+                    max_runtime_rss_mib=max_runtime_rss_mib,
+                ))
                 opened[key] = pool.lease
             leases[spec.name] = opened[key]
         yield leases

@@ -14,15 +14,14 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
-from .._params import Param, ParamValueError
+from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
 from ._usage import Price, Prices, Usage, _count
 
 
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, not {value!r}")
+_AT_LEAST_ONE = integer(1)
+_AT_LEAST_ZERO = integer(0)
 
 
 def scorer_specs(values: Sequence[str | ScorerSpec | Callable[..., Any]], scoring: ScoringFile | None = None) -> tuple[ScorerSpec, ...]:
@@ -58,22 +57,20 @@ class EvalPlan:
     (``(provider, model)`` of the handshake, for cost)."""
 
     scorers: tuple[ScorerSpec, ...] = ()
-    epochs: int = 1
+    epochs: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
     reducer: Reducer = Reducer(DEFAULT_REDUCER)
     group_by: str | None = None
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=_AT_LEAST_ZERO)
     prices: Prices | None = None
     route: tuple[str, str] | None = None
 
     def __attrs_post_init__(self) -> None:
-        _positive_int("epochs", self.epochs)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, not {self.seed!r}")
         if self.reducer.k is not None and self.reducer.k > self.epochs:
             raise ParamValueError(Param("epoch_reducer", self.reducer.name), f" needs k <= the epochs ({self.epochs}); raise ",
                                   Param("epochs"), " or lower k")
         if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by):
-            raise ValueError(f"group_by must be a metadata key (a non-empty string), not {self.group_by!r}")
+            raise ParamValueError(Param("group_by", self.group_by, spelled="group_by"),
+                                  f" must be a metadata key (a non-empty string), not {self.group_by!r}")
 
     @property
     def names(self) -> list[str]:
@@ -103,7 +100,7 @@ def make_plan(
         ScoringError: unknown scorers; ValueError: bad epochs, reducer or seed.
     """
     specs = scorer_specs(scorers, scoring) if scorers or scoring is None else resolve_scorers((), scoring)
-    _positive_int("epochs", epochs)
+    _AT_LEAST_ONE.check("epochs", epochs)
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer, epochs)
     return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route)
 

@@ -1,8 +1,10 @@
 """RuntimePool: N runtimes under one nursery, least-loaded placement, supervision, recycling.
 
-Owns: one supervisor task per slot (start, watch, restart with backoff), placement with a
-per-runtime limit of sessions in flight, recycling a runtime that holds abandoned turns once
-it is idle, graceful close. Must not know about graphs or datasets.
+Owns: one supervisor task per slot (start, watch, restart with backoff), one host task per
+runtime process (it owns the process from start to close), placement with a per-runtime limit
+of sessions in flight, recycling (a runtime holding abandoned turns once it is idle; a runtime
+that served ``max_sessions_per_runtime`` sessions or passed ``max_runtime_rss_mib``, drained
+while its replacement already serves), graceful close. Must not know about graphs or datasets.
 """
 
 from __future__ import annotations
@@ -14,21 +16,32 @@ from typing import Any, AsyncContextManager, AsyncIterator, Callable
 import attrs
 import trio
 
+from .._params import Check, Param, ParamValueError, integer, positive
 from ..approvals import AuditLog
 from ..protocol import OrchestraError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import PromptInput, Runtime, TurnResult, open_runtime
 from ._retry import Backoff, PoolClosedError
+from ._rss import runtime_rss_mib
 from ._supervisor import Ended, Supervisor, serving
+
+_AT_LEAST_ONE = integer(1)
+
+SESSIONS_PER_RUNTIME = 500
+"""A recycling quota for long runs, used by batches and judges (docs/batch.md: measured on the
+real runtime, which keeps about 0.15-0.3 MiB per session served); the pool's own default is off."""
 
 log = logging.getLogger("dsh_orchestra.pool")
 
 SpecFactory = Callable[[int], RuntimeSpec]
+RssReader = Callable[[Runtime], "float | None"]
 
 
 @attrs.frozen
 class PoolStatistics:
-    """A snapshot of the pool."""
+    """A snapshot of the pool. ``starting``: slots whose newest runtime is not up yet (a
+    successor started ahead of a recycle included); ``draining``: runtimes being recycled that
+    still finish the sessions they hold (their successors count in ``live`` or ``starting``)."""
 
     size: int
     live: int
@@ -36,19 +49,66 @@ class PoolStatistics:
     restarts: int
     recycled: int
     starting: int
+    draining: int = 0
+
+
+class _Instance:
+    """One runtime of a slot, from its start to its close (hosted by its own task).
+
+    A successor started ahead of a recycle waits (not usable) until its ``predecessor``
+    stops taking sessions."""
+
+    def __init__(self, predecessor: _Instance | None = None) -> None:
+        self.runtime: Runtime | None = None
+        self.in_flight = 0
+        self.placed = 0  # sessions placed on it
+        self.alone = False  # its one session in flight holds it alone (an exclusive lease)
+        self.reserved = 0  # exclusive leases waiting for it to drain: it takes no new sessions
+        self.recycling: str | None = None  # why it takes no new sessions while it drains
+        self.succeeded = False  # its successor was started (ahead of its recycle, or at it)
+        self.predecessor = predecessor
+        self.leave = trio.Event()  # set with retire, or when its successor is to start
+        self.retire = trio.Event()  # close it now
+        self.released = trio.Event()  # the slot may start its next runtime
+        self.ended = Ended.CRASHED
+
+    @property
+    def taking(self) -> bool:
+        runtime = self.runtime  # a runtime holding abandoned turns takes no new work: it drains
+        return (runtime is not None and runtime.alive and not runtime.abandoned and self.recycling is None
+                and not self.retire.is_set())
+
+    @property
+    def usable(self) -> bool:
+        before = self.predecessor
+        if before is not None and not before.taking:
+            self.predecessor = before = None  # it stopped taking sessions: from now on this one does
+        return self.taking and before is None
+
+    @property
+    def draining(self) -> bool:
+        return self.runtime is not None and self.recycling is not None
+
+    def close(self) -> None:
+        self.retire.set()
+        self.leave.set()
 
 
 class _Slot:
-    """One runtime position in the pool; its supervisor restarts the runtime as needed."""
+    """One runtime position in the pool; its supervisor restarts the runtime as needed. While a
+    runtime is recycled the slot hosts two: the old one (serving, then draining) and its successor."""
 
     def __init__(self, index: int, supervisor: Supervisor) -> None:
         self.index = index
-        self.runtime: Runtime | None = None
-        self.in_flight = 0
-        self.alone = False  # its one session in flight holds it alone (an exclusive lease)
-        self.reserved = 0  # exclusive leases waiting for it to drain: it takes no new sessions
-        self.retire = trio.Event()
+        self.current = _Instance()  # the newest
+        self.instances: list[_Instance] = []  # every one not closed yet, oldest first
         self.supervisor = supervisor  # starts, failed starts in a row, restarts
+
+    @property
+    def runtimes(self) -> list[Runtime]:
+        """Its runtimes not closed yet: the one taking sessions first."""
+        ordered = sorted(self.instances, key=lambda i: not i.usable)
+        return [i.runtime for i in ordered if i.runtime is not None]
 
     @property
     def failures(self) -> int:
@@ -60,8 +120,7 @@ class _Slot:
 
     @property
     def usable(self) -> bool:
-        runtime = self.runtime  # a runtime holding abandoned turns takes no new work: it drains
-        return runtime is not None and runtime.alive and not runtime.abandoned and not self.retire.is_set()
+        return any(i.usable for i in self.instances)
 
 
 def _same_spec(spec: RuntimeSpec) -> SpecFactory:
@@ -69,6 +128,16 @@ def _same_spec(spec: RuntimeSpec) -> SpecFactory:
         return spec.evolve(name=f"{spec.display_name}#{index}")
 
     return spec_for
+
+
+_OPTIONAL_COUNT = integer(1, "an integer >= 1 or None")
+_OPTIONAL_MIB = positive("a positive finite number of MiB or None", finite=True)
+
+
+def _optional(check: Check, name: str, value: Any) -> Any:
+    if value is not None:
+        check.check(name, value)
+    return value
 
 
 class RuntimePool:
@@ -83,6 +152,15 @@ class RuntimePool:
     in flight. When every slot has failed ``max_start_failures`` starts in a row, the pool
     gives up: ``run`` raises the last start error. ``lease(alone=True)`` holds a runtime with
     no other session on it.
+
+    Long runs: a runtime that was given ``max_sessions_per_runtime`` sessions, or whose process
+    tree's resident memory passed ``max_runtime_rss_mib`` MiB when one of its sessions ended
+    (read by ``measure_rss``, default ``runtime_rss_mib``: /proc), is recycled: it takes no new
+    sessions and is closed once the sessions it holds have ended (none is cut). Its successor
+    is started ahead (when all but a fifth of the quota, at least ``max_sessions``, was given)
+    and takes over at once; for the memory limit it starts when the limit is passed. Both
+    default to None (never): a pinned ``lease(runtime)`` on a recycling runtime fails, so
+    leave them off for sessions that go on across leases.
     """
 
     def __init__(
@@ -96,17 +174,23 @@ class RuntimePool:
         audit: AuditLog | None = None,
         backoff: Backoff | tuple[float, float] | None = None,
         max_start_failures: int = 5,
+        max_sessions_per_runtime: int | None = None,
+        max_runtime_rss_mib: float | None = None,
+        measure_rss: RssReader = runtime_rss_mib,
     ) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"pool size must be an integer >= 1, not {size!r}")
-        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-            raise ValueError(f"max_sessions must be an integer >= 1, not {max_sessions!r}")
-        if isinstance(max_start_failures, bool) or not isinstance(max_start_failures, int) or max_start_failures < 1:
-            raise ValueError(f"max_start_failures must be an integer >= 1, not {max_start_failures!r}")
+        if not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+            raise ParamValueError("pool ", Param("size", size, spelled="size"), f" must be an integer >= 1, not {size!r}")
+        _AT_LEAST_ONE.check("max_sessions", max_sessions)
+        _AT_LEAST_ONE.check("max_start_failures", max_start_failures)
         chosen = Backoff(0.5, 15.0) if backoff is None else Backoff.of(backoff, jitter=0.0)
         self._spec_for: SpecFactory = _same_spec(spec) if isinstance(spec, RuntimeSpec) else spec
         self.size = size
         self.max_sessions = max_sessions
+        self.max_sessions_per_runtime = _optional(_OPTIONAL_COUNT, "max_sessions_per_runtime", max_sessions_per_runtime)
+        self.max_runtime_rss_mib = _optional(_OPTIONAL_MIB, "max_runtime_rss_mib", max_runtime_rss_mib)
+        self.measure_rss = measure_rss
+        limit = self.max_sessions_per_runtime  # its successor starts this many sessions ahead
+        self._lead = 0 if limit is None else max(max_sessions, limit // 5)
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
@@ -114,6 +198,7 @@ class RuntimePool:
         self.max_start_failures = max_start_failures
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
+        self._nursery: trio.Nursery | None = None
         # Made only when a task waits (most releases have no waiter): ``_changed`` for slot and
         # closing changes (the watcher, wait_live), ``_freed`` for those and freed places too.
         self._changed: trio.Event | None = None
@@ -140,6 +225,7 @@ class RuntimePool:
         failure: OrchestraError | None = None
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 for slot in self._slots:
                     nursery.start_soon(self._supervise, slot)
                 failure = await self._watch(task_status)
@@ -173,35 +259,56 @@ class RuntimePool:
         await slot.supervisor.run(lambda: self._run_slot(slot))
 
     async def _run_slot(self, slot: _Slot) -> Ended:
-        """Start the slot's runtime and serve until it is retired or dies."""
-        slot.retire = trio.Event()  # before starting, so aclose() can always reach it
-        crashed = True
+        """Start the slot's next runtime (hosted by a task of its own); return how it ended,
+        or ``RECYCLED`` as soon as its successor is to start (ahead of its recycle, or at it)."""
+        serving = next((i for i in slot.instances if i.taking), None)  # one being succeeded ahead of its recycle
+        instance = _Instance(serving)  # before starting, so aclose() can always reach it
+        slot.current = instance
+        slot.instances.append(instance)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._host, slot, instance)
+        await instance.released.wait()
+        return instance.ended
+
+    async def _host(self, slot: _Slot, instance: _Instance) -> None:
+        """Run one runtime from its start to its close; say how it ended (``instance.released``)."""
         try:
             async with open_runtime(
                 self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
             ) as runtime:
-                slot.runtime = runtime
+                instance.runtime = runtime
                 slot.supervisor.ready()
                 self._notify()
                 async with trio.open_nursery() as watch:
-                    watch.start_soon(_set_when_closed, runtime, slot.retire)
-                    await slot.retire.wait()
+                    watch.start_soon(_close_when_gone, runtime, instance)
+                    await instance.leave.wait()
+                    if instance.succeeded and runtime.alive and not self._closing:
+                        # its successor starts now; this one serves until its limit, drains, closes
+                        log.info("starting the successor of runtime %r (%s)", runtime.name,
+                                 instance.recycling or f"given {instance.placed} sessions")
+                        instance.ended = Ended.RECYCLED
+                        instance.released.set()
+                        self._notify()
+                        await instance.retire.wait()
                     watch.cancel_scope.cancel()
-                crashed = not runtime.alive
-                if not crashed and not self._closing:
+                if not instance.released.is_set() and runtime.alive and not self._closing:
                     self._recycled += 1
                     log.info("recycling runtime %r (abandoned turns: %d)", runtime.name, len(runtime.abandoned))
+                    instance.ended = Ended.RECYCLED
+                elif not runtime.alive and not instance.released.is_set():
+                    instance.ended = Ended.CRASHED
                 # drain: nothing is in flight when retired for recycling or closing
         except OrchestraError as exc:
             log.warning("runtime slot %d failed to start: %s", slot.index, exc)
             self._last_error = exc
-            return Ended.DONE if self._closing else Ended.FAILED
+            instance.ended = Ended.FAILED
         finally:
-            slot.runtime = None
+            instance.runtime = None
+            slot.instances.remove(instance)
+            if self._closing and not instance.released.is_set():
+                instance.ended = Ended.DONE
+            instance.released.set()  # a crash backs off, a recycle restarts at once
             self._notify()
-        if self._closing:
-            return Ended.DONE
-        return Ended.CRASHED if crashed else Ended.RECYCLED  # a crash backs off; a recycle restarts at once
 
     def _notify(self) -> None:
         """A slot changed or the pool is closing: wake every waiter."""
@@ -229,29 +336,36 @@ class RuntimePool:
 
     # ---- placement -------------------------------------------------------------------
 
-    async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Slot:
+    async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Instance:
         while True:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
-            if pinned is not None and not any(s.runtime is pinned and s.usable for s in self._slots):
+            candidates = [i for s in self._slots for i in s.instances if i.usable]
+            if pinned is not None and not any(i.runtime is pinned for i in candidates):
                 raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
-            best: _Slot | None = None  # the fewest in flight; the lowest index among equals
-            for slot in self._slots:
-                if self._fits(slot, alone) and (best is None or slot.in_flight < best.in_flight) and (
-                    pinned is None or slot.runtime is pinned
+            best: _Instance | None = None  # the fewest in flight; the lowest index among equals
+            for here in candidates:
+                if self._fits(here, alone) and (best is None or here.in_flight < best.in_flight) and (
+                    pinned is None or here.runtime is pinned
                 ):
-                    best = slot
+                    best = here
             if best is not None:
                 best.in_flight += 1
                 best.alone = alone
+                best.placed += 1
+                limit = self.max_sessions_per_runtime
+                if limit is not None and best.placed >= limit:
+                    self._recycle(best, f"given {best.placed} sessions")
+                elif limit is not None and best.placed >= limit - self._lead:
+                    self._succeed(best)  # start its successor now, so that it is ready in time
                 return best
             await self._wait_places()
 
-    async def _acquire_alone(self, pinned: Runtime | None) -> _Slot:
-        """A slot with no other session, kept so until released: meanwhile the emptiest runtime
+    async def _acquire_alone(self, pinned: Runtime | None) -> _Instance:
+        """A runtime with no other session, kept so until released: meanwhile the emptiest runtime
         takes no new sessions, so that it drains."""
-        waiting_on = min(self._slots, key=lambda s: (pinned is not None and s.runtime is not pinned, not s.usable,
-                                                     s.in_flight))
+        waiting_on = min((i for s in self._slots for i in (s.instances or [s.current])),
+                         key=lambda i: (pinned is not None and i.runtime is not pinned, not i.usable, i.in_flight))
         waiting_on.reserved += 1
         try:
             return await self._acquire(pinned, alone=True)
@@ -259,18 +373,44 @@ class RuntimePool:
             waiting_on.reserved -= 1
             self._notify()
 
-    def _fits(self, slot: _Slot, alone: bool) -> bool:
-        """Whether ``slot`` can take a session now (``alone``: one with the runtime to itself)."""
-        if not slot.usable or slot.alone:
+    def _fits(self, instance: _Instance, alone: bool) -> bool:
+        """Whether ``instance`` can take a session now (``alone``: one with the runtime to itself)."""
+        if not instance.usable or instance.alone:
             return False
-        return slot.in_flight == 0 if alone else slot.in_flight < self.max_sessions and not slot.reserved
+        return instance.in_flight == 0 if alone else instance.in_flight < self.max_sessions and not instance.reserved
 
-    def _release(self, slot: _Slot, runtime: Runtime) -> None:
-        slot.in_flight -= 1
-        slot.alone = False
-        if runtime.abandoned and slot.in_flight == 0 and slot.runtime is runtime:
-            slot.retire.set()  # recycle: it may still be busy with abandoned turns
-        self._notify_places()
+    def _release(self, instance: _Instance, runtime: Runtime) -> None:
+        instance.in_flight -= 1
+        instance.alone = False
+        limit = self.max_runtime_rss_mib
+        if limit is not None and instance.recycling is None and runtime.alive and not self._closing:
+            try:
+                rss = self.measure_rss(runtime)
+            except OSError:
+                rss = None
+            if rss is not None and rss > limit:
+                self._recycle(instance, f"resident memory {rss:.0f} MiB > {limit:g} MiB")
+        if instance.in_flight == 0 and instance.runtime is runtime and (runtime.abandoned or instance.recycling):
+            instance.close()  # it may still be busy with abandoned turns
+            self._notify()
+        else:  # only a place was freed (a recycle started above has notified everyone)
+            self._notify_places()
+
+    def _recycle(self, instance: _Instance, why: str) -> None:
+        """Place nothing more on ``instance``; its successor takes over (started now, unless it
+        was already); it is closed once its sessions have ended."""
+        instance.recycling = why
+        self._recycled += 1
+        self._succeed(instance)
+        if instance.in_flight == 0:
+            instance.close()
+
+    def _succeed(self, instance: _Instance) -> None:
+        """Let the slot start ``instance``'s successor (once)."""
+        if not instance.succeeded:
+            instance.succeeded = True
+            instance.leave.set()
+        self._notify()
 
     def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncContextManager[Runtime]:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
@@ -280,7 +420,7 @@ class RuntimePool:
         other session is placed there until the block ends.
 
         Raises:
-            TransportClosedError: the pinned ``runtime`` is gone.
+            TransportClosedError: the pinned ``runtime`` is gone or recycling.
             PoolClosedError: the pool is closing.
         """
         return _Lease(self, runtime, alone)
@@ -307,7 +447,7 @@ class RuntimePool:
         """
         wanted = self.size if count is None else count
         if not 1 <= wanted <= self.size:
-            raise ValueError(f"count must be between 1 and the pool size {self.size}, not {count!r}")
+            raise ParamValueError(Param("count", count, spelled="count"), f" must be between 1 and the pool size {self.size}, not {count!r}")
         while sum(1 for s in self._slots if s.usable) < wanted:
             if self._closing:
                 raise PoolClosedError("the runtime pool is closing")
@@ -316,19 +456,22 @@ class RuntimePool:
 
     def statistics(self) -> PoolStatistics:
         """Counts of live runtimes, sessions in flight, restarts and recycles."""
+        instances = [i for s in self._slots for i in s.instances]
         return PoolStatistics(
             size=self.size,
             live=sum(1 for s in self._slots if s.usable),
-            in_flight=sum(s.in_flight for s in self._slots),
+            in_flight=sum(i.in_flight for i in instances),
             restarts=sum(s.supervisor.restarts for s in self._slots),
             recycled=self._recycled,
-            starting=sum(1 for s in self._slots if s.runtime is None),
+            starting=sum(1 for s in self._slots if s.current.runtime is None),
+            draining=sum(1 for i in instances if i.draining),
         )
 
     @property
     def runtimes(self) -> list[Runtime]:
-        """The runtimes live right now."""
-        return [s.runtime for s in self._slots if s.runtime is not None]
+        """The runtimes live right now, by slot: the one taking sessions first, then one being
+        recycled (still finishing its sessions) or a successor starting ahead of a recycle."""
+        return [runtime for s in self._slots for runtime in s.runtimes]
 
     # ---- closing ---------------------------------------------------------------------
 
@@ -345,10 +488,10 @@ class RuntimePool:
         """
         self._begin_close()
         if drain:
-            while any(s.in_flight for s in self._slots) and not self._stopped.is_set():
+            while self.statistics().in_flight and not self._stopped.is_set():
                 await self._wait_places()
-        for slot in self._slots:
-            slot.retire.set()
+        for instance in [i for s in self._slots for i in (*s.instances, s.current)]:
+            instance.close()
         if self._running:
             await self._stopped.wait()
         else:
@@ -359,36 +502,36 @@ class _Lease:
     """``RuntimePool.lease``: a plain async context manager (one per item in a batch; a
     generator-based one costs a generator, its frame and two extra steps)."""
 
-    __slots__ = ("_pool", "_pinned", "_alone", "_slot", "_runtime")
+    __slots__ = ("_pool", "_pinned", "_alone", "_instance", "_runtime")
 
     def __init__(self, pool: RuntimePool, pinned: Runtime | None, alone: bool) -> None:
         self._pool = pool
         self._pinned = pinned
         self._alone = alone
-        self._slot: _Slot | None = None
+        self._instance: _Instance | None = None
         self._runtime: Runtime | None = None
 
     async def __aenter__(self) -> Runtime:
-        if self._slot is not None:
+        if self._instance is not None:
             raise RuntimeError("a lease is entered once")
         pool = self._pool
-        slot = await (pool._acquire_alone(self._pinned) if self._alone else pool._acquire(self._pinned))
-        runtime = slot.runtime
+        instance = await (pool._acquire_alone(self._pinned) if self._alone else pool._acquire(self._pinned))
+        runtime = instance.runtime
         assert runtime is not None
-        self._slot, self._runtime = slot, runtime
+        self._instance, self._runtime = instance, runtime
         return runtime
 
     async def __aexit__(self, *exc_info: object) -> None:
-        slot, runtime = self._slot, self._runtime
-        assert slot is not None and runtime is not None
-        self._pool._release(slot, runtime)
+        instance, runtime = self._instance, self._runtime
+        assert instance is not None and runtime is not None
+        self._pool._release(instance, runtime)
 
 
-async def _set_when_closed(runtime: Runtime, event: trio.Event) -> None:
+async def _close_when_gone(runtime: Runtime, instance: _Instance) -> None:
     connection = runtime.actor.connection
     if connection is not None:
         await connection.wait_closed()
-    event.set()
+    instance.close()
 
 
 @asynccontextmanager

@@ -14,6 +14,7 @@ import random
 import attrs
 import trio
 
+from .._params import Check, Param, ParamValueError
 from ..protocol import (
     JsonRpcResponseError,
     OrchestraError,
@@ -53,9 +54,7 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{attribute.name} must be a number >= 0, not {value!r}")
+_non_negative = Check(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0, "a number >= 0")
 
 
 @attrs.define
@@ -73,9 +72,10 @@ class Backoff:
 
     def __attrs_post_init__(self) -> None:
         if self.first > self.cap:
-            raise ValueError(f"backoff must be (first, cap) with 0 <= first <= cap, not {(self.first, self.cap)!r}")
+            raise ParamValueError(Param("backoff", (self.first, self.cap), spelled="backoff"),
+                                  f" must be (first, cap) with 0 <= first <= cap, not {(self.first, self.cap)!r}")
         if self.jitter > 1:
-            raise ValueError(f"jitter must be a fraction between 0 and 1, not {self.jitter!r}")
+            raise ParamValueError(Param("jitter", self.jitter, spelled="jitter"), f" must be a fraction between 0 and 1, not {self.jitter!r}")
         self._random = random.Random(self.seed)
 
     @classmethod
@@ -86,7 +86,8 @@ class Backoff:
         try:
             first, cap = value
         except (TypeError, ValueError):
-            raise ValueError(f"backoff must be (first, cap) with 0 <= first <= cap, not {value!r}") from None
+            raise ParamValueError(Param("backoff", value, spelled="backoff"),
+                                  f" must be (first, cap) with 0 <= first <= cap, not {value!r}") from None
         return cls(first, cap, jitter)
 
     def delay(self, retry: int) -> float:

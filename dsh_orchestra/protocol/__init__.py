@@ -3,6 +3,7 @@
 Imports no trio and does no I/O.
 """
 
+from .._public import publish as _publish
 from ._content import (
     AttachedImageBlock as AttachedImageBlock,
     ContentBlock as ContentBlock,
@@ -44,7 +45,6 @@ from ._errors import (
     response_error as response_error,
 )
 from ._events import *  # noqa: F403  (the event vocabulary; see _events.__all__)
-from ._events import __all__ as _event_names
 from ._framing import (
     CLOSED as CLOSED,
     DEFAULT_MAX_FRAME_SIZE as DEFAULT_MAX_FRAME_SIZE,
@@ -86,23 +86,5 @@ from ._routing import (
     session_of as session_of,
 )
 from ._wire import *  # noqa: F403  (method constants and params/result classes)
-from ._wire import __all__ as _wire_names
 
-__all__ = [
-    "AttachedImageBlock", "ContentBlock", "ImageAttachment", "ImageBlock", "ReasoningBlock",
-    "TextBlock", "ToolCallBlock", "UnknownBlock", "text_of",
-    "CONVERTER", "camel", "make_converter", "structure", "unstructure",
-    "FrameTooLargeError", "JsonRpcResponseError", "MethodNotSupportedError", "OrchestraError",
-    "RequestTimeoutError", "RuntimeExitedError", "RuntimeStartError", "SdkProtocolError",
-    "SubscriberOverflowError", "TransportClosedError",
-    "KNOWN_ERRORS", "NotInitializedError", "SessionAlreadyOpenError", "SessionExistsError",
-    "SessionNotFoundError", "SessionOwnedError", "ShuttingDownError", "UnknownSessionError",
-    "known_message", "response_error",
-    "CLOSED", "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "LineFramer", "Need", "encode_frame",
-    "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR",
-    "ErrorObject", "FrameKind", "INVALID", "NOTIFICATION", "REQUEST", "RESPONSE", "JsonObject", "RequestId", "classify", "error_frame", "error_of",
-    "notification_frame", "params_of", "request_frame", "result_frame",
-    "CHILD_SESSION_ID", "EDGE_METHODS", "PARENT_SESSION_ID", "SESSION_ID", "child_of", "parent_of",
-    "routing_key", "session_of",
-    *_event_names, *_wire_names,
-]
+__all__ = _publish(globals())

@@ -73,23 +73,27 @@ class TurnEndReason:
 
 @attrs.frozen(kw_only=True)
 class PermissionPresetData:
+    """The ``data`` of the ``permission/preset`` session event."""
     preset: str
 
 
 @attrs.frozen(kw_only=True)
 class SandboxModeData:
+    """The ``data`` of the ``sandbox/mode`` session event."""
     mode: str
     source: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class ApprovalPolicyData:
+    """The ``data`` of the ``approval/policy`` session event."""
     policy: str
     source: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class InboxSplicedData:
+    """The ``data`` of the ``agent/inbox/spliced`` session event."""
     target: str
     start: int
     inserted: list[UserMessage]
@@ -99,17 +103,20 @@ class InboxSplicedData:
 
 @attrs.frozen(kw_only=True)
 class TurnData:
+    """The ``data`` of the ``turn/start`` session event."""
     turn: int
 
 
 @attrs.frozen(kw_only=True)
 class StepData:
+    """The ``data`` of the ``step/end`` / ``step/start`` session events."""
     turn: int
     step: int
 
 
 @attrs.frozen(kw_only=True)
 class SystemMessageData:
+    """The ``data`` of the ``system/message`` session event."""
     turn: int
     step: int
     message: ModelMessage
@@ -117,6 +124,7 @@ class SystemMessageData:
 
 @attrs.frozen(kw_only=True)
 class RequestHeaderData:
+    """The ``data`` of the ``request/header`` session event."""
     header: Any
     reason: str | None = None
     starts_series: bool | None = None
@@ -124,6 +132,7 @@ class RequestHeaderData:
 
 @attrs.frozen(kw_only=True)
 class RequestContextData:
+    """The ``data`` of the ``request/context`` session event."""
     provider: str
     model: str
     context_window: int | None = None
@@ -132,6 +141,7 @@ class RequestContextData:
 
 @attrs.frozen(kw_only=True)
 class SessionTitleData:
+    """The ``data`` of the ``session/title`` session event."""
     title: str
     message_seqs: list[int] | None = None
     source: Any = None
@@ -139,6 +149,7 @@ class SessionTitleData:
 
 @attrs.frozen(kw_only=True)
 class AssistantMessageData:
+    """The ``data`` of the ``assistant/message`` session event."""
     turn: int
     step: int
     message: ModelMessage
@@ -149,6 +160,7 @@ class AssistantMessageData:
 
 @attrs.frozen(kw_only=True)
 class AssistantAttemptData:
+    """The ``data`` of the ``assistant/attempt`` session event."""
     turn: int
     step: int
     stream: Any = None
@@ -156,6 +168,7 @@ class AssistantAttemptData:
 
 @attrs.frozen(kw_only=True)
 class ToolCallData:
+    """The ``data`` of the ``tool/call`` session event."""
     turn: int
     step: int
     call_id: str
@@ -165,6 +178,7 @@ class ToolCallData:
 
 @attrs.frozen(kw_only=True)
 class ToolError:
+    """Why a tool call failed (``error`` of a ``tool/result`` event's data)."""
     name: str
     code: str
     reason: Any = None
@@ -172,6 +186,7 @@ class ToolError:
 
 @attrs.frozen(kw_only=True)
 class ToolResultData:
+    """The ``data`` of the ``tool/result`` session event."""
     turn: int
     step: int
     message: ModelMessage
@@ -181,12 +196,14 @@ class ToolResultData:
 
 @attrs.frozen(kw_only=True)
 class TurnEndData:
+    """The ``data`` of the ``turn/end`` session event."""
     turn: int
     reason: TurnEndReason
 
 
 @attrs.frozen(kw_only=True)
 class SubagentCatalogData:
+    """The ``data`` of the ``subagent/catalog`` session event."""
     child_id: str
     mode: str
     version: int | None = None
@@ -196,11 +213,13 @@ class SubagentCatalogData:
 
 @attrs.frozen(kw_only=True)
 class WorkingDirectoryChangeData:
+    """The ``data`` of the ``working-directory/change`` session event."""
     cwd: str
 
 
 @attrs.frozen(kw_only=True)
 class ApprovalAskedData:
+    """The ``data`` of the ``approval/asked`` session event."""
     id: str
     tool_name: str
     call_id: str | None = None
@@ -209,12 +228,14 @@ class ApprovalAskedData:
 
 @attrs.frozen(kw_only=True)
 class ApprovalDecidedData:
+    """The ``data`` of the ``approval/decided`` session event."""
     id: str
     outcome: str
 
 
 @attrs.frozen(kw_only=True)
 class LlmRetryData:
+    """The ``data`` of the ``llm/retry`` session event."""
     retry_id: str
     turn: int
     step: int
@@ -229,6 +250,7 @@ class LlmRetryData:
 
 @attrs.frozen(kw_only=True)
 class LlmRetryStartedData:
+    """The ``data`` of the ``llm/retry-started`` session event."""
     retry_id: str
     turn: int
     step: int
@@ -237,6 +259,7 @@ class LlmRetryStartedData:
 
 @attrs.frozen(kw_only=True)
 class DeliveryAcceptedData:
+    """The ``data`` of the ``session-log-deepseek/delivery-accepted`` session event."""
     session_id: str
     session_format_version: int | None = None
     through_seq: int | None = None
@@ -244,6 +267,7 @@ class DeliveryAcceptedData:
 
 @attrs.frozen(kw_only=True)
 class CommandRunData:
+    """The ``data`` of the ``command/run`` session event."""
     command_id: str
     name: str
     source: Any = None
@@ -252,6 +276,7 @@ class CommandRunData:
 
 @attrs.frozen(kw_only=True)
 class CommandDoneData:
+    """The ``data`` of the ``command/done`` session event."""
     command_id: str
     kind: str
     text: str | None = None
@@ -283,131 +308,157 @@ class UnknownEvent(_Envelope):
 # Explicit classes (not generated) so type checkers and users can name them.
 @attrs.frozen(kw_only=True)
 class PermissionPreset(_Envelope):
+    """The ``permission/preset`` session event."""
     data: PermissionPresetData
 
 
 @attrs.frozen(kw_only=True)
 class SandboxMode(_Envelope):
+    """The ``sandbox/mode`` session event."""
     data: SandboxModeData
 
 
 @attrs.frozen(kw_only=True)
 class ApprovalPolicy(_Envelope):
+    """The ``approval/policy`` session event."""
     data: ApprovalPolicyData
 
 
 @attrs.frozen(kw_only=True)
 class InboxSpliced(_Envelope):
+    """The ``agent/inbox/spliced`` session event."""
     data: InboxSplicedData
 
 
 @attrs.frozen(kw_only=True)
 class TurnStart(_Envelope):
+    """The ``turn/start`` session event."""
     data: TurnData
 
 
 @attrs.frozen(kw_only=True)
 class StepStart(_Envelope):
+    """The ``step/start`` session event."""
     data: StepData
 
 
 @attrs.frozen(kw_only=True)
 class StepEnd(_Envelope):
+    """The ``step/end`` session event."""
     data: StepData
 
 
 @attrs.frozen(kw_only=True)
 class SystemMessageEvent(_Envelope):
+    """The ``system/message`` session event."""
     data: SystemMessageData
 
 
 @attrs.frozen(kw_only=True)
 class UserMessageEvent(_Envelope):
+    """The ``user/message`` session event."""
     data: UserMessage
 
 
 @attrs.frozen(kw_only=True)
 class RequestHeader(_Envelope):
+    """The ``request/header`` session event."""
     data: RequestHeaderData
 
 
 @attrs.frozen(kw_only=True)
 class RequestContext(_Envelope):
+    """The ``request/context`` session event."""
     data: RequestContextData
 
 
 @attrs.frozen(kw_only=True)
 class SessionTitle(_Envelope):
+    """The ``session/title`` session event."""
     data: SessionTitleData
 
 
 @attrs.frozen(kw_only=True)
 class AssistantMessage(_Envelope):
+    """The ``assistant/message`` session event."""
     data: AssistantMessageData
 
 
 @attrs.frozen(kw_only=True)
 class AssistantAttempt(_Envelope):
+    """The ``assistant/attempt`` session event."""
     data: AssistantAttemptData
 
 
 @attrs.frozen(kw_only=True)
 class ToolCall(_Envelope):
+    """The ``tool/call`` session event."""
     data: ToolCallData
 
 
 @attrs.frozen(kw_only=True)
 class ToolResult(_Envelope):
+    """The ``tool/result`` session event."""
     data: ToolResultData
 
 
 @attrs.frozen(kw_only=True)
 class TurnEnd(_Envelope):
+    """The ``turn/end`` session event."""
     data: TurnEndData
 
 
 @attrs.frozen(kw_only=True)
 class SubagentCatalog(_Envelope):
+    """The ``subagent/catalog`` session event."""
     data: SubagentCatalogData
 
 
 @attrs.frozen(kw_only=True)
 class WorkingDirectoryChange(_Envelope):
+    """The ``working-directory/change`` session event."""
     data: WorkingDirectoryChangeData
 
 
 @attrs.frozen(kw_only=True)
 class ApprovalAsked(_Envelope):
+    """The ``approval/asked`` session event."""
     data: ApprovalAskedData
 
 
 @attrs.frozen(kw_only=True)
 class ApprovalDecided(_Envelope):
+    """The ``approval/decided`` session event."""
     data: ApprovalDecidedData
 
 
 @attrs.frozen(kw_only=True)
 class LlmRetry(_Envelope):
+    """The ``llm/retry`` session event."""
     data: LlmRetryData
 
 
 @attrs.frozen(kw_only=True)
 class LlmRetryStarted(_Envelope):
+    """The ``llm/retry-started`` session event."""
     data: LlmRetryStartedData
 
 
 @attrs.frozen(kw_only=True)
 class DeliveryAccepted(_Envelope):
+    """The ``session-log-deepseek/delivery-accepted`` session event."""
     data: DeliveryAcceptedData
 
 
 @attrs.frozen(kw_only=True)
 class CommandRun(_Envelope):
+    """The ``command/run`` session event."""
     data: CommandRunData
 
 
 @attrs.frozen(kw_only=True)
 class CommandDone(_Envelope):
+    """The ``command/done`` session event."""
     data: CommandDoneData
 
 

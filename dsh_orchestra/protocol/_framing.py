@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import orjson
 
+from .._params import Param, ParamValueError
 from ._errors import FrameTooLargeError, SdkProtocolError
 
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
@@ -46,7 +47,7 @@ class LineFramer:
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size <= 0:
-            raise ValueError(f"max_frame_size must be > 0, not {max_frame_size!r}")
+            raise ParamValueError(Param("max_frame_size", max_frame_size, spelled="max_frame_size"), f" must be > 0, not {max_frame_size!r}")
         self.max_frame_size = max_frame_size
         self.ignored = 0
         self._parts: list[bytes] = []  # received, not yet split; the start of one line

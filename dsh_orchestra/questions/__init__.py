@@ -3,6 +3,7 @@
 Imports only the protocol layer.
 """
 
+from .._public import publish as _publish
 from ._answerers import (
     DISMISS as DISMISS,
     Answerer as Answerer,
@@ -25,8 +26,4 @@ from ._loading import (
     load_answerer_file as load_answerer_file,
 )
 
-__all__ = [
-    "DISMISS", "Answerer", "AnswererFile", "AnswererFileError", "QuestionAnswerError", "QuestionRecord", "QuestionService",
-    "QuestionsRequest", "answerer_name", "answerer_of", "ask_terminal", "by_rule", "first_option", "load_answerer",
-    "load_answerer_file", "validate_answers",
-]
+__all__ = _publish(globals())

@@ -3,9 +3,10 @@
 Sits on top of ``batch`` and ``workflow`` (it reads their files); ``dsh-orchestra report`` calls it.
 """
 
+from .._public import publish as _publish
 from ._build import write_compare as write_compare, write_report as write_report
 from ._data import ReportInputError as ReportInputError, build_payload as build_payload, latency_stats as latency_stats
 from ._html import render_html as render_html
 from ._markup import embed_json as embed_json
 
-__all__ = ["ReportInputError", "build_payload", "embed_json", "latency_stats", "render_html", "write_compare", "write_report"]
+__all__ = _publish(globals())

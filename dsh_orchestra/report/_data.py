@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import orjson
 
+from .._params import integer
 from .._version import __version__
 from ..approvals import DecisionRecord
 from ..batch._results import read_results, scan_results
@@ -487,10 +488,8 @@ def build_payload(
         raise ReportInputError("a comparison with a base run needs the candidate's results file as RESULTS")
     if results is None and workflow is None:
         raise ReportInputError("give a results file (JSON Lines from `dsh-orchestra batch`) or a workflow result (JSON)")
-    if isinstance(max_text, bool) or not isinstance(max_text, int) or max_text < 1:
-        raise ValueError(f"max_text must be an integer >= 1, not {max_text!r}")
-    if isinstance(max_transcript, bool) or not isinstance(max_transcript, int) or max_transcript < 1:
-        raise ValueError(f"max_transcript must be an integer >= 1, not {max_transcript!r}")
+    integer(1).check("max_text", max_text)
+    integer(1).check("max_transcript", max_transcript)
     sources = {k: os.fspath(v) for k, v in (("results", results), ("summary", summary), ("audit", audit),
                                             ("dataset", dataset), ("workflow", workflow), ("transcripts", transcripts),
                                             ("compare", compare)) if v is not None}

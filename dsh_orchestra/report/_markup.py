@@ -1,30 +1,23 @@
 """Escaped HTML/SVG building: every string that is not already Markup is escaped.
 
-The report's server-side parts (summary tables, charts, the workflow graph) are built only
-with ``tag``, so text taken from results can never become markup. ``embed_json`` makes a JSON
-document safe inside ``<script type="application/json">``.
+``Markup`` and ``escape`` are markupsafe's: a ``Markup`` stays safe when a plain string is
+added to it or formatted into it (the string is escaped), where a ``str`` subclass of our own
+lost the marker. The report's server-side parts (summary tables, charts, the workflow graph)
+are built only with ``tag``, so text taken from results can never become markup.
+``embed_json`` makes a JSON document safe inside ``<script type="application/json">``.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any, Iterable
 
 import orjson
+from markupsafe import Markup, escape
+
+__all__ = ["Markup", "embed_json", "escape", "join", "tag"]
 
 
-class Markup(str):
-    """A string that is already safe markup (built by ``tag`` or written by us)."""
-
-
-def escape(value: Any) -> Markup:
-    """``value`` as text: ``& < > " '`` escaped (Markup passes through)."""
-    if isinstance(value, Markup):
-        return value
-    return Markup(html.escape(str(value), quote=True))
-
-
-def _children(children: Iterable[Any]) -> str:
+def _children(children: Iterable[Any]) -> Markup:
     parts = []
     for child in children:
         if child is None or child is False:
@@ -33,24 +26,24 @@ def _children(children: Iterable[Any]) -> str:
             parts.append(_children(child))
         else:
             parts.append(escape(child))
-    return "".join(parts)
+    return Markup("").join(parts)
 
 
 def tag(name: str, attributes: dict[str, Any] | None = None, *children: Any) -> Markup:
     """``<name attr="value">children</name>``; None/False attributes and children are left out,
     True attributes are written bare, lists of children are flattened."""
-    attrs = ""
+    attrs = Markup("")
     for key, value in (attributes or {}).items():
         if value is None or value is False:
             continue
         key = key.rstrip("_").replace("_", "-")
-        attrs += f" {key}" if value is True else f' {key}="{escape(value)}"'
-    return Markup(f"<{name}{attrs}>{_children(children)}</{name}>")
+        attrs += Markup(" {}").format(key) if value is True else Markup(' {}="{}"').format(key, value)
+    return Markup("<{}{}>{}</{}>").format(name, attrs, _children(children), name)
 
 
 def join(parts: Iterable[Any]) -> Markup:
     """Concatenate, escaping what is not Markup."""
-    return Markup(_children(parts))
+    return _children(parts)
 
 
 _SCRIPT_ESCAPES = {

@@ -3,6 +3,7 @@
 Knows nothing about sessions, pools or workflows.
 """
 
+from .._public import publish as _publish
 from .._redact import redact as redact
 from ._actor import RuntimeActor as RuntimeActor, StderrTail as StderrTail
 from ._spec import (
@@ -13,4 +14,4 @@ from ._spec import (
     bundled_dsh_command as bundled_dsh_command,
 )
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_PROVIDER", "Connector", "RuntimeActor", "RuntimeSpec", "StderrTail", "bundled_dsh_command", "redact"]
+__all__ = _publish(globals())

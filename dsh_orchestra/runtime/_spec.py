@@ -14,6 +14,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 
 import attrs
 
+from .._params import Param, ParamTypeError, ParamValueError, integer, non_empty, one_of, positive
 from .._redact import MIN_INHERITED_SECRET, SECRET_NAME, redact
 from ..protocol import ClientCapabilities, InitializeParams
 
@@ -37,21 +38,17 @@ def _redacted_env(env: Mapping[str, str]) -> str:
     return repr(shown)
 
 
-def _non_empty(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
-
-
-def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+_NON_EMPTY = non_empty()
+_POSITIVE_INT = integer(1, "a positive integer")
+_AT_LEAST_ONE = integer(1)
+_SECONDS = positive("a positive number of seconds")
 
 
 def _path_or_none(value: Any) -> Path | None:
     if value is None:
         return None
     if isinstance(value, str) and not value.strip():  # Path("") would be the current directory
-        raise ValueError(f"dsh_home must be a directory path, not {value!r}")
+        raise ParamValueError(Param("dsh_home", value, spelled="dsh_home"), f" must be a directory path, not {value!r}")
     return _absolute(value)
 
 
@@ -68,14 +65,22 @@ def _env(value: Any) -> dict[str, str]:
     env = dict(value)
     for key, item in env.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"env must map strings to strings; {key!r} maps to {type(item).__name__}")
+            raise ParamTypeError(Param("env", spelled="env"), f" must map strings to strings; {key!r} maps to {type(item).__name__}")
     return env
 
 
-def _tuple_of_str(value: Any) -> tuple[str, ...]:
+def _arguments(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise TypeError(f"expected a sequence of arguments, not the string {value!r}; split it first")
+        raise ParamTypeError(Param(name, spelled=name), f" must be a sequence of arguments, not the string {value!r}; split it first")
     return tuple(str(v) for v in value)
+
+
+def _command(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else _arguments("command", value)
+
+
+def _patches(value: Any) -> tuple[str, ...]:
+    return _arguments("patches", value)
 
 
 def bundled_dsh_command() -> tuple[str, ...]:
@@ -107,28 +112,28 @@ class RuntimeSpec:
     ``cwd`` (the workspace sent in ``initialize``) and ``process_cwd`` are made absolute here.
     """
 
-    command: tuple[str, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(_tuple_of_str))
+    command: tuple[str, ...] | None = attrs.field(default=None, converter=_command)
     connect: Connector | None = attrs.field(default=None, repr=False)
-    profile: str = "sdk"
-    patches: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    profile: str = attrs.field(default="sdk", validator=_NON_EMPTY)
+    patches: tuple[str, ...] = attrs.field(default=(), converter=_patches)
     append_profile: bool | None = None
     dsh_home: Path | None = attrs.field(default=None, converter=_path_or_none)
     cwd: Path = attrs.field(factory=Path.cwd, converter=_absolute)
     process_cwd: Path | None = attrs.field(default=None, converter=_absolute_or_none)
     env: Mapping[str, str] = attrs.field(factory=dict, converter=_env, repr=_redacted_env)
     inherit_env: bool = True
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, validator=attrs.validators.optional(_NON_EMPTY))
     api_key: str | None = attrs.field(default=None, repr=lambda v: "None" if v is None else "'***'")
-    provider: str = DEFAULT_PROVIDER
-    model: str = DEFAULT_MODEL
-    reasoning_effort: str | None = None
-    max_tokens: int | None = None
-    handshake_timeout: float = 30.0
-    handshake_attempts: int = 1
-    shutdown_timeout: float = 1.0
-    eof_grace: float = 2.0
-    terminate_grace: float = 2.0
-    exit_wait: float = 5.0
+    provider: str = attrs.field(default=DEFAULT_PROVIDER, validator=_NON_EMPTY)
+    model: str = attrs.field(default=DEFAULT_MODEL, validator=_NON_EMPTY)
+    reasoning_effort: str | None = attrs.field(default=None, validator=attrs.validators.optional(_NON_EMPTY))
+    max_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(_POSITIVE_INT))
+    handshake_timeout: float = attrs.field(default=30.0, validator=_SECONDS)
+    handshake_attempts: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
+    shutdown_timeout: float = attrs.field(default=1.0, validator=_SECONDS)
+    eof_grace: float = attrs.field(default=2.0, validator=_SECONDS)
+    terminate_grace: float = attrs.field(default=2.0, validator=_SECONDS)
+    exit_wait: float = attrs.field(default=5.0, validator=_SECONDS)
     stderr_tail_lines: int = 200
     name: str | None = None
     approval_relay: str = "auto"
@@ -140,29 +145,15 @@ class RuntimeSpec:
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
-            raise ValueError("give RuntimeSpec either command or connect, not both")
+            raise ParamValueError("give RuntimeSpec either ", Param("command", spelled="command"), " or ",
+                                  Param("connect", spelled="connect"), ", not both")
         if self.command is not None and not self.command:
-            raise ValueError("command must not be empty")
+            raise ParamValueError(Param("command", self.command, spelled="command"), " must not be empty")
         if self.connect is None and self.dsh_home is None:
-            raise ValueError(
-                "RuntimeSpec needs an explicit dsh_home (the runtime's DSH_HOME); dsh_orchestra "
-                "never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
+            raise ParamValueError(
+                "RuntimeSpec needs an explicit ", Param("dsh_home", spelled="dsh_home"), " (the runtime's DSH_HOME); "
+                "dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=<a directory for this runtime>)"
             )
-        _non_empty("provider", self.provider)
-        _non_empty("model", self.model)
-        _non_empty("profile", self.profile)
-        if self.reasoning_effort is not None:
-            _non_empty("reasoning_effort", self.reasoning_effort)
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0
-        ):
-            raise ValueError(f"max_tokens must be a positive integer, not {self.max_tokens!r}")
-        for field in ("handshake_timeout", "shutdown_timeout", "eof_grace", "terminate_grace", "exit_wait"):
-            _positive(field, getattr(self, field))
-        if isinstance(self.handshake_attempts, bool) or not isinstance(self.handshake_attempts, int) or self.handshake_attempts < 1:
-            raise ValueError(f"handshake_attempts must be an integer >= 1, not {self.handshake_attempts!r}")
-        if self.base_url is not None:
-            _non_empty("base_url", self.base_url)
         if self.relay_approvals is not None:
             warnings.warn(
                 "RuntimeSpec(relay_approvals=...) is deprecated: use approval_relay='on' | 'off' | 'auto'",
@@ -170,11 +161,10 @@ class RuntimeSpec:
             )
             object.__setattr__(self, "approval_relay", "on" if self.relay_approvals else "off")
             object.__setattr__(self, "relay_approvals", None)
-        if self.approval_relay not in APPROVAL_RELAY_MODES:
-            raise ValueError(f"approval_relay must be one of 'auto', 'on', 'off', not {self.approval_relay!r}")
+        one_of(*APPROVAL_RELAY_MODES).check("approval_relay", self.approval_relay)
         if self.approval_relay == "on" and not self.loads_patches:
-            raise ValueError(
-                "approval_relay='on' needs a runtime that loads --patch files: the bundled dsh "
+            raise ParamValueError(
+                Param("approval_relay", "on"), " needs a runtime that loads --patch files: the bundled dsh "
                 "(command=None), or a dsh command with append_profile=True"
             )
 

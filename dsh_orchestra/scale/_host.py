@@ -20,7 +20,8 @@ from typing import Any, Mapping
 import attrs
 import trio
 
-from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor, PoolRunner
+from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor
+from ..batch._local import PoolRunner
 from ..protocol import OrchestraError
 from ._portable import ActorSpec, RemoteError
 
@@ -33,6 +34,10 @@ CLOSE_WAIT = 60.0
 class HostFailedError(OrchestraError):
     """The host's pool is gone (it gave up, or the host is closing): the item was not run
     to the end here and goes to another host."""
+
+
+def _absolute(path: str | os.PathLike[str] | None) -> str | None:
+    return None if path is None else os.path.abspath(os.fspath(path))
 
 
 @attrs.frozen(kw_only=True)
@@ -49,11 +54,15 @@ class HostConfig:
     @classmethod
     def for_items(cls, actor_spec: ActorSpec, options: BatchOptions, *, slot: int, runtimes: int, in_flight: int) -> HostConfig:
         """A host for ``in_flight`` items at once over ``runtimes`` runtimes; the options
-        only an attempt needs (nothing the driver owns: results, retries, summary, resume, shard)."""
+        only an attempt or the host's pool needs (nothing the driver owns: results, retries,
+        summary, resume, shard)."""
         item_options = BatchOptions(
             runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, policy=options.policy,
             answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
+            max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
         )
+        # paths made absolute here, on the driver: an actor's working directory is not the driver's
+        item_options = attrs.evolve(item_options, audit=_absolute(options.audit), transcripts=_absolute(options.transcripts))
         return cls(actor_spec=actor_spec, slot=slot, runtimes=runtimes, in_flight=in_flight, options=item_options)
 
 

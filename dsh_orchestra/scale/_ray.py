@@ -20,12 +20,12 @@ import tempfile
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import attrs
 import trio
 
-from .._params import Param
+from .._params import Param, integer, positive
 from ..batch import Attempt, BatchItem, BatchOptions, BatchSummary, BatchUsageError, run_batch
 from ..pool import Backoff, Ended, Supervisor, serving
 from ..protocol import OrchestraError
@@ -47,14 +47,25 @@ class ScaleError(OrchestraError):
     """The Ray run cannot go on (every actor slot kept failing to start); results so far are kept."""
 
 
-def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, not {value!r}")
+_at_least_one = integer(1)
+_positive = positive()
 
 
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{attribute.name} must be a positive number, not {value!r}")
+def _resources_per_slot(value: Any) -> tuple[dict[str, float], ...] | None:
+    """``actor_resources`` as a tuple of plain dicts (one mapping alone: every actor's)."""
+    if value is None:
+        return None
+    entries = [value] if isinstance(value, Mapping) else value
+    if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence) or not entries:
+        raise ValueError(f"actor_resources must be a mapping or a non-empty list of mappings, not {value!r}")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not all(
+                isinstance(k, str) and k and not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
+                for k, v in entry.items()):
+            raise ValueError(f"actor_resources: each entry must map resource names to positive numbers, not {entry!r}")
+        out.append({k: float(v) for k, v in entry.items()})
+    return tuple(out)
 
 
 def _import_ray() -> Any:
@@ -179,6 +190,8 @@ class RayRunner:
 
     def __init__(self, ray: Any, executor: RayExecutor, configs: list[HostConfig], per_actor: int, *,
                  secrets_box: list[Any], actor_options: dict[str, Any]) -> None:
+        """``actor_options``: Ray's options of every actor; slot ``i`` adds ``executor.actor_resources``'s
+        entry ``i`` (cycled) to their ``resources``."""
         from ._actor import HostActor
 
         self.ray = ray
@@ -208,6 +221,14 @@ class RayRunner:
 
     def pending_approvals(self) -> int:
         return 0  # decided inside the actors; not polled over Ray
+
+    def slot_options(self, index: int) -> dict[str, Any]:
+        """Ray's options for the actor of slot ``index``: every actor's, with the slot's own resources."""
+        options = dict(self.actor_options)
+        per_slot = self.executor.actor_resources
+        if per_slot:
+            options["resources"] = {**dict(options.get("resources") or {}), **per_slot[index % len(per_slot)]}
+        return options
 
     def _notify(self) -> None:
         self._changed.set()
@@ -310,7 +331,7 @@ class RayRunner:
         slot.lost = None
         name = f"dsh-orchestra-{self.run_id}-{slot.index}.{slot.generation}"
         actor = self.remote_class.options(
-            name=name, max_concurrency=self.per_actor + CONTROL_CALLS, max_restarts=0, **self.actor_options,
+            name=name, max_concurrency=self.per_actor + CONTROL_CALLS, max_restarts=0, **self.slot_options(slot.index),
         ).remote(self.configs[slot.index])
         self.live[name] = actor
         began = time.monotonic()
@@ -325,9 +346,11 @@ class RayRunner:
                     failure = exc
                 race.cancel_scope.cancel()
         if timer.cancelled_caught:
+            wanted = self.slot_options(slot.index).get("resources")
             failure = ScaleError(
                 f"actor {name} did not start within {plan.start_timeout:g} s (not enough resources in "
-                f"the cluster for {plan.num_cpus:g} CPU per actor, or a slow runtime_env?)"
+                f"the cluster for {plan.num_cpus:g} CPU per actor{f' and {wanted}' if wanted else ''}, "
+                "or a slow runtime_env?)"
             )
         if info is None:
             self._kill(name)
@@ -427,7 +450,9 @@ class RayExecutor:
     is None); otherwise ``spec.dsh_home``, with ``{actor}`` replaced by the actor's slot.
     ``runtime_env`` is merged into each actor's (``pip``, ``working_dir``, ``env_vars``...);
     ``num_cpus`` and ``actor_options`` (``resources``, ``scheduling_strategy``, ...; default
-    strategy ``"SPREAD"``) place the actors. A lost actor is replaced after ``backoff``; its
+    strategy ``"SPREAD"``) place the actors; ``actor_resources`` gives actor slot ``i`` the
+    custom resources ``actor_resources[i % len]`` (one mapping: every actor's), e.g.
+    ``[{"node_a": 1}, {"node_b": 1}]`` puts the actors on the nodes that offer them, in turn. A lost actor is replaced after ``backoff``; its
     items run again, at most ``max_handouts`` times each. The audit log and transcripts are
     written by the actors, on their nodes.
     """
@@ -439,6 +464,7 @@ class RayExecutor:
     runtime_env: Mapping[str, Any] | None = None
     num_cpus: float = attrs.field(default=1.0, validator=_positive)
     actor_options: Mapping[str, Any] | None = None
+    actor_resources: tuple[dict[str, float], ...] | None = attrs.field(default=None, converter=_resources_per_slot)
     start_timeout: float = attrs.field(default=600.0, validator=_positive)
     max_start_failures: int = attrs.field(default=5, validator=_at_least_one)
     max_handouts: int = attrs.field(default=3, validator=_at_least_one)
@@ -504,6 +530,7 @@ async def run_batch_ray(
     runtime_env: Mapping[str, Any] | None = None,
     num_cpus: float = 1.0,
     actor_options: Mapping[str, Any] | None = None,
+    actor_resources: Sequence[Mapping[str, float]] | Mapping[str, float] | None = None,
     start_timeout: float = 600.0,
     max_start_failures: int = 5,
     max_handouts: int = 3,
@@ -515,7 +542,8 @@ async def run_batch_ray(
     of earlier releases; the keyword arguments are ``RayExecutor``'s."""
     executor = RayExecutor(
         address=address, actors=actors, runtimes_per_actor=runtimes_per_actor, temp_home=temp_home,
-        runtime_env=runtime_env, num_cpus=num_cpus, actor_options=actor_options, start_timeout=start_timeout,
+        runtime_env=runtime_env, num_cpus=num_cpus, actor_options=actor_options, actor_resources=actor_resources,
+        start_timeout=start_timeout,
         max_start_failures=max_start_failures, max_handouts=max_handouts, backoff=backoff, init_options=init_options,
     )
     return await run_batch(dataset, out, spec, options, executor=executor, **kwargs)

@@ -3,6 +3,7 @@
 Knows nothing about pools or workflow graphs.
 """
 
+from .._public import publish as _publish
 from ._router import SessionRouter as SessionRouter
 from ._runtime import (
     Runtime as Runtime,
@@ -25,20 +26,4 @@ from ._turn import (
     TurnResult as TurnResult,
 )
 
-__all__ = [
-    "OK_FINISH_REASONS",
-    "CommandResult",
-    "EventLog",
-    "PromptInput",
-    "Runtime",
-    "Session",
-    "SessionRouter",
-    "SubagentResult",
-    "TurnCollector",
-    "TurnResult",
-    "configuration_warnings",
-    "content_blocks",
-    "open_runtime",
-    "report_warnings",
-    "warnings_reported",
-]
+__all__ = _publish(globals())

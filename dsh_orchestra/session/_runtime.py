@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 import trio
 
 from .._logging import SessionContexts, log_context, register_secrets
+from .._params import Param, ParamTypeError, ParamValueError
 from .._scratch import scratch_dir
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService, AuditLog
@@ -118,7 +119,7 @@ class Runtime:
             JsonRpcResponseError: missing, unreadable or occupied; nothing replaces it.
         """
         if not isinstance(id, str) or not id:
-            raise ValueError(f"a session id must be a non-empty string, not {id!r}")
+            raise ParamValueError("a session ", Param("id", id, spelled="id"), f" must be a non-empty string, not {id!r}")
         await self.connection.request(SESSION_RESUME, SessionIdParams(session_id=id), EmptyResult)
         return Session(self, id)
 
@@ -207,7 +208,8 @@ async def open_runtime(
             resolved = relay.prepare(resolved, approvals=approvals is not None, questions=answerer is not None)
             stack.callback(relay.cleanup)
         elif resolved.approval_relay == "on":
-            raise ValueError("approval_relay='on' needs open_runtime(..., approvals=<policy>) or answerer=<answerer>")
+            raise ParamValueError(Param("approval_relay", "on"), " needs open_runtime(..., ", Param("approvals", spelled="approvals=<policy>"),
+                                  ") or ", Param("answerer", spelled="answerer=<answerer>"))
         report_warnings(configuration_warnings(resolved, approvals=approvals is not None, answerer=answerer is not None))
         if audit is not None and not isinstance(audit, AuditLog):
             audit = stack.enter_context(AuditLog(audit, secrets=resolved.secrets()))
@@ -283,7 +285,8 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
                 audit.add_secrets(service.secrets)
         else:
             if not callable(approvals):
-                raise TypeError(f"approvals must be a policy (a callable) or an ApprovalService, not {type(approvals).__name__}")
+                raise ParamTypeError(Param("approvals", approvals, spelled="approvals"),
+                                     f" must be a policy (a callable) or an ApprovalService, not {type(approvals).__name__}")
             service = ApprovalService(approvals, runtime=runtime.name, audit=audit, secrets=actor.spec.secrets())
         runtime.approvals = service
 
@@ -295,7 +298,8 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
         ), ApprovalRequestParams)
     if answerer is not None:
         if not isinstance(answerer, QuestionService) and not callable(answerer):
-            raise TypeError(f"answerer must be a callable or a QuestionService, not {type(answerer).__name__}")
+            raise ParamTypeError(Param("answerer", answerer, spelled="answerer"),
+                                 f" must be a callable or a QuestionService, not {type(answerer).__name__}")
         questions = answerer if isinstance(answerer, QuestionService) else QuestionService(answerer, runtime=runtime.name)
         runtime.questions = questions
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 import attrs
 import trio
 
+from .._params import Param, ParamValueError
 from .._tracing import observed_turn
 from ..protocol import (
     SESSION_PROMPT,
@@ -103,7 +104,8 @@ class Session:
 
     def __init__(self, runtime: Runtime, session_id: str) -> None:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"a session id must be a non-empty string, not {session_id!r}")
+            raise ParamValueError("a session ", Param("session_id", session_id, spelled="id"),
+                                  f" must be a non-empty string, not {session_id!r}")
         self.runtime = runtime
         self.id = session_id
 

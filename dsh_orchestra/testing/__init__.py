@@ -5,6 +5,7 @@ lacks) and runs in-process over memory streams or as ``python -m dsh_orchestra.t
 The scripted model server lets the real runtime run offline. No library module imports this.
 """
 
+from .._public import publish as _publish
 from ._fake_model import (
     FakeModelServer as FakeModelServer,
     fake_model_main as fake_model_main,
@@ -33,9 +34,4 @@ from ._simulator import (
 )
 from ._specs import in_process_spec as in_process_spec
 
-__all__ = [
-    "DEFAULT_SCRIPT", "ApprovalSpec", "Behaviour", "EventsSpec", "FakeModelServer", "QuestionSpec",
-    "Rule", "Script", "ScriptError", "SimOptions", "SimulatedRuntime", "SpawnSpec", "ToolCallSpec",
-    "fake_model_main", "in_process_spec", "load_script", "open_fake_model", "open_simulator",
-    "open_simulator_stream", "parse_script", "sim_main",
-]
+__all__ = _publish(globals())

@@ -1,6 +1,7 @@
 """Declarative scenario scripts: one TOML file drives the simulated runtime and the fake model.
 
-Owns the script classes, their strict parser and the reply placeholders. Pure: no trio and no
+Owns the script classes, their strict parser (cattrs structuring of each table, a problem named
+by file, table and key) and the reply placeholders. Pure: no trio and no
 I/O except :func:`load_script` reading one file. Imports nothing from dsh_orchestra.
 The format is documented in ``docs/scenarios.md``.
 """
@@ -12,9 +13,11 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TypeAlias, cast
+from typing import Any, Callable, Final, Literal, TypeAlias, TypeVar, cast
 
 import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, override
 
 FailMode: TypeAlias = Literal["http-500", "http-400", "overloaded", "malformed", "stream-cut"]
 FAIL_MODES: Final[tuple[FailMode, ...]] = (
@@ -28,7 +31,7 @@ _BEHAVIOUR_KEYS: Final = (*_CHILD_KEYS, "after_subagents", "spawn", "tools", "ev
 _TOP_KEYS: Final = ("default_reply", "crash_after_prompts", "rules")
 _RULE_KEYS: Final = ("name", "match", "regex", *_BEHAVIOUR_KEYS)
 _SPAWN_KEYS: Final = ("description", "prompt", *_CHILD_KEYS)
-_MISSING: Final[Any] = object()
+T = TypeVar("T")
 
 
 class ScriptError(ValueError):
@@ -190,19 +193,22 @@ def load_script(path: str | os.PathLike[str]) -> Script:
 
 
 def parse_script(data: Mapping[str, Any], *, source: str = "<script>") -> Script:
-    """Validate an already decoded TOML document and build the :class:`Script`."""
-    top = _Table(data, source, "top level", _TOP_KEYS)
-    default_reply = top.text("default_reply", DEFAULT_REPLY)
-    crash_after = top.integer("crash_after_prompts", None, minimum=1)
-    _check_placeholders(top, "default_reply", default_reply, Behaviour())
+    """Validate an already decoded TOML document and build the :class:`Script`.
+
+    Each table is structured by cattrs (``_CONVERTER``, into the script classes themselves); a
+    problem becomes a ScriptError naming the file, the table and the key (the table's first).
+    """
+    place = _Place(source, "top level", data)
+    script = _structure(Script, place, _TOP_KEYS)
+    _check_placeholders(place, "default_reply", script.default_reply, Behaviour())
     rules: list[Rule] = []
-    for index, raw in enumerate(top.tables("rules", "rules")):
-        rule = _parse_rule(raw, source, index, default_reply)
+    for index, raw in enumerate(script.rules):
+        rule = _parse_rule(cast(Mapping[str, Any], raw), source, index, script.default_reply)
         if any(other.name == rule.name for other in rules):
             raise ScriptError(source, f"rules[{index}]", "name",
                               f"repeats the rule name {rule.name!r}")
         rules.append(rule)
-    return Script(default_reply=default_reply, crash_after_prompts=crash_after, rules=tuple(rules))
+    return attrs.evolve(script, rules=tuple(rules))
 
 
 def _parse_rule(data: Mapping[str, Any], source: str, index: int, default_reply: str) -> Rule:
@@ -211,47 +217,31 @@ def _parse_rule(data: Mapping[str, Any], source: str, index: int, default_reply:
     if not isinstance(name, str) or not name:
         raise ScriptError(source, where, "name",
                           f"must be a non-empty string, not {_describe(name)}")
-    table = _Table(data, source, where if name == where else f"{where} {name!r}", _RULE_KEYS)
-    match = table.text("match", None)
-    pattern = table.text("regex", None)
-    if match is not None and pattern is not None:
-        raise table.error("regex", "cannot be combined with 'match'; give one of them, "
+    place = _Place(source, where if name == where else f"{where} {name!r}", data)
+    keys = _structure(_RuleKeys, place, _RULE_KEYS)
+    if keys.match is not None and keys.regex is not None:
+        raise place.error("regex", "cannot be combined with 'match'; give one of them, "
                           "or neither to match every prompt")
     regex = None
-    if pattern is not None:
+    if keys.regex is not None:
         try:
-            regex = re.compile(pattern)
+            regex = re.compile(keys.regex)
         except re.error as exc:
-            raise table.error("regex", f"is not a valid regular expression: {exc}") from None
-    behaviour = _parse_behaviour(table, default_reply, child=False)
-    return Rule(name=name, match=match, regex=regex, behaviour=behaviour)
+            raise place.error("regex", f"is not a valid regular expression: {exc}") from None
+    raw = _structure(Behaviour, place, _RULE_KEYS)
+    behaviour = attrs.evolve(
+        raw, reply=raw.reply if place.given("reply") else default_reply,
+        spawn=tuple(_parse_spawn(place.sub("spawn", i, table), default_reply) for i, table in enumerate(cast(Any, raw.spawn))),
+        tools=tuple(_parse_tool(place.sub("tools", i, table)) for i, table in enumerate(cast(Any, raw.tools))),
+        events=_child(EventsSpec, place, "events", ("count", "size")),
+        approval=_child(ApprovalSpec, place, "approval", ("tool", "reason", "timeout")),
+        question=_child(QuestionSpec, place, "question", _QUESTION_KEYS),
+    )
+    _check_combinations(place, behaviour)
+    return Rule(name=name, match=keys.match, regex=regex, behaviour=behaviour)
 
 
-def _parse_behaviour(table: _Table, default_reply: str, *, child: bool) -> Behaviour:
-    fail = table.text("fail", None)
-    if fail is not None and fail not in FAIL_MODES:
-        raise table.error("fail", f"must be one of {', '.join(FAIL_MODES)}, not {fail!r}")
-    values: dict[str, Any] = dict(
-        reply=table.text("reply", default_reply), thinking=table.text("thinking", None),
-        delay=table.number("delay", 0.0), fail=cast("FailMode | None", fail),
-        max_tokens=table.boolean("max_tokens", False))
-    if not child:
-        values.update(
-            after_subagents=table.text("after_subagents", DEFAULT_AFTER_SUBAGENTS),
-            spawn=tuple(_parse_spawn(table.sub("spawn", i, raw, _SPAWN_KEYS), default_reply)
-                        for i, raw in enumerate(table.tables("spawn", "rules.spawn"))),
-            tools=tuple(_parse_tool(table.sub("tools", i, raw, ("name", "input")))
-                        for i, raw in enumerate(table.tables("tools", "rules.tools"))),
-            events=_parse_events(table), approval=_parse_approval(table),
-            question=_parse_question(table),
-            crash=table.boolean("crash", False), hang=table.boolean("hang", False),
-            malformed_frames=table.integer("malformed_frames", 0, minimum=0))
-    behaviour = Behaviour(**values)
-    _check_combinations(table, behaviour)
-    return behaviour
-
-
-def _check_combinations(table: _Table, b: Behaviour) -> None:
+def _check_combinations(table: _Place, b: Behaviour) -> None:
     endings = [key for key in ("fail", "max_tokens", "crash", "hang") if getattr(b, key)]
     if len(endings) > 1:
         raise table.error(endings[1], f"cannot be combined with {endings[0]!r}: "
@@ -269,62 +259,38 @@ def _check_combinations(table: _Table, b: Behaviour) -> None:
             _check_placeholders(table, key, getattr(b, key), b)
 
 
-def _check_placeholders(table: _Table, key: str, text: str, b: Behaviour) -> None:
+def _check_placeholders(table: _Place, key: str, text: str, b: Behaviour) -> None:
     if "{outcome}" in text and b.approval is None:
         raise table.error(key, "uses {outcome} but there is no 'approval' here to give an outcome")
     if "{answer}" in text and b.question is None:
         raise table.error(key, "uses {answer} but there is no 'question' here to answer")
 
 
-def _parse_spawn(table: _Table, default_reply: str) -> SpawnSpec:
-    description, prompt = table.text("description", _MISSING), table.text("prompt", _MISSING)
-    inline = any(table.given(key) for key in _CHILD_KEYS)
-    behaviour = _parse_behaviour(table, default_reply, child=True) if inline else None
-    return SpawnSpec(description=description, prompt=prompt, behaviour=behaviour)
+def _parse_spawn(place: _Place, default_reply: str) -> SpawnSpec:
+    keys = _structure(_SpawnKeys, place, _SPAWN_KEYS)
+    behaviour = None
+    if any(place.given(key) for key in _CHILD_KEYS):  # an inline behaviour for the child
+        child = _structure(Behaviour, place, _SPAWN_KEYS)
+        behaviour = attrs.evolve(child, reply=child.reply if place.given("reply") else default_reply)
+        _check_combinations(place, behaviour)
+    return SpawnSpec(description=keys.description, prompt=keys.prompt, behaviour=behaviour)
 
 
-def _parse_tool(table: _Table) -> ToolCallSpec:
-    name = table.text("name", _MISSING)
-    raw = table.get("input", {})
-    if not isinstance(raw, dict):
-        raise table.error("input", f"must be a table of tool arguments, not {_describe(raw)}")
-    _check_json(table, raw)
-    return ToolCallSpec(name=name, input=raw)
+def _parse_tool(place: _Place) -> ToolCallSpec:
+    tool = _structure(ToolCallSpec, place, ("name", "input"))
+    _check_json(place, tool.input)
+    return tool
 
 
-def _parse_events(parent: _Table) -> EventsSpec | None:
-    table = parent.child("events", ("count", "size"))
-    if table is None:
+def _child(cls: type[T], parent: _Place, key: str, allowed: tuple[str, ...]) -> T | None:
+    """The optional sub-table ``key`` of ``parent`` (already known to be a table) as ``cls``."""
+    data = parent.data.get(key)
+    if data is None:
         return None
-    return EventsSpec(count=table.integer("count", _MISSING, minimum=0),
-                      size=table.integer("size", 200, minimum=1))
+    return _structure(cls, _Place(parent.source, f"{parent.where} {key}", data), allowed)
 
 
-def _parse_approval(parent: _Table) -> ApprovalSpec | None:
-    table = parent.child("approval", ("tool", "reason", "timeout"))
-    if table is None:
-        return None
-    return ApprovalSpec(tool=table.text("tool", _MISSING),
-                        reason=table.text("reason", "", empty=True), timeout=table.timeout())
-
-
-def _parse_question(parent: _Table) -> QuestionSpec | None:
-    table = parent.child("question",
-                         ("id", "question", "options", "header", "multi_select", "detail",
-                          "timeout"))
-    if table is None:
-        return None
-    options = table.get("options", [])
-    if not isinstance(options, list) or not all(isinstance(o, str) and o for o in options):
-        raise table.error("options",
-                          f"must be an array of non-empty strings, not {_describe(options)}")
-    return QuestionSpec(id=table.text("id", "q1"), question=table.text("question", _MISSING),
-                        options=tuple(options), header=table.text("header", None),
-                        multi_select=table.boolean("multi_select", False),
-                        detail=table.text("detail", None), timeout=table.timeout())
-
-
-def _check_json(table: _Table, value: Any) -> None:
+def _check_json(table: _Place, value: Any) -> None:
     if isinstance(value, dict):
         for item in value.values():
             _check_json(table, item)
@@ -348,78 +314,144 @@ def _describe(value: Any) -> str:
     return f"{shown} ({_TOML_TYPES.get(type(value), type(value).__name__)})"
 
 
-class _Table:
-    """One TOML table being read: rejects unknown keys up front, then reads typed values."""
+@attrs.frozen
+class _Place:
+    """A table being read: where it is in the file (for messages), and what it holds."""
 
-    def __init__(self, data: Mapping[str, Any], source: str, where: str,
-                 allowed: tuple[str, ...]) -> None:
-        self.source, self.where, self._data = source, where, data
-        for key in data:
-            if key not in allowed:
-                raise self.error(key, "is not a known key here; expected one of: "
-                                 + ", ".join(allowed))
+    source: str
+    where: str
+    data: Mapping[str, Any]
 
     def error(self, key: str | None, problem: str) -> ScriptError:
         return ScriptError(self.source, self.where, key, problem)
 
     def given(self, key: str) -> bool:
-        return key in self._data
+        return key in self.data
 
-    def get(self, key: str, default: Any) -> Any:
-        if key in self._data:
-            return self._data[key]
-        if default is _MISSING:
-            raise self.error(key, "is required")
-        return default
+    def sub(self, key: str, index: int, data: Mapping[str, Any]) -> _Place:
+        return _Place(self.source, f"{self.where} {key}[{index}]", data)
 
-    def text(self, key: str, default: Any, *, empty: bool = False) -> Any:
-        value = self.get(key, default)
-        if key in self._data and (not isinstance(value, str) or not (value or empty)):
-            kind = "string" if empty else "non-empty string"
-            raise self.error(key, f"must be a {kind}, not {_describe(value)}")
+
+# ---- the value checks: cattrs structure hooks that say what is wrong ----------------------
+
+def _text(*, empty: bool = False) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _: Any) -> Any:
+        if not isinstance(value, str) or not (value or empty):
+            raise ValueError(f"must be a {'string' if empty else 'non-empty string'}, not {_describe(value)}")
         return value
 
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.get(key, default)
-        if not isinstance(value, bool):
-            raise self.error(key, f"must be true or false, not {_describe(value)}")
+    return hook
+
+
+def _fail(value: Any, _: Any) -> Any:
+    value = _text()(value, _)
+    if value not in FAIL_MODES:
+        raise ValueError(f"must be one of {', '.join(FAIL_MODES)}, not {value!r}")
+    return value
+
+
+def _boolean(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {_describe(value)}")
+    return value
+
+
+def _integer(minimum: int) -> Callable[[Any, Any], int]:
+    def hook(value: Any, _: Any) -> int:
+        if type(value) is not int or value < minimum:
+            raise ValueError(f"must be an integer >= {minimum}, not {_describe(value)}")
         return value
 
-    def integer(self, key: str, default: Any, *, minimum: int) -> Any:
-        value = self.get(key, default)
-        if key in self._data and (type(value) is not int or value < minimum):
-            raise self.error(key, f"must be an integer >= {minimum}, not {_describe(value)}")
-        return value
+    return hook
 
-    def number(self, key: str, default: float) -> float:
-        value = self.get(key, default)
-        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-            raise self.error(key,
-                             f"must be a non-negative number of seconds, not {_describe(value)}")
-        return float(value)
 
-    def timeout(self) -> float | None:
-        """The optional ``timeout`` key: a positive, finite number of seconds."""
-        value = self.get("timeout", None)
-        if value is not None and (type(value) not in (int, float) or not math.isfinite(value) or value <= 0):
-            raise self.error("timeout", f"must be a positive number of seconds, not {_describe(value)}")
-        return None if value is None else float(value)
+def _delay(value: Any, _: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a non-negative number of seconds, not {_describe(value)}")
+    return float(value)
 
-    def tables(self, key: str, section: str) -> list[Mapping[str, Any]]:
-        value = self.get(key, [])
+
+def _timeout(value: Any, _: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive number of seconds, not {_describe(value)}")
+    return float(value)
+
+
+def _tables(section: str) -> Callable[[Any, Any], list[Any]]:
+    def hook(value: Any, _: Any) -> list[Any]:
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-            raise self.error(key, f"must be an array of tables ([[{section}]] sections), "
-                             f"not {_describe(value)}")
+            raise ValueError(f"must be an array of tables ([[{section}]] sections), not {_describe(value)}")
         return value
 
-    def sub(self, key: str, index: int, data: Mapping[str, Any],
-            allowed: tuple[str, ...]) -> _Table:
-        return _Table(data, self.source, f"{self.where} {key}[{index}]", allowed)
+    return hook
 
-    def child(self, key: str, allowed: tuple[str, ...]) -> _Table | None:
-        value = self.get(key, None)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise self.error(key, f"must be a table, not {_describe(value)}")
-        return _Table(value, self.source, f"{self.where} {key}", allowed)
+
+def _table(value: Any, _: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table, not {_describe(value)}")
+    # read as its own table by _child
+
+
+def _options(value: Any, _: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(o, str) and o for o in value):
+        raise ValueError(f"must be an array of non-empty strings, not {_describe(value)}")
+    return tuple(value)
+
+
+def _arguments(value: Any, _: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table of tool arguments, not {_describe(value)}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class _RuleKeys:
+    """A rule's own keys (the rest of its table is a Behaviour)."""
+
+    name: Any = None  # checked first, by _parse_rule
+    match: str | None = None
+    regex: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _SpawnKeys:
+    """A spawn's own keys (the rest of its table is the child's Behaviour)."""
+
+    description: str
+    prompt: str
+
+
+_QUESTION_KEYS: Final = ("id", "question", "options", "header", "multi_select", "detail", "timeout")
+_HOOKS: Final[dict[type, dict[str, Callable[[Any, Any], Any]]]] = {
+    Script: dict(default_reply=_text(), crash_after_prompts=_integer(1), rules=_tables("rules")),
+    _RuleKeys: dict(name=lambda value, _: value, match=_text(), regex=_text()),
+    Behaviour: dict(
+        reply=_text(), thinking=_text(), delay=_delay, fail=_fail, max_tokens=_boolean, after_subagents=_text(),
+        spawn=_tables("rules.spawn"), tools=_tables("rules.tools"), events=_table, approval=_table,
+        question=_table, crash=_boolean, hang=_boolean, malformed_frames=_integer(0),
+    ),
+    _SpawnKeys: dict(description=_text(), prompt=_text()),
+    ToolCallSpec: dict(name=_text(), input=_arguments),
+    EventsSpec: dict(count=_integer(0), size=_integer(1)),
+    ApprovalSpec: dict(tool=_text(), reason=_text(empty=True), timeout=_timeout),
+    QuestionSpec: dict(id=_text(), question=_text(), options=_options, header=_text(), multi_select=_boolean,
+                       detail=_text(), timeout=_timeout),
+}
+_CONVERTER: Final = cattrs.Converter(detailed_validation=True)
+for _cls, _hooks in _HOOKS.items():
+    _overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in _hooks.items()}
+    _CONVERTER.register_structure_hook(_cls, make_dict_structure_fn(_cls, _CONVERTER, **_overrides))
+
+
+def _structure(cls: type[T], place: _Place, allowed: tuple[str, ...]) -> T:
+    """The keys of ``place`` that are ``cls``'s fields, as ``cls``; the table's first problem
+    (an unknown key, then the fields in order) as a ScriptError."""
+    unknown = next((key for key in place.data if key not in allowed), None)
+    if unknown is not None:
+        raise place.error(unknown, "is not a known key here; expected one of: " + ", ".join(allowed))
+    names = [field.name for field in attrs.fields(cast(Any, cls))]
+    try:
+        return _CONVERTER.structure({k: v for k, v in place.data.items() if k in names}, cls)
+    except cattrs.ClassValidationError as exc:
+        error, note = min(exc.group_exceptions()[0], key=lambda pair: names.index(pair[1].name))
+        raise place.error(note.name, "is required" if isinstance(error, KeyError) else str(error)) from None

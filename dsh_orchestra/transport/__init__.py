@@ -3,6 +3,7 @@
 Knows nothing about what methods mean.
 """
 
+from .._public import publish as _publish
 from ._connection import (
     Connection as Connection,
     ConnectionStatistics as ConnectionStatistics,
@@ -16,13 +17,4 @@ from ._subscription import (
     Subscription as Subscription,
 )
 
-__all__ = [
-    "Connection",
-    "ConnectionStatistics",
-    "DEFAULT_CAPACITY",
-    "NoReply",
-    "Notification",
-    "NotificationFilter",
-    "RpcError",
-    "Subscription",
-]
+__all__ = _publish(globals())

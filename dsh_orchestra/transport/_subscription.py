@@ -11,6 +11,7 @@ from typing import Any, Callable
 import attrs
 import trio
 
+from .._params import Param, ParamValueError
 from ..protocol import SubscriberOverflowError, TransportClosedError
 
 DEFAULT_CAPACITY = 100_000
@@ -47,7 +48,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         on_close: Callable[[Subscription], None] | None = None,
     ) -> None:
         if capacity <= 0:
-            raise ValueError(f"capacity must be > 0, not {capacity!r}")
+            raise ParamValueError(Param("capacity", capacity, spelled="capacity"), f" must be > 0, not {capacity!r}")
         self.name = name
         self.capacity = capacity
         self._filter = filter
@@ -128,7 +129,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         Always a checkpoint (one trip through the scheduler per batch).
         """
         if max_items is not None and max_items < 1:
-            raise ValueError(f"max_items must be >= 1, not {max_items!r}")
+            raise ParamValueError(Param("max_items", max_items, spelled="max_items"), f" must be >= 1, not {max_items!r}")
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._items and not self._closed:
             out = self._take(max_items)

@@ -4,6 +4,7 @@ checkpoints and resume, interrupts, subworkflows, live events, recipes.
 Knows nothing about datasets or the CLI.
 """
 
+from .._public import publish as _publish
 from ._engine import (
     FailurePolicy as FailurePolicy,
     SessionLostError as SessionLostError,
@@ -50,12 +51,4 @@ from ._result import (
     to_mermaid as to_mermaid,
 )
 
-__all__ = [
-    "RECIPE_FILE", "REPAIR_PREFIX", "Answerer", "Answers", "ApprovalNote", "CheckpointChanges", "CheckpointError",
-    "Escalation", "EventChannel", "FailurePolicy", "Interrupt", "InterruptPending", "ItemResult", "OutputParseError",
-    "Recipe", "RecipeError", "Route", "SessionLostError", "Statistics", "Step", "StepContext", "StepError",
-    "StepFailedError", "StepResult", "TurnFailedError", "Workflow", "WorkflowDefinitionError", "WorkflowEvent",
-    "WorkflowResult", "WorkflowRun", "answer_on_terminal", "checkpoint_changes", "compact_checkpoint", "escalate",
-    "extract_json", "format_summary", "load_recipe", "open_workflow", "parse_output", "repair_prompt", "retryable",
-    "run_workflow", "to_mermaid",
-]
+__all__ = _publish(globals())

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Literal, Sequence
 import attrs
 import trio
 
+from .._params import Param, ParamValueError, positive
 from .._tracing import STEP_SPAN, observed
 from ..approvals import ApprovalRequest, Decision, reject
 from ..pool import Backoff, RuntimePool, retryable as retryable
@@ -31,6 +32,8 @@ from ._output import OUTPUT_CONVERTER, OutputParseError, parse_output, repair_pr
 from ._result import RESULT_CONVERTER, ApprovalNote, Interrupt, ItemResult, StepError, StepFailedError as StepFailedError, StepResult
 
 log = logging.getLogger("dsh_orchestra.workflow")
+
+_SECONDS = positive("a positive number of seconds")
 
 FailurePolicy = Literal["fail-fast", "collect"]
 MAX_BACKOFF = 30.0
@@ -131,12 +134,12 @@ class StepContext:
             ValueError: an answer outside ``choices``; empty ``choices``; a bad timeout.
         """
         if not isinstance(question, str) or not question:
-            raise ValueError(f"an interrupt needs a non-empty question, not {question!r}")
+            raise ParamValueError("an interrupt needs a non-empty ", Param("question", question, spelled="question"), f", not {question!r}")
         if choices is not None:
             if isinstance(choices, str) or not choices or not all(isinstance(c, str) and c for c in choices):
-                raise ValueError(f"choices must be a non-empty list of non-empty strings, not {choices!r}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+                raise ParamValueError(Param("choices", choices, spelled="choices"), f" must be a non-empty list of non-empty strings, not {choices!r}")
+        if timeout is not None:
+            _SECONDS.check("timeout", timeout)
         interrupt = Interrupt(id=self._next_id(), question=question, choices=tuple(choices or ()))
         answer = await self._engine.run.interrupts.ask(interrupt, timeout)
         if answer is None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from .._params import Param, ParamValueError
 from ..protocol import SubscriberOverflowError
 from ._result import StepError
 
@@ -47,7 +48,7 @@ class EventChannel(trio.abc.ReceiveChannel[WorkflowEvent]):
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, not {capacity!r}")
+            raise ParamValueError(Param("capacity", capacity, spelled="capacity"), f" must be >= 1, not {capacity!r}")
         self.capacity = capacity
         self._items: deque[WorkflowEvent] = deque()
         self._waiter: trio.Event | None = None

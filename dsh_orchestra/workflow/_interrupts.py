@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, Mapping, TextIO, Union
 
 import trio
 
+from .._params import Param, ParamValueError, positive
 from ..approvals import ApprovalRequest, Decision, allow, reject
 from ..protocol import OrchestraError
 from ._events import EventHub
@@ -57,7 +58,7 @@ class Interrupts:
 
     def __init__(self, journal: Journal | None, answers: Answers | None, events: EventHub) -> None:
         if answers is not None and not (isinstance(answers, Mapping) or callable(answers)):
-            raise ValueError(f"answers must be a mapping of interrupt id to answer, or a callable, not {answers!r}")
+            raise ParamValueError(Param("answers", answers, spelled="answers"), f" must be a mapping of interrupt id to answer, or a callable, not {answers!r}")
         self.journal = journal
         self.answers = answers
         self.events = events
@@ -147,9 +148,8 @@ class Escalation:
 
     def __init__(self, policy: Callable[[ApprovalRequest], Any], timeout: float) -> None:
         if not callable(policy):
-            raise ValueError(f"policy must be an approval policy (a callable), not {policy!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+            raise ParamValueError(Param("policy", policy, spelled="policy"), f" must be an approval policy (a callable), not {policy!r}")
+        positive("a positive number of seconds").check("timeout", timeout)
         self.policy = policy
         self.timeout = float(timeout)
         inner = getattr(policy, "deadline", None)

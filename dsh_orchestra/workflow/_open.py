@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator
 import attrs
 import trio
 
+from .._params import Check, Param, ParamValueError, integer
 from ..approvals import AuditLog
 from ..pool import RuntimePool, open_pool
 from ..runtime import RuntimeSpec
@@ -31,13 +32,11 @@ DEFAULT_EVENTS = 10_000
 
 def _check_options(workflow: Workflow, failure: Any, concurrency: Any, runtime_limit: Any, runtimes: Any) -> None:
     workflow.validate()
-    if failure not in ("fail-fast", "collect"):
-        raise ValueError(f"failure must be 'fail-fast' or 'collect', not {failure!r}")
+    Check(lambda v: v in ("fail-fast", "collect"), "'fail-fast' or 'collect'").check("failure", failure)
     for name, value in (("concurrency", concurrency), ("runtime_limit", runtime_limit)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be an integer >= 1 or None, not {value!r}")
-    if isinstance(runtimes, bool) or not isinstance(runtimes, int) or runtimes < 1:
-        raise ValueError(f"runtimes must be an integer >= 1, not {runtimes!r}")
+        if value is not None:
+            integer(1, "an integer >= 1 or None").check(name, value)
+    integer(1).check("runtimes", runtimes)
 
 
 def _escalations(target: Runtime | RuntimePool) -> list[Escalation]:
@@ -73,12 +72,15 @@ async def _execute(
     given = [n for n, v in (("spec", spec), ("approvals", approvals), ("answerer", answerer), ("audit", audit),
                             ("approval_relay", approval_relay)) if v is not None]
     if target is not None and (given or runtimes != 1):
-        raise ValueError(
-            f"{', '.join(given) or 'runtimes'} only apply when run_workflow opens the runtimes itself; "
-            "pass them to open_runtime/open_pool instead, or drop the target"
+        named = [Param(n, spelled=n) for n in given or ["runtimes"]]
+        raise ParamValueError(
+            *[part for i, p in enumerate(named) for part in ((", " if i else ""), p)],
+            " only apply when run_workflow opens the runtimes itself; "
+            "pass them to open_runtime/open_pool instead, or drop the target",
         )
     if target is None and runtimes > 1 and spec is None:
-        raise ValueError(f"runtimes={runtimes} needs a spec to start them from")
+        raise ParamValueError(Param("runtimes", runtimes, spelled=f"runtimes={runtimes}"), " needs a ",
+                              Param("spec", spelled="spec"), " to start them from")
     inputs = dict(inputs or {})
     with ExitStack() as stack:
         journal: Journal | None = None

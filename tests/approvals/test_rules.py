@@ -136,3 +136,14 @@ async def test_shipped_policies_load(path: str) -> None:
     loaded = load_policy(str(REPO / path))
     assert (await call_policy(loaded, req("read"))).outcome == ALLOWED_ONCE
     assert (await call_policy(loaded, req("bash"))).outcome == REJECTED
+
+
+def test_every_problem_of_a_rule_is_named_at_once() -> None:
+    """The converter checks the whole table: unknown keys first, then each bad key, in one message."""
+    with pytest.raises(PolicyFileError) as caught:
+        parse_rules({"rules": [{"name": "x", "outcome": "nope", "tools": 3, "extra": 1}]}, source="p.toml")
+    assert str(caught.value) == (
+        "p.toml: rule 'x': unknown key(s) ['extra']; expected ['budget', 'name', 'note', 'outcome', 'reason', "
+        "'sessions', 'tools']; outcome must be one of allowed-once, rejected, cancelled, not 'nope'; tools must be "
+        "a non-empty string or list of non-empty strings, not 3"
+    )

@@ -87,7 +87,7 @@ BAD_ARGUMENTS = {
     "zero-timeout": (["--timeout", "0"], "timeout must be a positive number"),
     "negative-timeout": (["--timeout", "-3"], "timeout must be a positive number"),
     "negative-retries": (["--retries", "-1"], "retries must be an integer >= 0"),
-    "zero-max-tokens": (["--max-tokens", "0"], "max_tokens must be a positive integer"),
+    "zero-max-tokens": (["--max-tokens", "0"], "--max-tokens must be a positive integer, not 0"),
     "missing-workspace": (["--workspace", "{tmp}/nowhere"], "does not exist"),
     "missing-policy": (["--policy", "{tmp}/nowhere.toml"], "cannot read policy file"),
     "unreadable-policy": (["--policy", "{tmp}"], "cannot read policy file"),

@@ -4,10 +4,11 @@ before any work starts."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dsh_orchestra.batch import DatasetError, load_dataset
+from dsh_orchestra.batch import BatchItem, DatasetError, load_dataset
 
 
 def problems_of(tmp_path: Path, data: bytes) -> list[tuple[int, str]]:
@@ -166,3 +167,27 @@ def test_dataset_from_a_pipe(tmp_path: Path) -> None:
     check = check_dataset(fifo)
     writer.join()
     assert [i.id for i in iter_dataset(check)] == ["a", "b"]
+
+
+def test_every_problem_of_a_line_is_reported_at_once(tmp_path: Path) -> None:
+    """The converter checks every field: one line, each bad field named (file order of fields)."""
+    line = b'{"id": "a", "prompt": null, "session_id": "", "target": 5, "choices": "abc"}'
+    problems = problems_of(tmp_path, GOOD + line + b"\n")
+    assert problems == [(2, "item 'a': 'prompt' must be a string or a non-empty list of content blocks (a prompt is a "
+                            "string or a list of content blocks, not NoneType); 'session_id' must be a non-empty string, "
+                            "not ''; 'target' must be a string or a non-empty list of strings, not 5; 'choices' must be "
+                            "a list of strings, not 'abc'")]
+
+
+@pytest.mark.parametrize("raw", [
+    {"id": "a", "prompt": "x"},
+    {"id": "a", "prompt": "x", "metadata": None, "target": None, "choices": None, "session_id": None},
+    {"id": "a", "prompt": "x", "metadata": {"k": [1]}, "target": "t", "choices": ["p", "q"], "session_id": "s"},
+    {"id": "a", "prompt": "x", "target": ["t", "u"], "choices": []},
+    {"id": "a", "prompt": [{"type": "text", "text": "x"}], "extra": 1},
+])
+def test_the_fast_path_and_the_converter_build_the_same_item(raw: dict[str, Any]) -> None:
+    from dsh_orchestra.batch._dataset import _CONVERTER, _check_item
+
+    item, problem, _ = _check_item(raw)
+    assert problem is None and item == _CONVERTER.structure(raw, BatchItem)

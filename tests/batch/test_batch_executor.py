@@ -15,7 +15,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from dsh_orchestra.batch import PLACE_LOST, Attempt, AttemptRunner, BatchItem, BatchOptions, Executor, run_batch
+from dsh_orchestra.batch import Attempt, AttemptRunner, BatchItem, BatchOptions, Executor, run_batch
+from dsh_orchestra.batch._runner import PLACE_LOST
 from dsh_orchestra.session import TurnResult
 
 from batch_support import by_id, write_dataset

@@ -13,7 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from dsh_orchestra.batch import ResultsLock, ResultsLockedError
+from dsh_orchestra.batch import ResultsLockedError
+from dsh_orchestra.batch._results import ResultsLock
 from dsh_orchestra.cli import main
 
 from batch_support import Scene, by_id, result
@@ -54,7 +55,7 @@ def test_a_second_batch_on_the_same_results_is_refused_naming_the_holder(
 def test_a_killed_holder_does_not_block_the_next_run(scene: Scene) -> None:
     out = scene.root / "res.jsonl"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from dsh_orchestra.batch import ResultsLock; "
+        [sys.executable, "-c", "import sys, time; from dsh_orchestra.batch._results import ResultsLock; "
          f"ResultsLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )

@@ -8,7 +8,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from dsh_orchestra.batch import Counters, Progress
+from dsh_orchestra.batch._progress import Counters, Progress
 
 
 async def test_lines_are_periodic_and_say_everything(autojump_clock: MockClock) -> None:

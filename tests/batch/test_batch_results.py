@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh_orchestra.batch import ResultsWriter, Tally, percentile, read_results, summarize
+from dsh_orchestra.batch import ResultsWriter, Tally, read_results, summarize
+from dsh_orchestra.batch._summary import percentile
 from dsh_orchestra.batch._summary import Outcome
 
 
@@ -163,7 +164,8 @@ FULL = {"id": "a", "status": "ok", "session_id": "s", "final_response": "x", "fi
 def test_only_result_objects_of_the_schema_are_accepted(tmp_path: Path, value: object, field: str) -> None:
     """Anything but a result line is refused with file, line and field, wherever it is (also
     last, also without its newline), and the file is left byte-for-byte unchanged."""
-    from dsh_orchestra.batch import ResultsFileError, result_problem
+    from dsh_orchestra.batch import ResultsFileError
+    from dsh_orchestra.batch._results import result_problem
 
     assert result_problem(FULL) is None and field in (result_problem(value) or "")
     good = orjson.dumps({**FULL, "id": "first"}) + b"\n"

@@ -10,12 +10,19 @@ How a block is treated is decided by its fence's language, and only by it:
   defining it gets an open simulator runtime / a fresh session on it.
 * ``toml``, ``json``, ``jsonl``: parsed (JSON: the whole block, or each line).
 * ``sh``, ``bash``, ``console``, ``shell``: every ``dsh-orchestra`` command is parsed by the real
-  argument parser (valid flags and values) and every ``python FILE`` names a file that exists.
+  argument parser (valid flags and values), then **run**: the commands of a block in order, in
+  a fresh copy of the repository (from its root), offline (the simulator, or the real runtime
+  against the scripted model), each expected to exit 0 unless a ``# exit status N`` comment on
+  its line says otherwise; ``> FILE`` after one sends its output there. Other commands of the
+  block (``pip``, ``jq``, loops) are not run. Every ``python FILE`` names a file that exists.
+  The few commands that cannot run here are in ``COMMAND_ALLOWLIST`` with a reason that is
+  checked against the command (test_docs_examples.py).
 * ``text``, ``output``, ``mermaid``, or no language: not code (output samples, synopses,
   diagrams). Their ``$ `` lines are checked as commands, like ``sh``. Such a block that
   parses as Python with an import, a ``def`` or an ``await`` is an error: label it ``python``.
 
-There is no other way out: a real example cannot opt out of running.
+There is no other way out: a real example cannot opt out of running (nor a command, but for the
+checked allowlist).
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 See docs_blocks.py for how a block is treated (by its fence's language only; there is no
 opt-out for real examples). Python runs against the simulator, or the real bundled runtime
 against the scripted model on 127.0.0.1 (``DEEPSEEK_BASE_URL`` points there, a placeholder key).
-Nothing is written into the repository: programs run from a scratch copy of it.
+Nothing is written into the repository: programs run from a scratch copy of it, and each shell
+block's ``dsh-orchestra`` commands from a fresh copy of their own (all at once, in threads; the
+blocks that start Ray run alone, in the ``ray`` xdist group).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,23 +18,22 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import attrs
 import pytest
 
 from docs_blocks import NOT_CODE, PARSE, ROOT, RUN, SHELL, Block, all_blocks, command_lines, commands, documents, looks_like_python
+from ray_serial import ray_serial
 
 BLOCKS = all_blocks()
 HERE = Path(__file__).resolve().parent
 
 KNOWN_BROKEN: dict[str, str] = {
     # "<document>: <first line of the block>": why it does not run yet. Each entry is a defect
-    # to fix (in the document), not a way out: the list only ever shrinks.
-    "docs/batch.md: import trio": "reads dataset.jsonl from the current directory, which the text never creates",
-    "docs/scale-out.md: import trio": "reads ds.jsonl from the current directory, which the text never creates",
-    "docs/observability.md: from opentelemetry import trace": "needs opentelemetry-exporter-otlp, which no extra installs",
-    "docs/workflows.md: import attrs": "typed outputs on the default simulator: its default reply is not JSON (OutputParseError)",
+    # to fix (in the document), not a way out: the list only ever shrinks (it is empty).
 }
 
 
@@ -63,7 +65,11 @@ def test_no_real_example_hides_as_output() -> None:
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repository's documents and recipes: examples run from its root."""
-    root = tmp_path_factory.mktemp("repo")
+    return copy_repository(tmp_path_factory.mktemp("repo"))
+
+
+def copy_repository(root: Path) -> Path:
+    """The documents and recipes of the repository, copied into ``root``."""
     for name in ("README.md", "docs", "recipes", "bench"):
         source = ROOT / name
         if source.is_dir():
@@ -96,19 +102,28 @@ def offline_env(model_url: str, home: Path) -> dict[str, str]:
     return env
 
 
+def _uses_ray(block: Block) -> bool:
+    """A block that starts a local Ray instance (one Ray at a time: the xdist group ``ray``)."""
+    return "RayExecutor" in block.text or "--ray" in block.text
+
+
 PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program]
 
 
-@pytest.mark.parametrize("block", PROGRAMS, ids=ids(PROGRAMS))
-def test_python_programs_run(block: Block, scratch: Path, model_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("block", [
+    pytest.param(b, marks=[pytest.mark.xdist_group("ray")] if _uses_ray(b) else []) for b in PROGRAMS
+], ids=ids(PROGRAMS))
+def test_python_programs_run(block: Block, scratch: Path, model_url: str, tmp_path: Path,
+                             tmp_path_factory: pytest.TempPathFactory) -> None:
     known(block)
     script = tmp_path / "example.py"
     script.write_text(block.text, encoding="utf-8")
-    for run in (1, 2):  # twice: an example must not trip over what its first run left behind
-        done = subprocess.run([sys.executable, str(script)], cwd=scratch, env=offline_env(model_url, tmp_path),
-                              capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"{block.where} (run {run}) failed:\n{done.stderr[-3000:]}"
-        assert " error ()" not in done.stdout, f"{block.where} printed an unexplained error:\n{done.stdout}"
+    with ray_serial(tmp_path_factory) if _uses_ray(block) else contextlib.nullcontext():
+        for run in (1, 2):  # twice: an example must not trip over what its first run left behind
+            done = subprocess.run([sys.executable, str(script)], cwd=scratch, env=offline_env(model_url, tmp_path),
+                                  capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, f"{block.where} (run {run}) failed:\n{done.stderr[-3000:]}"
+            assert " error ()" not in done.stdout, f"{block.where} printed an unexplained error:\n{done.stdout}"
 
 
 FRAGMENT_DOCS = sorted({b.path for b in BLOCKS if b.language in RUN and not b.program})
@@ -166,21 +181,156 @@ def test_documented_commands_are_valid(block: Block) -> None:
     known(block)
     from dsh_orchestra.cli._main import build_parser
 
-    checked = 0
+    for command in documented_commands(block):
+        try:
+            build_parser().parse_args(list(command.words[1:]))
+        except SystemExit as exc:
+            if exc.code:
+                pytest.fail(f"{block.where}: `{' '.join(command.words)}` is rejected by the parser "
+                            "(a synopsis with placeholders belongs in a ```text block)")
     for line in command_lines(block.text, dollar_only=block.language not in SHELL):
         for words in commands(line):
-            if words[0] == "dsh-orchestra":
-                checked += 1
-                parser = build_parser()
-                try:
-                    parser.parse_args(words[1:])
-                except SystemExit as exc:
-                    if exc.code:
-                        pytest.fail(f"{block.where}: `{' '.join(words)}` is rejected by the parser "
-                                    "(a synopsis with placeholders belongs in a ```text block)")
-            elif words[0] in ("python", "python3") and len(words) > 1 and words[1].endswith(".py"):
-                checked += 1
+            if words[0] in ("python", "python3") and len(words) > 1 and words[1].endswith(".py"):
                 assert (ROOT / words[1]).is_file(), f"{block.where}: {words[1]} does not exist"
+
+
+# ---- the documented command lines run ------------------------------------------------------
+
+_EXPECT = re.compile(r"#\s*exit(?: status)? (\d+)\b")
+_REMOTE_RAY = re.compile(r"^(?!127\.|localhost)[\w.-]+:\d+$|^ray://")
+
+COMMAND_KINDS: dict[str, Callable[[list[str]], bool]] = {
+    # why a command cannot run here, each checked against the command itself: an entry whose
+    # command no longer has that property would now run, and fails test_command_allowlist_is_minimal
+    "a shell variable the loop or job array around it sets": lambda words: any("$" in w or "{}" in w for w in words),
+    "a remote Ray cluster": lambda words: "--ray" in words and bool(
+        _REMOTE_RAY.search(words[words.index("--ray") + 1] if words.index("--ray") + 1 < len(words) else "")),
+}
+
+COMMAND_ALLOWLIST: dict[str, str] = {
+    # "<document>: <the command's start>": a COMMAND_KINDS key
+    "docs/batch.md: dsh-orchestra batch ds.jsonl --out results-$i.jsonl": "a shell variable the loop or job array around it sets",
+    "docs/batch.md: dsh-orchestra batch ds.jsonl --out results-{}.jsonl": "a shell variable the loop or job array around it sets",
+    "docs/batch.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results/results-$I.jsonl": "a shell variable the loop or job array around it sets",
+    "docs/scale-out.md: dsh-orchestra batch ds.jsonl --out results.jsonl --ray head.example:6379": "a remote Ray cluster",
+    "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray head.example:6379": "a remote Ray cluster",
+}
+
+
+@attrs.frozen
+class Command:
+    block: Block
+    words: tuple[str, ...]
+    expect: int
+    stdout: str | None  # "> FILE"
+
+    @property
+    def key(self) -> str:
+        return f"{self.block.path.relative_to(ROOT)}: {' '.join(self.words)}"
+
+    @property
+    def allowed(self) -> str | None:
+        return next((kind for prefix, kind in COMMAND_ALLOWLIST.items() if self.key.startswith(prefix)), None)
+
+
+def documented_commands(block: Block) -> list[Command]:
+    """The ``dsh-orchestra`` commands of a shell block (or ``$`` lines), in order. Expected exit
+    status: 0, or what a ``# exit status N`` comment on the line says."""
+    found = []
+    for line in command_lines(block.text, dollar_only=block.language not in SHELL):
+        expect = int(m.group(1)) if (m := _EXPECT.search(line)) else 0
+        for words in commands(line):
+            if "dsh-orchestra" not in words:
+                continue
+            words = words[words.index("dsh-orchestra"):]  # after `until`, `parallel ...`
+            stdout = None
+            if ">" in words:
+                at = words.index(">")
+                stdout, words = words[at + 1], words[:at] + words[at + 2:]
+            found.append(Command(block, tuple(words), expect, stdout))
+    return found
+
+
+COMMANDS = [c for b in SHELL_BLOCKS for c in documented_commands(b)]
+RUN_BLOCKS = [b for b in SHELL_BLOCKS if any(c.allowed is None for c in documented_commands(b))]
+
+
+def test_command_allowlist_is_minimal() -> None:
+    """Every entry names a documented command that still cannot run, for the reason it gives."""
+    for prefix, kind in COMMAND_ALLOWLIST.items():
+        assert kind in COMMAND_KINDS, f"{prefix!r}: unknown reason {kind!r}"
+        matching = [c for c in COMMANDS if c.key.startswith(prefix)]
+        assert matching, f"{prefix!r} matches no documented command: remove it from COMMAND_ALLOWLIST"
+        for command in matching:
+            assert COMMAND_KINDS[kind](list(command.words)), (
+                f"{command.key!r} no longer has {kind!r}: it can run now, remove {prefix!r} from COMMAND_ALLOWLIST")
+
+
+def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
+    shell, cluster = COMMAND_KINDS.values()
+    assert shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "$i/4"]) and shell(["dsh-orchestra", "--out", "r-{}.jsonl"])
+    assert not shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "0/4"])
+    assert cluster(["dsh-orchestra", "batch", "d", "--ray", "head.example:6379"]) and cluster(["x", "--ray", "ray://h:10001"])
+    for local in (["--ray"], ["--ray", "--ray-actors", "2"], ["--ray", "127.0.0.1:6379"], ["--ray", "auto"]):
+        assert not cluster(["dsh-orchestra", "batch", "d", *local]), local
+    found = documented_commands(Block(ROOT / "docs" / "x.md", 1, "sh", "until dsh-orchestra batch d --out r; do\n"
+                                      "dsh-orchestra policy replay a --policy p > o.txt   # exit status 1\ndone\n"))
+    assert [(c.words, c.expect, c.stdout) for c in found] == [
+        (("dsh-orchestra", "batch", "d", "--out", "r"), 0, None),
+        (("dsh-orchestra", "policy", "replay", "a", "--policy", "p"), 1, "o.txt")]
+
+
+def run_commands(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
+    """Run a block's commands in order in a fresh copy of the repository; the problems found."""
+    repo = workdir / "repo"
+    repo.mkdir()
+    copy_repository(repo)
+    program = shutil.which("dsh-orchestra")
+    assert program is not None, "the dsh-orchestra console script is not installed"
+    problems = []
+    for command in documented_commands(block):
+        if command.allowed is not None:
+            continue
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(repo / command.stdout, "w")) if command.stdout else subprocess.PIPE
+            done = subprocess.run([program, *command.words[1:]], cwd=repo, env=env, stdout=out,
+                                  stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        if done.returncode != command.expect:
+            problems.append(f"{block.where}: `{' '.join(command.words)}` exited {done.returncode}, the text says "
+                            f"{command.expect}:\n{done.stderr[-2000:]}")
+            break  # the next commands build on this one
+    return problems
+
+
+@pytest.fixture(scope="module")
+def command_runs(model_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """Every runnable block but the Ray ones, run at once (threads, each its own repository copy)."""
+    blocks = [b for b in RUN_BLOCKS if not _uses_ray(b)]
+    work = tmp_path_factory.mktemp("commands")
+
+    def one(index: int, block: Block) -> list[str]:
+        workdir = work / str(index)
+        workdir.mkdir()
+        return run_commands(block, workdir, offline_env(model_url, workdir))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {b.where: pool.submit(one, i, b) for i, b in enumerate(blocks)}
+        return {where: future.result() for where, future in futures.items()}
+
+
+@pytest.mark.parametrize("block", [
+    pytest.param(b, marks=[pytest.mark.xdist_group("ray")] if _uses_ray(b) else []) for b in RUN_BLOCKS
+], ids=ids(RUN_BLOCKS))
+def test_documented_commands_run(block: Block, request: pytest.FixtureRequest, model_url: str, tmp_path: Path,
+                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each ``dsh-orchestra`` command runs offline from a copy of the repository, in the order of
+    its block, with the exit status the text gives (0 unless a ``# exit status N`` comment says)."""
+    if _uses_ray(block):  # a local Ray instance: not next to the others (one Ray at a time)
+        with ray_serial(tmp_path_factory):
+            problems = run_commands(block, tmp_path, offline_env(model_url, tmp_path))
+    else:
+        problems = request.getfixturevalue("command_runs")[block.where]
+    assert not problems, "\n".join(problems)
 
 
 def test_docs_name_the_documents_they_scan() -> None:

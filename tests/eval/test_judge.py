@@ -100,3 +100,24 @@ async def test_judge_on_its_own_runtime_opens_and_closes_a_pool(tmp_path: object
 async def test_open_judges_without_judges_opens_nothing() -> None:
     async with open_judges([ScorerSpec("exact", "exact")]) as leases:
         assert leases == {}
+
+
+async def test_a_judge_runtime_opened_here_is_recycled() -> None:
+    """A judge pool recycles its runtime as the batch's does: 5 verdicts, 2 sessions a runtime."""
+    starts = 0
+    script = parse_script(tomllib.loads(JUDGE_SCRIPT), source="<judge>")
+
+    def connect():  # type: ignore[no-untyped-def]
+        nonlocal starts
+        starts += 1
+        return open_simulator_stream(script)
+
+    spec = ScorerSpec("judge", "judge", {})
+    with trio.fail_after(30):
+        async with open_judges([spec], fallback=RuntimeSpec(connect=connect, name="judge-sim"),
+                               max_sessions_per_runtime=2) as leases:
+            scorers = bind_scorers([spec], judges=leases)
+            values = [(await score_attempt(scorers, ITEM, EvalResult(final_response="Paris"))).scores["judge"]["value"]
+                      for _ in range(5)]
+    assert values == [1.0] * 5
+    assert starts == 4  # sessions 1-2, 3-4, 5, and the successor started one session ahead of the third's quota

@@ -32,8 +32,8 @@ WIRE_CLASSES: list[type] = sorted(
         value
         for module in (_content, _events, _wire, _jsonrpc)
         for name, value in vars(module).items()
-        if isinstance(value, type) and attrs.has(value) and value.__module__ == module.__name__
-        and not name.startswith("_")
+        if isinstance(value, type) and attrs.has(value) and value.__module__.startswith("dsh_orchestra")
+        and not name.startswith("_")  # defined in the protocol (its __module__ is the public path)
     },
     key=lambda cls: cls.__name__,
 )

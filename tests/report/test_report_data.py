@@ -13,7 +13,7 @@ from report_support import cli
 from dsh_orchestra.batch._transcripts import transcript_name
 from dsh_orchestra.report import ReportInputError, build_payload, embed_json, latency_stats, render_html, write_report
 from dsh_orchestra.report._data import MAX_ERROR_ITEMS, prompt_text
-from dsh_orchestra.report._markup import Markup, tag
+from dsh_orchestra.report._markup import Markup, join, tag
 
 
 def line(item_id: str, **fields: Any) -> dict[str, Any]:
@@ -41,7 +41,19 @@ def test_embedded_json_cannot_end_the_script_block(text: str) -> None:
 
 def test_markup_escapes_text_and_attributes() -> None:
     built = tag("p", {"title": '"><script>', "data-x": "a&b", "hidden": True, "skip": None}, "<b>", Markup("<i>ok</i>"))
-    assert built == '<p title="&quot;&gt;&lt;script&gt;" data-x="a&amp;b" hidden>&lt;b&gt;<i>ok</i></p>'
+    # markupsafe spells the double quote &#34; (html.escape said &quot;: the same character)
+    assert built == '<p title="&#34;&gt;&lt;script&gt;" data-x="a&amp;b" hidden>&lt;b&gt;<i>ok</i></p>'
+
+
+def test_markup_stays_safe_when_plain_text_is_added() -> None:
+    """Adding or formatting a plain str into Markup escapes the str (a str subclass of our own
+    returned a plain str there, and the text went out unescaped)."""
+    safe = Markup("<b>ok</b>")
+    joined = safe + "<script>x</script>"
+    assert isinstance(joined, Markup) and joined == "<b>ok</b>&lt;script&gt;x&lt;/script&gt;"
+    assert "<img onerror=1>" + safe == "&lt;img onerror=1&gt;<b>ok</b>"
+    assert Markup("<p>{}</p>").format("<i>") == "<p>&lt;i&gt;</p>"
+    assert join([safe, "<x>", tag("i", None, "&")]) == "<b>ok</b>&lt;x&gt;<i>&amp;</i>"
 
 
 def test_latency_stats() -> None:

@@ -1,5 +1,7 @@
 """Fixtures of the scale-out tests.
 
+* ``one_ray_at_a_time`` (module scope, autouse): a module marked ``xdist_group("ray")`` holds
+  the run's Ray lock (tests/ray_serial.py) while it runs: one Ray cluster at a time under xdist.
 * ``ray_cluster`` (module scope): one small local Ray instance (2 CPUs, no dashboard) for the
   module, started with ``LocalRay`` and joined by this process with ``ray.init``; the tests
   using it are skipped, saying why, only when ``ray`` is not importable. After the module:
@@ -15,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +25,9 @@ import pytest
 
 from dsh_orchestra.scale._local import LocalRay
 
-from scale_support import RayCluster, our_runtimes
-from process_table import describe, fail_on_leaks, our_children
+from scale_support import RayCluster, our_runtimes, wait_gone
+from process_table import fail_on_leaks, our_children
+from ray_serial import ray_serial
 
 RAY_PROCESS = re.compile(r"ray::|/ray/|raylet|gcs_server")
 LEAK_GRACE = 5.0
@@ -37,14 +39,6 @@ def _is_ray(process: psutil.Process) -> bool:
         return bool(RAY_PROCESS.search(process.name()) or RAY_PROCESS.search(" ".join(process.cmdline())))
     except psutil.Error:
         return True  # gone (or a zombie without a command line): nothing to leak
-
-
-def _running(process: psutil.Process) -> bool:
-    """Alive and not a zombie (an orphan's corpse is init's to reap)."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -63,10 +57,28 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     fail_on_leaks(leaked, LEAK_GRACE, "processes")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_at_a_time(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A module marked ``xdist_group("ray")`` holds the run's Ray lock while it runs (ray_serial.py)."""
+    if request.node.get_closest_marker("xdist_group") is None:
+        yield
+        return
+    with ray_serial(tmp_path_factory):
+        yield
+
+
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[RayCluster]:
-    """A local Ray instance for the module, this process connected to it as a driver."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A local Ray instance for the module, this process connected to it as a driver (holding
+    the run's Ray lock, marked or not)."""
+    pytest.importorskip("ray", reason="ray is not installed (the 'ray' extra: pip install '.[test,ray]')")
+    with ray_serial(tmp_path_factory):
+        yield from _ray_cluster()
+
+
+def _ray_cluster() -> Iterator[RayCluster]:
+    import ray
+
     saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # loopback only; a token file other users rewrite must not matter
     local = LocalRay(num_cpus=2)
@@ -84,9 +96,4 @@ def ray_cluster() -> Iterator[RayCluster]:
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
             os.environ["RAY_AUTH_MODE"] = saved
-        deadline = time.monotonic() + 15
-        while (alive := [p for p in members if _running(p)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for process in alive:
-            process.kill()
-        assert not alive, f"Ray processes outlived the instance: {[describe(p) for p in alive]}"
+        wait_gone(members, 15, "Ray processes outlived the instance")

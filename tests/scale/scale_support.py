@@ -179,3 +179,26 @@ def run_cli(args: list[str], *, cwd: Path, timeout: float = 120, unset: tuple[st
     """The CLI as a subprocess (``unset``: environment variables it must not inherit)."""
     env = {k: v for k, v in cli_env().items() if k not in unset}
     return subprocess.run([*CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (an orphan's corpse is init's to reap)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(processes: list[psutil.Process], timeout: float, what: str) -> None:
+    """Wait for ``processes`` to end; kill what is left and fail, naming them."""
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in processes if running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    names = []
+    for process in alive:
+        try:
+            names.append(" ".join(process.cmdline())[:200] or process.name())
+            process.kill()
+        except psutil.Error:
+            pass
+    assert not alive, f"{what}: {names}"

@@ -7,7 +7,8 @@
   out again: every id exactly once, nothing lost;
 * the driver (the CLI with ``--ray ADDRESS``) killed with SIGKILL, then ``--resume``;
 * the CLI with ``--ray`` and no address (a local instance of its own, gone afterwards);
-* no actor can start: the runtime's start error, bare.
+* no actor can start: the runtime's start error, bare;
+* the real runtime (``--runtime dsh``) on Ray through the CLI, offline against the scripted model.
 """
 
 from __future__ import annotations
@@ -282,3 +283,95 @@ async def test_timeout_retries_audit_and_transcripts_work_in_actors(ray_cluster:
     assert [record["outcome"] for record in audit] == ["allowed-once"]
     written = sorted(path.name for path in (tmp_path / "transcripts").iterdir())
     assert written == ["deploy.jsonl.gz", "tick.jsonl.gz"]  # the items that got a turn
+
+
+def _escalation(command: str, justification: str) -> dict[str, Any]:
+    return {"name": "bash", "input": {"description": "x", "command": command,
+                                      "sandbox_permissions": "danger-full-access", "justification": justification}}
+
+
+REAL_POLICY = """
+default = "rejected"
+deadline = 30
+
+[[rules]]
+name = "allowed runs"
+tools = "bash"
+reason = "allowed run$"
+outcome = "allowed-once"
+"""
+
+REAL_ITEMS = [
+    {"id": "yes", "prompt": "ESC-YES please"},
+    {"id": "no", "prompt": "ESC-NO please"},
+    {"id": "ask", "prompt": "QUESTION please"},
+    {"id": "bad", "prompt": "E400 please"},
+    *({"id": f"plain-{i}", "prompt": f"hello {i}", "metadata": {"n": i}} for i in range(6)),
+]
+
+
+def _real_model_script() -> Any:
+    from dsh_orchestra.testing import parse_script
+
+    ask = {"questions": [{"id": "mode", "question": "Which mode?", "options": [{"label": "fast"}, {"label": "safe"}]}]}
+    return parse_script({"rules": [
+        {"name": "yes", "match": "ESC-YES", "reply": "ran", "tools": [_escalation("echo yes > allowed.txt", "allowed run")]},
+        {"name": "no", "match": "ESC-NO", "reply": "refused", "tools": [_escalation("echo no > refused.txt", "forbidden run")]},
+        {"name": "ask", "match": "QUESTION", "reply": "asked", "tools": [{"name": "ask_user_question", "input": ask}]},
+        {"name": "bad", "match": "E400", "fail": "http-400"},
+    ]})
+
+
+def comparable(line: dict[str, Any]) -> dict[str, Any]:
+    """A result line without what may differ between two runs of one batch: timings, the
+    random session ids, the tool call ids."""
+    out = {k: v for k, v in line.items() if k not in ("duration_s", "session_id")}
+    out["approvals"] = [{k: v for k, v in a.items() if k != "call_id"} for a in line["approvals"]]
+    out["subagents"] = [{k: v for k, v in s.items() if k != "child_session_id"} for s in line["subagents"]]
+    return out
+
+
+@pytest.mark.integration
+async def test_real_runtime_on_ray_through_the_cli(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    """``batch --runtime dsh --ray ADDRESS``, offline against the scripted model: the same lines as the
+    same command without ``--ray`` (timings aside); the policy reaches the actors' runtimes through
+    the relay (the allowed command's side effect is on disk, the audit says ``via: relay``)."""
+    from dsh_orchestra.testing import open_fake_model
+
+    write_dataset(tmp_path / "ds.jsonl", REAL_ITEMS)
+    (tmp_path / "policy.toml").write_text(REAL_POLICY)
+    env = {**cli_env(), "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_API_KEY": "offline-placeholder",
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    done: dict[str, subprocess.CompletedProcess[bytes]] = {}
+    async with open_fake_model(_real_model_script()) as model:
+        env["DEEPSEEK_BASE_URL"] = model.base_url
+        for run, extra in (("local", ()), ("ray", ("--ray", ray_cluster.address, "--ray-actors", "2", "--concurrency", "4"))):
+            workspace = tmp_path / f"ws-{run}"
+            workspace.mkdir()
+            home = tmp_path / (f"home-{run}" + ("-{actor}" if run == "ray" else ""))
+            if run == "local":
+                home.mkdir()
+            args = ["batch", "ds.jsonl", "--out", f"{run}.jsonl", "--runtime", "dsh", "--dsh-home", str(home),
+                    "--workspace", str(workspace), "--policy", "policy.toml", "--answerer", "first-option",
+                    "--audit", f"audit-{run}.jsonl", "--summary", f"summary-{run}.json", "--no-progress", *extra]
+            with trio.fail_after(300):
+                done[run] = await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True,
+                                                   capture_stderr=True, check=False)
+    for run in ("local", "ray"):
+        assert done[run].returncode == 1, done[run].stderr.decode()[-3000:]  # "bad" fails (HTTP 400), by design
+    want, got = by_id(tmp_path / "local.jsonl"), by_id(tmp_path / "ray.jsonl")
+    assert set(got) == set(want) == {item["id"] for item in REAL_ITEMS}  # every id once
+    assert {i: comparable(line) for i, line in got.items()} == {i: comparable(line) for i, line in want.items()}
+    assert got["yes"]["final_response"] == "ran" and got["yes"]["approvals"][0]["outcome"] == "allowed-once"
+    assert got["no"]["approvals"][0]["outcome"] == "rejected" and got["ask"]["questions"][0]["selected"] == ["fast"]
+    assert got["bad"]["status"] == "error" and got["plain-0"]["status"] == "ok"
+    assert (tmp_path / "ws-ray" / "allowed.txt").read_text() == "yes\n" and not (tmp_path / "ws-ray" / "refused.txt").exists()
+    audit = [json.loads(line) for line in (tmp_path / "audit-ray.jsonl").read_text().splitlines()]
+    assert sorted((a["outcome"], a["via"]) for a in audit) == [("allowed-once", "relay"), ("rejected", "relay")]
+    summaries = {run: json.loads((tmp_path / f"summary-{run}.json").read_text()) for run in ("local", "ray")}
+    for key in ("total", "ok", "error", "finish_reasons", "approval_outcomes", "usage"):
+        assert summaries["ray"][key] == summaries["local"][key], key
+    assert summaries["ray"]["usage"]["total_tokens"] > 0  # the model's usage reached the driver
+    homes = sorted(p.name for p in tmp_path.glob("home-ray-*"))  # noqa: ASYNC240 - the runs have ended; nothing else runs
+    assert homes == ["home-ray-0", "home-ray-1"]  # one DSH_HOME per actor, both used
+    assert named_actors() == []

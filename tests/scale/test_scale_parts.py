@@ -21,7 +21,7 @@ from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.scale import HostConfig, PoolHost, RemoteError, split_spec
 from dsh_orchestra.scale._portable import API_KEY
 
-from scale_support import our_runtimes, sim_spec
+from scale_support import our_runtimes, run_cli, sim_spec
 
 SECRET_KEY = "sk-test-secret-key-0123456789"
 SECRET_TOKEN = "tok-secret-value-9876543210"
@@ -69,6 +69,65 @@ def test_ray_option_takes_an_optional_address(argv: list[str], address: str | No
     assert args.ray == address
     assert args.ray_actors == 3
     assert args.runtimes_per_actor is None
+
+
+def _ray_kwargs(tmp_path: Path, *argv: str) -> dict[str, object]:
+    from dsh_orchestra.cli._ray_options import ray_options
+
+    args = build_parser().parse_args(["batch", "ds.jsonl", "--out", "r.jsonl", "--ray", "auto", *argv])
+    return ray_options(args, RuntimeSpec.simulator(dsh_home=tmp_path), None)
+
+
+def test_ray_actor_resources_option_takes_an_object_a_list_or_a_file(tmp_path: Path) -> None:
+    from dsh_orchestra.scale import RayExecutor
+
+    assert _ray_kwargs(tmp_path)["actor_resources"] is None
+    assert _ray_kwargs(tmp_path, "--ray-actor-resources", '{"gpu_box": 1}')["actor_resources"] == {"gpu_box": 1}
+    listed = '[{"node_a": 1}, {"node_b": 0.5}]'
+    (tmp_path / "resources.json").write_text(listed)
+    for value in (listed, str(tmp_path / "resources.json")):
+        kwargs = _ray_kwargs(tmp_path, "--ray-actor-resources", value)
+        assert kwargs["actor_resources"] == [{"node_a": 1}, {"node_b": 0.5}]
+        executor = RayExecutor(**kwargs)  # type: ignore[arg-type]
+        assert executor.actor_resources == ({"node_a": 1.0}, {"node_b": 0.5})
+    assert RayExecutor(actor_resources={"gpu_box": 2}).actor_resources == ({"gpu_box": 2.0},)
+
+
+@pytest.mark.parametrize("value", ['[]', '{"node_a": 0}', '[{"node_a": 1}, 3]', '{"node_a": true}', '"node_a"', "{nope"])
+def test_bad_ray_actor_resources_name_the_option(tmp_path: Path, value: str) -> None:
+    from dsh_orchestra.scale import RayExecutor
+
+    with pytest.raises(ValueError, match="--ray-actor-resources"):
+        _ray_kwargs(tmp_path, "--ray-actor-resources", value)
+    try:
+        python_value = __import__("json").loads(value)
+    except ValueError:
+        return
+    with pytest.raises(ValueError, match="actor_resources"):
+        RayExecutor(actor_resources=python_value)
+
+
+def test_each_actor_slot_gets_its_resources_in_turn() -> None:
+    from dsh_orchestra.scale import RayExecutor
+    from dsh_orchestra.scale._ray import RayRunner
+
+    executor = RayExecutor(actors=3, actor_resources=[{"node_a": 1}, {"node_b": 1}])
+    runner = RayRunner.__new__(RayRunner)  # only the placement part: no Ray needed
+    runner.executor = executor
+    runner.actor_options = {"num_cpus": 1.0, "resources": {"fast_disk": 1.0}}
+    assert [runner.slot_options(i)["resources"] for i in range(3)] == [
+        {"fast_disk": 1.0, "node_a": 1.0}, {"fast_disk": 1.0, "node_b": 1.0}, {"fast_disk": 1.0, "node_a": 1.0}]
+    assert runner.slot_options(1)["num_cpus"] == 1.0 and runner.actor_options["resources"] == {"fast_disk": 1.0}
+
+
+def test_bad_ray_actor_resources_is_exit_2_before_anything_runs(tmp_path: Path) -> None:
+    dataset = tmp_path / "ds.jsonl"
+    dataset.write_text('{"id": "a", "prompt": "hi"}\n')
+    done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--ray", "--ray-actor-resources",
+                    '[{"node_a": -1}]', "--no-progress"], cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--ray-actor-resources" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_split_spec_keeps_secrets_out_of_the_actor_spec_and_settings() -> None:
@@ -206,3 +265,32 @@ def test_local_head_auth_mode_follows_ray_start(tmp_path: Path, monkeypatch: pyt
     assert auth_mode() == "token"
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert auth_mode() == "disabled"
+
+
+def test_host_config_makes_the_audit_and_transcripts_paths_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An actor's working directory is not the driver's: relative ``--audit``/``--transcripts`` are
+    resolved on the driver (a relative audit log once landed in the Ray head's directory)."""
+    monkeypatch.chdir(tmp_path)
+    actor_spec, _, _ = split_spec(sim_spec(tmp_path))
+    config = HostConfig.for_items(actor_spec, BatchOptions(audit="audit.jsonl", transcripts=Path("tr")),
+                                  slot=0, runtimes=1, in_flight=2)
+    assert config.options.audit == str(tmp_path / "audit.jsonl")
+    assert config.options.transcripts == str(tmp_path / "tr")
+    assert HostConfig.for_items(actor_spec, BatchOptions(), slot=0, runtimes=1, in_flight=2).options.audit is None
+
+
+def test_ray_serial_holds_an_exclusive_lock_among_xdist_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock that keeps two Ray clusters of one xdist run apart (tests/ray_serial.py)."""
+    from ray_serial import ray_serial
+
+    class Factory:
+        def getbasetemp(self) -> Path:
+            return tmp_path / "popen-gw0"
+
+    try_lock = ("import fcntl, sys\nf = open(sys.argv[1], 'a')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "except BlockingIOError:\n    sys.exit(3)\n")
+    lock = str(tmp_path / "ray-serial.lock")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    with ray_serial(Factory()), ray_serial(Factory()):  # type: ignore[arg-type]  # re-entrant
+        assert subprocess.run([sys.executable, "-c", try_lock, lock], timeout=60).returncode == 3  # another worker waits
+    assert subprocess.run([sys.executable, "-c", try_lock, lock], timeout=60).returncode == 0  # released
