@@ -196,6 +196,15 @@ class RuntimeSpec:
         """True when the launched runtime gets ``--profile`` and ``--patch`` (a dsh)."""
         return self.connect is None and (self.command is None or bool(self.append_profile))
 
+    @property
+    def unpatched_dsh(self) -> bool:
+        """True when ``command`` runs a dsh (by its program's name: ``dsh``, or the bundled
+        ``deepseek-harness-sdk-runtime-*`` binary) that gets no ``--patch`` files."""
+        if self.command is None or self.connect is not None or self.append_profile:
+            return False
+        program = Path(self.command[0]).name
+        return program == "dsh" or program.startswith("deepseek-harness-sdk-runtime")
+
     def relays(self, *, approvals: bool, answerer: bool) -> bool:
         """Whether the approval relay runs, given whether a policy / an answerer is configured."""
         if self.approval_relay == "off" or not (approvals or answerer):

@@ -76,23 +76,30 @@ def relay_warnings(spec: RuntimeSpec, *, approvals: bool, answerer: bool) -> lis
     """What is configured but cannot take effect on ``spec``'s runtime (one sentence each).
 
     Only the bundled real runtime (0.2.1-rc.2) is known: a runtime given by ``command``
-    without ``append_profile`` may implement the newest protocol (as the simulator does).
+    without ``append_profile`` may implement the newest protocol (as the simulator does),
+    unless its program is a dsh (``unpatched_dsh``): then the warning says "may not".
     """
-    if not spec.loads_patches or spec.relays(approvals=approvals, answerer=answerer):
+    if spec.relays(approvals=approvals, answerer=answerer):
+        return []
+    if spec.loads_patches:
+        cannot, why, fix = "cannot", "the approval relay is off", "use approval_relay='auto'"
+    elif spec.unpatched_dsh:
+        cannot, why = "may not", f"the command {spec.display_name!r} gets no --patch files, so the approval relay cannot load"
+        fix = "run the bundled runtime (command=None) or pass append_profile=True"
+    else:
         return []
     out = []
     if approvals:
         out.append(
-            "the approval policy cannot take effect: the real runtime 0.2.1-rc.2 never sends "
-            "approval/request and the approval relay is off, so every approval (subagents' "
-            "included) is decided 'unavailable' (denied) inside the runtime; use "
-            "approval_relay='auto'"
+            f"the approval policy {cannot} take effect: the real runtime 0.2.1-rc.2 never sends "
+            f"approval/request and {why}, so every approval (subagents' included) is decided "
+            f"'unavailable' (denied) inside the runtime; {fix}"
         )
     if answerer:
         out.append(
-            "the answerer cannot take effect: the real runtime 0.2.1-rc.2 never sends "
-            "user-question/ask and without the approval relay its sdk profile has no question tool, "
-            "so no question can arrive; use approval_relay='auto'"
+            f"the answerer {cannot} take effect: the real runtime 0.2.1-rc.2 never sends "
+            f"user-question/ask and without the approval relay its sdk profile has no question tool, "
+            f"so no question can arrive; {fix}"
         )
     return out
 

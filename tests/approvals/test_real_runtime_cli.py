@@ -128,3 +128,19 @@ async def test_relay_on_with_the_simulator_or_without_a_policy_is_a_usage_error(
                          cwd=tmp_path, env=env)
     assert done.returncode == 2 and b"--approval-relay on needs --runtime dsh" in done.stderr
     assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "s.jsonl").exists()
+
+
+async def test_a_dsh_runtime_command_says_the_policy_may_not_take_effect(tmp_path: Path, fake_model: FakeModelServer) -> None:
+    """``--runtime-command "dsh --profile sdk"`` loads no relay: one warning says so, the batch runs."""
+    args, env, workspace = setup(tmp_path, fake_model)
+    dsh = str(Path(sys.executable).parent / "dsh")  # the console script of deepseek-harness-runtime-bin
+    command = [a for a in args if a not in ("--runtime", "dsh")] + ["--runtime-command", f"{dsh} --profile sdk"]
+    done = await run_cli(command, cwd=tmp_path, env=env)
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    warned = [line for line in stderr.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("dsh-orchestra: warning: the approval policy may not take effect")
+    assert "gets no --patch files" in warned[0] and "append_profile=True" in warned[0]
+    assert json.loads(done.stdout)["warnings"] == [warned[0].removeprefix("dsh-orchestra: warning: ")]
+    assert not (workspace / "allowed.txt").exists()  # the approval never reached the policy
+    assert {r["id"]: r["approvals"] for r in lines(tmp_path / "r.jsonl")}["yes"] == []

@@ -287,3 +287,18 @@ async def test_closing_the_service_answers_pending_relayed_requests_rejected(nur
     assert replies == [b'{"outcome":"rejected"}\n']
     relay.close()
     relay.cleanup()
+
+
+def test_only_a_dsh_program_without_patches_is_warned_about() -> None:
+    from dsh_orchestra.runtime import RuntimeSpec
+    from dsh_orchestra.session._relay import relay_warnings
+
+    def warned(**kwargs: object) -> list[str]:
+        return relay_warnings(RuntimeSpec(dsh_home="home", **kwargs), approvals=True, answerer=False)  # type: ignore[arg-type]
+
+    assert warned(command=("/opt/bin/dsh", "--profile", "sdk"))[0].startswith("the approval policy may not take effect")
+    assert warned(command=("/x/deepseek-harness-sdk-runtime-linux-x64", "--profile", "sdk"))[0].startswith(
+        "the approval policy may not take effect")
+    assert warned(command=("python", "-m", "dsh_orchestra.testing", "sim")) == []  # may speak the newest protocol
+    assert warned(command=("/opt/bin/dsh",), append_profile=True) == []  # the relay loads
+    assert warned(approval_relay="off")[0].startswith("the approval policy cannot take effect")
