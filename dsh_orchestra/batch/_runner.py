@@ -312,8 +312,6 @@ async def _run_locked(
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed = batch_eval.budget.lines
-                        if batch_eval.budget.skipped:
-                            stopped = "budget"
     finally:
         progress.close()
     duration = trio.current_time() - started
