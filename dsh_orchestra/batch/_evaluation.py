@@ -152,7 +152,6 @@ class Budget:
     tokens: int = 0
     cost: float = 0.0
     lines: int = 0  # written by this run
-    skipped: int = 0  # handed to a worker after the budget was reached: not started
 
     def add(self, line: dict[str, Any]) -> None:
         """Count a result line written by this run."""

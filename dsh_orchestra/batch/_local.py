@@ -105,8 +105,16 @@ async def attempt_on_pool(
             placed = runtime
             incarnation(runtime)  # named while it lives (its pid)
             try:
-                with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
-                    turn = await _run_session(runtime, item, session_id, workspace)
+                # The common attempt (a fresh session, no workspace, no timeout) awaits the
+                # run directly: every coroutine level in between is resumed at each wake-up.
+                if timeout is None:
+                    if item.session_id is None and workspace is None:
+                        turn = await runtime.session(session_id).run(item.prompt)
+                    else:
+                        turn = await _run_session(runtime, item, session_id, workspace)
+                else:
+                    with trio.fail_after(timeout):
+                        turn = await _run_session(runtime, item, session_id, workspace)
             finally:
                 runtime.forget(session_id)  # the batch never uses this session again
     except trio.TooSlowError:

@@ -151,13 +151,12 @@ async def _process(run: _Run, unit: tuple[BatchItem, int]) -> None:
     run.progress.update()
 
 
-async def _worker(run: _Run, receive: trio.MemoryReceiveChannel[tuple[BatchItem, int]]) -> None:
-    async with receive:
-        async for unit in receive:
-            if run.evaluation.budget.reached:  # checked as the item would start: it does not
-                run.evaluation.budget.skipped += 1
-                continue
-            await _process(run, unit)
+async def _worker(run: _Run, units: _Units) -> None:
+    # Each worker takes the next unit itself when it is free: no feeder task, no channel
+    # rendezvous per item (two task steps each). ``next`` never waits, so the workers
+    # cannot interleave inside it.
+    for unit in units:
+        await _process(run, unit)
 
 
 def _check_paths(out: Path, options: BatchOptions) -> None:
@@ -304,19 +303,15 @@ async def _run_locked(
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=evaluation) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
-                        send, receive = trio.open_memory_channel[tuple[BatchItem, int]](0)
+                        units = _Units(check, done, epochs, batch_eval)
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
                             async with trio.open_nursery() as nursery:
                                 for _ in range(min(max(1, runner.capacity), todo)):
-                                    nursery.start_soon(_worker, run, receive.clone())
-                                receive.close()
-                                async with send:
-                                    stopped = await _feed(send, check, done, epochs, batch_eval)
+                                    nursery.start_soon(_worker, run, units)
+                            stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed = batch_eval.budget.lines
-                        if batch_eval.budget.skipped:
-                            stopped = "budget"
     finally:
         progress.close()
     duration = trio.current_time() - started
@@ -334,23 +329,33 @@ async def _run_locked(
     return summary
 
 
-async def _feed(
-    send: trio.MemorySendChannel[tuple[BatchItem, int]], check: DatasetCheck, done: set[tuple[str, int]],
-    epochs: int, batch_eval: BatchEval,
-) -> str | None:
-    """Send every (item, epoch) not done yet to the workers, in file order, epochs together;
-    stop early (returning ``"budget"``) once the run's budget is reached."""
-    skip = {item_id for item_id, _ in done if all((item_id, e) in done for e in range(1, epochs + 1))}
-    for item in iter_dataset(check, skip=skip):
-        for epoch in range(1, epochs + 1):
-            if (item.id, epoch) in done:
-                continue
-            if batch_eval.budget.reached:
-                log.warning("the budget is reached (%s): no new item starts; run again to resume and continue",
-                            batch_eval.budget.describe())
-                return "budget"
-            await send.send((item, epoch))
-    return None
+class _Units:
+    """Every (item, epoch) not done yet, in file order, epochs together, taken by the workers
+    as they free up; it stops early (``stopped = "budget"``) once the run's budget is reached,
+    checked as each item would start."""
+
+    def __init__(self, check: DatasetCheck, done: set[tuple[str, int]], epochs: int, batch_eval: BatchEval) -> None:
+        self.stopped: str | None = None
+        self._units = self._generate(check, done, epochs, batch_eval)
+
+    def __iter__(self) -> Iterator[tuple[BatchItem, int]]:
+        return self._units
+
+    def _generate(
+        self, check: DatasetCheck, done: set[tuple[str, int]], epochs: int, batch_eval: BatchEval,
+    ) -> Iterator[tuple[BatchItem, int]]:
+        skip = {item_id for item_id, _ in done if all((item_id, e) in done for e in range(1, epochs + 1))}
+        budget = batch_eval.budget
+        for item in iter_dataset(check, skip=skip):
+            for epoch in range(1, epochs + 1):
+                if (item.id, epoch) in done:
+                    continue
+                if budget.reached:
+                    log.warning("the budget is reached (%s): no new item starts; run again to resume and continue",
+                                budget.describe())
+                    self.stopped = "budget"
+                    return
+                yield item, epoch
 
 
 def _server_version(runner: AttemptRunner) -> str | None:

@@ -96,12 +96,10 @@ def turn_usage(turn: Any) -> Usage:
     raw = getattr(events, "raw", None)
     if raw is not None:
         for line in raw:
-            # Decoded only when it may be a model step: a line that starts with another
-            # "type" is another event, whatever its payload quotes.
-            if line.startswith(_TYPE_START):
-                if line.startswith(_ASSISTANT_START):
-                    steps.append(orjson.loads(line))
-            elif _ASSISTANT in line:
+            # Decoded only when it may be a model step: most lines do not mention one at all
+            # (one search), and a line that starts with another "type" is another event,
+            # whatever its payload quotes.
+            if _ASSISTANT in line and (line.startswith(_ASSISTANT_START) or not line.startswith(_TYPE_START)):
                 steps.append(orjson.loads(line))
     else:
         steps.extend(events)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncContextManager, AsyncIterator, Callable
 
 import attrs
 import trio
@@ -199,7 +199,10 @@ class RuntimePool:
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
         self._nursery: trio.Nursery | None = None
-        self._changed = trio.Event()
+        # Made only when a task waits (most releases have no waiter): ``_changed`` for slot and
+        # closing changes (the watcher, wait_live), ``_freed`` for those and freed places too.
+        self._changed: trio.Event | None = None
+        self._freed: trio.Event | None = None
         self._closing = False
         self._running = False
         self._stopped = trio.Event()
@@ -308,11 +311,28 @@ class RuntimePool:
             self._notify()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        """A slot changed or the pool is closing: wake every waiter."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+        self._notify_places()
+
+    def _notify_places(self) -> None:
+        """A place was freed: wake the tasks waiting for one (not the watcher: it only
+        cares about slots, and waking it at every release was a task step per item)."""
+        freed, self._freed = self._freed, None
+        if freed is not None:
+            freed.set()
 
     async def _wait_changed(self) -> None:
+        if self._changed is None:
+            self._changed = trio.Event()
         await self._changed.wait()
+
+    async def _wait_places(self) -> None:
+        if self._freed is None:
+            self._freed = trio.Event()
+        await self._freed.wait()
 
     # ---- placement -------------------------------------------------------------------
 
@@ -339,7 +359,7 @@ class RuntimePool:
                 elif limit is not None and best.placed >= limit - self._lead:
                     self._succeed(best)  # start its successor now, so that it is ready in time
                 return best
-            await self._wait_changed()
+            await self._wait_places()
 
     async def _acquire_alone(self, pinned: Runtime | None) -> _Instance:
         """A runtime with no other session, kept so until released: meanwhile the emptiest runtime
@@ -372,7 +392,9 @@ class RuntimePool:
                 self._recycle(instance, f"resident memory {rss:.0f} MiB > {limit:g} MiB")
         if instance.in_flight == 0 and instance.runtime is runtime and (runtime.abandoned or instance.recycling):
             instance.close()  # it may still be busy with abandoned turns
-        self._notify()
+            self._notify()
+        else:  # only a place was freed (a recycle started above has notified everyone)
+            self._notify_places()
 
     def _recycle(self, instance: _Instance, why: str) -> None:
         """Place nothing more on ``instance``; its successor takes over (started now, unless it
@@ -390,8 +412,7 @@ class RuntimePool:
             instance.leave.set()
         self._notify()
 
-    @asynccontextmanager
-    async def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncIterator[Runtime]:
+    def lease(self, runtime: Runtime | None = None, *, alone: bool = False) -> AsyncContextManager[Runtime]:
         """Hold one place on the least-loaded runtime (or on ``runtime``) for the block.
 
         With ``alone`` the place is a whole runtime: it waits for one with no session in
@@ -402,13 +423,7 @@ class RuntimePool:
             TransportClosedError: the pinned ``runtime`` is gone or recycling.
             PoolClosedError: the pool is closing.
         """
-        instance = await (self._acquire_alone(runtime) if alone else self._acquire(runtime))
-        runtime = instance.runtime
-        assert runtime is not None
-        try:
-            yield runtime
-        finally:
-            self._release(instance, runtime)
+        return _Lease(self, runtime, alone)
 
     async def run_prompt(self, input: PromptInput, *, session_id: str | None = None, resume: bool = False) -> TurnResult:
         """Run one prompt in its own session on the least-loaded runtime.
@@ -474,13 +489,42 @@ class RuntimePool:
         self._begin_close()
         if drain:
             while self.statistics().in_flight and not self._stopped.is_set():
-                await self._wait_changed()
+                await self._wait_places()
         for instance in [i for s in self._slots for i in (*s.instances, s.current)]:
             instance.close()
         if self._running:
             await self._stopped.wait()
         else:
             await trio.lowlevel.checkpoint()
+
+
+class _Lease:
+    """``RuntimePool.lease``: a plain async context manager (one per item in a batch; a
+    generator-based one costs a generator, its frame and two extra steps)."""
+
+    __slots__ = ("_pool", "_pinned", "_alone", "_instance", "_runtime")
+
+    def __init__(self, pool: RuntimePool, pinned: Runtime | None, alone: bool) -> None:
+        self._pool = pool
+        self._pinned = pinned
+        self._alone = alone
+        self._instance: _Instance | None = None
+        self._runtime: Runtime | None = None
+
+    async def __aenter__(self) -> Runtime:
+        if self._instance is not None:
+            raise RuntimeError("a lease is entered once")
+        pool = self._pool
+        instance = await (pool._acquire_alone(self._pinned) if self._alone else pool._acquire(self._pinned))
+        runtime = instance.runtime
+        assert runtime is not None
+        self._instance, self._runtime = instance, runtime
+        return runtime
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        instance, runtime = self._instance, self._runtime
+        assert instance is not None and runtime is not None
+        self._pool._release(instance, runtime)
 
 
 async def _close_when_gone(runtime: Runtime, instance: _Instance) -> None:

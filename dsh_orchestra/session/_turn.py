@@ -15,6 +15,7 @@ import orjson
 
 from ..protocol import (
     SESSION_EVENT,
+    SESSION_ID,
     SUBAGENT_FINISHED,
     SUBAGENT_STARTED,
     AssistantMessageData,
@@ -166,6 +167,10 @@ def _bad(path: str, expected: str, value: Any) -> SdkProtocolError:
 def check_event(params: JsonObject) -> JsonObject:
     """Validate a ``session.event`` envelope and return its event object."""
     event = params.get("event")
+    if type(event) is dict and type(event.get("type")) is str and type(event.get("seq")) is int:
+        data = event.get("data")
+        if type(data) is dict or (data is None and "data" not in event):  # the usual event, fast
+            return event
     if not isinstance(event, dict):
         raise _bad("params.event", "an object", event)
     if not isinstance(event.get("type"), str):
@@ -280,7 +285,7 @@ class TurnCollector:
         """Feed one notification of the session tree."""
         params = notification.params
         method = notification.method
-        if method == SESSION_EVENT and session_of(params) == self.session_id:
+        if method == SESSION_EVENT and params.get(SESSION_ID) == self.session_id:  # session_of, inlined
             event = check_event(params)
             if not self._receipt_seen:
                 if not is_receipt(event, self.message_id):
