@@ -37,10 +37,10 @@ Getter = Callable[[dict[str, Any]], float]
 # workload -> (script and fixed arguments, clients, {figure: (getter, lower is better)})
 WORKLOADS: dict[str, tuple[list[str], tuple[str, ...], dict[str, tuple[Getter, bool]]]] = {
     "W1-rate": (["w1_stream.py", "--mode", "rate", "--count", "100000"],
-                ("bare", "trio-bare", "official", "ours"),
+                ("bare", "trio-bare", "trio-api", "official", "ours"),
                 {"events/s": (lambda r: r["rate"], False), "CPU µs/event": (lambda r: r["cpu_us_per_event"], True)}),
     "W1-latency": (["w1_stream.py", "--mode", "latency", "--count", "2000", "--interval-us", "1000"],
-                   ("bare", "trio-bare", "trio-reader", "official", "ours"),
+                   ("bare", "trio-bare", "trio-reader", "trio-api", "official", "ours"),
                    {"p50 µs": (lambda r: r["p50_us"], True), "p90 µs": (lambda r: r["p90_us"], True)}),
     "W2": (["w2_roundtrip.py", "--count", "10000"],
            ("bare", "trio-bare", "trio-reader", "official", "ours"),

@@ -18,6 +18,11 @@ Clients, each the way its users stream one session:
 * ``trio-reader``: a reader task as ``trio-bare`` handing each event to a consumer task through
   a deque and a one-shot wake-up (the architecture of a connection with a reader task and
   user code in another task, with none of its code: two trips per event when paced);
+* ``trio-api``: the least a trio client handing each event to user code through an awaited
+  ``receive()`` that is a cancel point can do (the floor of that API, none of our code): one
+  task; per event a tuple (method, params, line) queued in a deque, and ``await receive()`` =
+  ``checkpoint_if_cancelled()`` + ``popleft()``; with the deque empty, ``receive()`` itself
+  reads and splits a chunk, waiting for the pipe only when it is empty (as ``ours`` does);
 * ``official``: ``DeepSeekHarness`` 0.2.1rc2, ``client.subscribe_session_notifications(id)``,
   ``client.session_prompt(...)``, ``subscription.next()`` per notification (its reader thread
   hands each one over through a ``queue.Queue``);
@@ -45,7 +50,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 from _common import fake_runtime_command, percentile  # noqa: E402
 
-CLIENTS = ("bare", "trio-bare", "trio-reader", "official", "ours")
+CLIENTS = ("bare", "trio-bare", "trio-reader", "trio-api", "official", "ours")
 SESSION = "w1-session"
 WARMUP = 100
 
@@ -87,7 +92,8 @@ def run_bare(mode: str, count: int, interval_us: int) -> dict[str, Any]:
     return figures(mode, count, wall, cpu, lags)
 
 
-def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> dict[str, Any]:
+def run_trio(mode: str, count: int, interval_us: int, *, variant: str) -> dict[str, Any]:
+    """``trio-bare`` (variant ``bare``), ``trio-reader`` (``reader``) or ``trio-api`` (``api``)."""
     import os
     from collections import deque
 
@@ -105,9 +111,10 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
         lags: list[int] = []
         items: deque[Any] = deque()
         waiter: list[Any] = [None]
+        tail = [b""]
 
         def deliver(frame: Any) -> None:
-            if reader_task:
+            if variant == "reader":
                 items.append(frame)
                 task, waiter[0] = waiter[0], None
                 if task is not None:
@@ -116,12 +123,12 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
                 lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
 
         async def read(total: int) -> None:
-            tail, received = b"", 0
+            received = 0
             while received < total:
                 await trio.lowlevel.wait_readable(out_fd)
                 data = os.read(out_fd, 16384)
-                lines = (tail + data).split(b"\n")
-                tail = lines.pop()
+                lines = (tail[0] + data).split(b"\n")
+                tail[0] = lines.pop()
                 for line in lines:
                     frame = loads(line)
                     if "method" in frame:
@@ -137,13 +144,46 @@ def run_trio(mode: str, count: int, interval_us: int, *, reader_task: bool) -> d
                 if mode == "latency":
                     lags.append(clock() - frame["params"]["event"]["data"]["sentNs"])
 
+        def fill() -> bool:  # api: one chunk into the queue, False when the pipe is empty
+            try:
+                data = os.read(out_fd, 16384)
+            except BlockingIOError:
+                return False
+            lines = (tail[0] + data).split(b"\n")
+            tail[0] = lines.pop()
+            for line in lines:
+                frame = loads(line)
+                method = frame.get("method")
+                if method is not None:
+                    items.append((method, frame["params"], line))
+            return True
+
+        async def receive() -> tuple[str, dict[str, Any], bytes]:  # api: the user's call
+            await trio.lowlevel.checkpoint_if_cancelled()
+            while not items:
+                if not fill():
+                    await trio.lowlevel.wait_readable(out_fd)
+            event: tuple[str, dict[str, Any], bytes] = items.popleft()
+            return event
+
+        async def stream(total: int) -> None:  # api: user code
+            if mode == "latency":
+                for _ in range(total):
+                    event = await receive()
+                    lags.append(clock() - event[1]["event"]["data"]["sentNs"])
+            else:
+                for _ in range(total):
+                    await receive()
+
         try:
             wall, cpu = time.perf_counter(), time.process_time()
             os.write(in_fd, orjson.dumps(request) + b"\n")
-            if reader_task:
+            if variant == "reader":
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(read, count)
                     nursery.start_soon(consume, count)
+            elif variant == "api":
+                await stream(count)
             else:
                 await read(count)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -221,7 +261,7 @@ def main() -> None:
     args = parser.parse_args()
     count = args.count or (100_000 if args.mode == "rate" else 2_000)
     if args.client.startswith("trio-"):
-        out = run_trio(args.mode, count, args.interval_us, reader_task=args.client == "trio-reader")
+        out = run_trio(args.mode, count, args.interval_us, variant=args.client.removeprefix("trio-"))
     else:
         runner = {"bare": run_bare, "official": run_official, "ours": run_ours}[args.client]
         out = runner(args.mode, count, args.interval_us)

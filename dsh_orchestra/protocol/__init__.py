@@ -78,9 +78,11 @@ from ._jsonrpc import (
 from ._routing import (
     CHILD_SESSION_ID as CHILD_SESSION_ID,
     EDGE_METHODS as EDGE_METHODS,
+    EVENT as EVENT,
     PARENT_SESSION_ID as PARENT_SESSION_ID,
     SESSION_ID as SESSION_ID,
     child_of as child_of,
+    event_json as event_json,
     parent_of as parent_of,
     routing_key as routing_key,
     session_of as session_of,

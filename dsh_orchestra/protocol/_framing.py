@@ -126,7 +126,7 @@ class LineFramer:
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """``receive_data(data)`` then ``frames()``, faster when ``data`` ends a frame."""
-        return self._decode(self._feed_lines(data))
+        return self._decode(self.split(data))
 
     def feed_iter(self, data: bytes) -> Iterator[dict[str, Any]]:
         """``feed(data)`` one frame at a time: each line is decoded only when asked for.
@@ -136,7 +136,7 @@ class LineFramer:
         chunk decoded whole keeps a hundred frames of dicts alive, which the collector then
         traverses and promotes). Raises FrameTooLargeError on the first ``next()``.
         """
-        lines = self._feed_lines(data)
+        lines = self.split(data)
         loads = orjson.loads
         for line in lines:
             try:
@@ -150,7 +150,13 @@ class LineFramer:
             else:
                 self.ignored += 1
 
-    def _feed_lines(self, data: bytes) -> list[bytes]:
+    def split(self, data: bytes) -> list[bytes]:
+        """``receive_data(data)``, then every complete line (without its ``\\n``), undecoded.
+
+        For readers that decode and dispatch one line at a time themselves (the connection
+        keeps each frame's bytes); the same rules as ``frames()`` then apply to each line.
+        Raises FrameTooLargeError as ``frames()`` does.
+        """
         # A chunk that starts and ends on a frame boundary (a small response, usually) is
         # split without touching the buffer.
         if (

@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Protocol
 
-from ..protocol import SUBAGENT_STARTED, TransportClosedError, routing_key
-from ..transport import DEFAULT_CAPACITY, Notification, Subscription
+from ..protocol import EDGE_METHODS, SESSION_ID, SUBAGENT_STARTED, TransportClosedError, routing_key, session_of
+from ..transport import DEFAULT_CAPACITY, Connection, Notification, Subscription
 
 MAX_DEPTH = 64
 
@@ -30,7 +30,10 @@ class Target(Protocol):
 class SessionRouter:
     """Routes a runtime's notifications to the session trees that hold them."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: Callable[[], Connection | None] | None = None) -> None:
+        self.source = source
+        """The connection the runtime reads now (None while there is none): subscriptions read
+        it themselves when their buffer is empty and nobody else reads (``Connection.pump``)."""
         self.parents: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}  # parent -> children, to prune with forget()
         self._subscriptions: dict[str, list[Target]] = {}
@@ -38,12 +41,26 @@ class SessionRouter:
 
     def subscribe(self, root: str, *, name: str | None = None, capacity: int = DEFAULT_CAPACITY) -> Subscription:
         """A bounded subscription to ``root``'s tree, descendants included, in wire order."""
-        subscription = Subscription(name or f"session {root!r}", capacity=capacity, on_close=self._remover(root))
+        subscription = Subscription(
+            name or f"session {root!r}", capacity=capacity, on_close=self._remover(root),
+            lender=self if self.source is not None else None,
+        )
         if self._error is not None:
             subscription.fail(self._error)
             return subscription
         self._subscriptions.setdefault(root, []).append(subscription)
         return subscription
+
+    async def pump(self, subscription: Subscription) -> bool:
+        """Lend the current connection's reading to ``subscription`` (see ``Lender``)."""
+        connection = self.source() if self.source is not None else None
+        return connection is not None and await connection.pump(subscription)
+
+    def interrupt_pump(self) -> None:
+        """End a subscription's wait in ``pump`` (see ``Lender``)."""
+        connection = self.source() if self.source is not None else None
+        if connection is not None:
+            connection.interrupt_pump()
 
     def attach(self, root: str, target: Target) -> Callable[[], None]:
         """Deliver ``root``'s tree to ``target`` directly (no buffer); returns the detacher.
@@ -90,31 +107,53 @@ class SessionRouter:
     def push(self, notification: Notification) -> None:
         """The connection sink: record edges, then deliver to every subscribed ancestor."""
         method = notification.method
-        start, extra = routing_key(method, notification.params)
-        if method == SUBAGENT_STARTED and start and extra and start != extra and extra not in self.parents:
-            self.parents[extra] = start
-            self._children.setdefault(start, []).append(extra)
+        params = notification.params
         subscriptions = self._subscriptions
-        if not subscriptions or start is None:
-            return
-        parents = self.parents
-        session: str | None = start
-        depth = 0
-        while session is not None and depth < MAX_DEPTH:
-            targets = subscriptions.get(session)
+        if method not in EDGE_METHODS:  # the hot path: a session's own notification
+            start = params.get(SESSION_ID)
+            if type(start) is not str:
+                start = session_of(params)
+                if start is None:
+                    return
+            targets = subscriptions.get(start)
             if targets:
                 if len(targets) == 1:  # the usual case: no copy of the list
                     targets[0].push(notification)
                 else:
                     for subscription in tuple(targets):
                         subscription.push(notification)
-            session = parents.get(session)
-            depth += 1
+            if self.parents:
+                parent = self.parents.get(start)
+                if parent is not None:
+                    self._push_up(notification, parent, 1)
+            return
+        start, extra = routing_key(method, params)
+        if method == SUBAGENT_STARTED and start and extra and start != extra and extra not in self.parents:
+            self.parents[extra] = start
+            self._children.setdefault(start, []).append(extra)
+        if not subscriptions or start is None:
+            return
+        self._push_up(notification, start, 0)
         if extra is not None and extra != start:
             targets = subscriptions.get(extra)
             if targets:
                 for subscription in tuple(targets):
                     subscription.push(notification)
+
+    def _push_up(self, notification: Notification, session: str | None, depth: int) -> None:
+        """Deliver to ``session``'s subscribers and its ancestors' (``depth`` levels done)."""
+        subscriptions = self._subscriptions
+        parents = self.parents
+        while session is not None and depth < MAX_DEPTH:
+            targets = subscriptions.get(session)
+            if targets:
+                if len(targets) == 1:
+                    targets[0].push(notification)
+                else:
+                    for subscription in tuple(targets):
+                        subscription.push(notification)
+            session = parents.get(session)
+            depth += 1
 
     def forget(self, root: str) -> set[str]:
         """Drop the recorded edges of ``root``'s tree and return the descendants dropped.

@@ -216,7 +216,7 @@ async def open_runtime(
         register_secrets(resolved.secrets())  # redacted from every dsh_orchestra log record
         # The real runtime ignores the handshake flags; with the relay they say what we answer.
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
-        router = SessionRouter()
+        router = SessionRouter(source=lambda: actor.connection)
         actor.add_sink(router.push)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)

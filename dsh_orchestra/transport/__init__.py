@@ -12,6 +12,7 @@ from ._connection import (
 )
 from ._subscription import (
     DEFAULT_CAPACITY as DEFAULT_CAPACITY,
+    Lender as Lender,
     Notification as Notification,
     NotificationFilter as NotificationFilter,
     Subscription as Subscription,

@@ -13,6 +13,7 @@ import logging
 from typing import Any, Awaitable, Callable, TypeVar
 
 import attrs
+import orjson
 import trio
 
 from ..protocol import (
@@ -40,10 +41,19 @@ from ..protocol import (
     structure,
     unstructure,
 )
-from ._pipes import RECEIVE_SIZE as RECEIVE_SIZE, byte_io
+from ._pipes import RECEIVE_SIZE as RECEIVE_SIZE, FdReceiver, FdSender, byte_io
 from ._subscription import DEFAULT_CAPACITY, Notification, NotificationFilter, Subscription
 
 log = logging.getLogger("dsh_orchestra.transport")
+
+_NEW_NOTIFICATION = (
+    object.__new__,
+    Notification.__dict__["method"].__set__,
+    Notification.__dict__["params"].__set__,
+    Notification.__dict__["raw"].__set__,
+)
+"""How the reader makes a Notification: its slots set directly, as the frozen class's
+``__init__`` would, without that Python frame (a tenth of the reader's cost per event)."""
 
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
@@ -76,6 +86,8 @@ class ConnectionStatistics:
     pending_requests: int
     subscribers: int
     handlers_running: int
+    lent_reads: int = 0
+    """Chunks read by a subscriber's own task (``pump``) rather than the reader task."""
 
 
 class _Pending:
@@ -130,6 +142,21 @@ class Connection:
         self._stream = stream
         self._receiver, self._sender = byte_io(stream, RECEIVE_SIZE)
         self._framer = LineFramer(max_frame_size=max_frame_size)
+        # Lending the reading to a subscriber's task (pump): only over a pipe whose
+        # descriptor no writer waits on (interrupting a wait wakes every waiter of the fd).
+        self._lendable = isinstance(self._receiver, FdReceiver) and not (
+            isinstance(self._sender, FdSender) and _same_fd(self._receiver, self._sender)
+        )
+        # The reader task waits in a way a borrower can interrupt only once a subscriber asked
+        # to read (pump): until then (requests only, W2) it reads as plainly as it can.
+        self._lend_wanted = False
+        self._lending = False
+        self._borrower: Any = None  # the Subscription whose task reads now (pump)
+        self._borrower_waiting = False  # ... and waits for the pipe
+        self._borrower_interrupted = False
+        self._reader_task: trio.lowlevel.Task | None = None  # parked while a borrower reads
+        self._reader_waiting = False  # the reader task waits for the pipe
+        self._reader_interrupted = False
         self._lost_hook = lost_hook
         self._ids = itertools.count(1)
         self._pending: dict[Any, _Pending] = {}
@@ -146,6 +173,7 @@ class Connection:
         self._frames_sent = 0
         self._notifications = 0
         self._handlers_running = 0
+        self._lent_reads = 0
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -231,48 +259,184 @@ class Connection:
     # ---- reading ---------------------------------------------------------------------
 
     async def _read_loop(self) -> str:
-        framer = self._framer
         receive = self._receiver.receive
-        pending = self._pending
         while True:
+            if self._lend_wanted and not self._lending:  # from now on the reading may be lent
+                self._lending = True
+                receive = self._receive_chunk
             try:
                 data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 return f"stream broke: {exc}"
             if not data:
-                framer.receive_data(b"")
+                self._framer.receive_data(b"")
                 return "closed its stream"
-            frames = notifications = 0
-            try:
-                # In wire order, one frame at a time (each dispatched before the next is
-                # decoded, see LineFramer.feed_iter); nothing here waits.
-                for frame in framer.feed_iter(data):
-                    frames += 1
-                    kind = classify(frame)
-                    if kind is NOTIFICATION:
-                        notification = Notification(frame["method"], params_of(frame))
-                        notifications += 1
-                        # self._sinks is replaced, never mutated: a sink that removes itself
-                        # (an overflowing subscription) does not make this loop skip the next
-                        for sink in self._sinks:
-                            sink(notification)
-                    elif kind is RESPONSE:
-                        waiter = pending.get(frame["id"])
-                        if waiter is not None:
-                            waiter.wake(frame)
-                    elif kind is REQUEST:
-                        self._dispatch_request(frame["id"], frame["method"], params_of(frame))
-                    else:
+            reason = self._dispatch(data)
+            if reason is not None:
+                return reason
+
+    async def _receive_chunk(self) -> bytes:
+        """The reader task's next chunk over a pipe it may lend (see ``pump``)."""
+        receiver = self._receiver
+        assert isinstance(receiver, FdReceiver)
+        while True:
+            if self._borrower is not None:  # a subscriber's task reads: wait until it is done
+                self._reader_task = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._reader_abort)
+                continue
+            if receiver.drained:
+                self._reader_waiting = True
+                try:
+                    await receiver.wait()
+                except trio.ClosedResourceError:
+                    if not self._reader_interrupted:
+                        raise
+                    continue  # a borrower took the pipe over (interrupt_reader)
+                finally:
+                    self._reader_waiting = self._reader_interrupted = False
+            else:  # data is likely waiting: only let the other tasks run first
+                await trio.lowlevel.checkpoint()
+            if self._borrower is not None:
+                continue  # never read while a borrower may wait for the same bytes
+            data = receiver.read_nowait()
+            if data is not None:
+                return data
+
+    def _reader_abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._reader_task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _dispatch(self, data: bytes) -> str | None:
+        """Decode and dispatch one chunk's frames; the reason to stop reading, if any."""
+        framer = self._framer
+        pending = self._pending
+        loads = orjson.loads
+        new, set_method, set_params, set_raw = _NEW_NOTIFICATION
+        frames = notifications = 0
+        try:
+            lines = framer.split(data)
+        except FrameTooLargeError as exc:
+            return self._too_large(exc)
+        try:
+            # In wire order, one frame at a time: each is dispatched before the next is
+            # decoded, so what a consumer drops dies young (docs/benchmarks.md, W1).
+            for line in lines:
+                try:
+                    frame = loads(line)
+                except orjson.JSONDecodeError:  # invalid UTF-8 or JSON; blank lines are not counted
+                    if line.strip():
                         framer.ignored += 1
-            except FrameTooLargeError as exc:
-                log.error("protocol violation from %s: %s", self.name, exc)
-                error = TransportClosedError(f"{self.name} sent a frame over the limit: {exc}")
-                error.__cause__ = exc
-                self.fail(error)  # callers learn it now, not when the process is gone
-                return error.reason
-            finally:
-                self._frames_received += frames
-                self._notifications += notifications
+                    continue
+                if type(frame) is not dict:
+                    framer.ignored += 1
+                    continue
+                method = frame.get("method")
+                if type(method) is str and "id" not in frame:  # a notification: the hot path
+                    params = frame.get("params")
+                    # Notification(method, params, line) without its frozen __init__'s frame
+                    notification = new(Notification)
+                    set_method(notification, method)
+                    set_params(notification, params if type(params) is dict else {})
+                    set_raw(notification, line)
+                    notifications += 1
+                    # self._sinks is replaced, never mutated: a sink that removes itself
+                    # (an overflowing subscription) does not make this loop skip the next
+                    for sink in self._sinks:
+                        sink(notification)
+                    continue
+                frames += 1
+                kind = classify(frame)
+                if kind is NOTIFICATION:  # one with an unusable id (null, say)
+                    notification = Notification(frame["method"], params_of(frame), line)
+                    notifications += 1
+                    for sink in self._sinks:
+                        sink(notification)
+                elif kind is RESPONSE:
+                    waiter = pending.get(frame["id"])
+                    if waiter is not None:
+                        waiter.wake(frame)
+                elif kind is REQUEST:
+                    self._dispatch_request(frame["id"], frame["method"], params_of(frame))
+                else:
+                    framer.ignored += 1
+        finally:
+            self._frames_received += frames + notifications
+            self._notifications += notifications
+        return None
+
+    def _too_large(self, exc: FrameTooLargeError) -> str:
+        log.error("protocol violation from %s: %s", self.name, exc)
+        error = TransportClosedError(f"{self.name} sent a frame over the limit: {exc}")
+        error.__cause__ = exc
+        self.fail(error)  # callers learn it now, not when the process is gone
+        return error.reason
+
+    # ---- lending the reading to a subscriber (one trip per wait instead of two) -------
+
+    async def pump(self, subscription: Subscription) -> bool:
+        """Read and dispatch the next chunk in the calling task, for ``subscription``'s
+        ``receive()`` with an empty buffer (see ``Lender``).
+
+        Returns False at once (no schedule point) when another task is reading in this way,
+        the stream is not a pipe that can be lent, the connection is closed or not started,
+        or the pipe ended or broke (the reader task then sees that itself); also the first
+        time it is asked, after which the reader task waits in a way it can hand over
+        (from its next chunk on). Otherwise it
+        waits for the pipe (a schedule point) unless data is likely waiting, dispatches
+        what it read to everyone exactly as the reader task would, and returns True; also
+        True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
+        borrower does and is woken again when it is done, so every frame is read once, in
+        order. Cancellation ends the wait with nothing read.
+        """
+        if not self._lending:  # the reader task waits without being interruptible yet
+            self._lend_wanted = self._lendable
+            return False
+        if self._borrower is not None or not self._lendable or self._closed_error is not None:
+            return False
+        receiver = self._receiver
+        assert isinstance(receiver, FdReceiver)
+        self._borrower = subscription
+        try:
+            if self._reader_waiting and not self._reader_interrupted:  # take the pipe over
+                self._reader_interrupted = True
+                _interrupt(receiver)
+            if receiver.drained:
+                self._borrower_waiting = subscription.pipe_wait = True
+                try:
+                    await receiver.wait()
+                except trio.ClosedResourceError:
+                    if self._borrower_interrupted and not _closed(receiver):
+                        return True
+                    self._lendable = False  # closed under us: the reader task reports it
+                    return False
+                finally:
+                    self._borrower_waiting = self._borrower_interrupted = subscription.pipe_wait = False
+            try:
+                data = receiver.read_nowait()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._lendable = False  # the reader task meets the same error and reports it
+                return False
+            if data is None:
+                return True
+            if not data:
+                self._lendable = False  # end of file (it reads again as such): the reader's
+                return False
+            self._lent_reads += 1
+            if self._dispatch(data) is not None and self._cancel_scope is not None:
+                self._cancel_scope.cancel(reason="connection lost")  # _dispatch failed it
+            return True
+        finally:
+            self._borrower = None
+            task, self._reader_task = self._reader_task, None
+            if task is not None:
+                trio.lowlevel.reschedule(task)
+
+    def interrupt_pump(self) -> None:
+        """End the current ``pump`` wait for the pipe, if one is waiting (it returns True)."""
+        if self._borrower_waiting and not self._borrower_interrupted:
+            self._borrower_interrupted = True
+            assert isinstance(self._receiver, FdReceiver)
+            _interrupt(self._receiver)
 
     def _dispatch_request(self, request_id: Any, method: str, params: Any) -> None:
         assert self._nursery is not None
@@ -459,7 +623,9 @@ class Connection:
         filter: NotificationFilter | None = None,
     ) -> Subscription:
         """A bounded subscription to every notification (or those ``filter`` accepts)."""
-        subscription = Subscription(name, capacity=capacity, filter=filter, on_close=self._unsubscribe)
+        subscription = Subscription(
+            name, capacity=capacity, filter=filter, on_close=self._unsubscribe, lender=self if self._lendable else None
+        )
         if self._closed_error is not None:
             subscription.fail(self._copy_error())
         else:
@@ -479,4 +645,32 @@ class Connection:
             pending_requests=len(self._pending),
             subscribers=len(self._sinks),
             handlers_running=self._handlers_running,
+            lent_reads=self._lent_reads,
         )
+
+
+def _same_fd(receiver: FdReceiver, sender: FdSender) -> bool:
+    try:
+        return receiver.fd == sender.fd
+    except trio.ClosedResourceError:
+        return True
+
+
+def _closed(receiver: FdReceiver) -> bool:
+    try:
+        return receiver.fd < 0
+    except trio.ClosedResourceError:
+        return True
+
+
+def _interrupt(receiver: FdReceiver) -> None:
+    """Wake the task waiting for ``receiver``'s pipe with ClosedResourceError.
+
+    ``notify_closing`` wakes the waiters of a descriptor and forgets its registration
+    without closing it; the caller marks the wait as interrupted first, so the woken task
+    tells this from a real close (after which the descriptor reads as closed).
+    """
+    try:
+        trio.lowlevel.notify_closing(receiver.fd)
+    except trio.ClosedResourceError:
+        pass  # closed already: the waiter was woken by the close

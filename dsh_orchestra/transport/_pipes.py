@@ -66,30 +66,49 @@ class StreamReceiver:
 
 
 class FdReceiver:
-    """Chunks read straight from an ``FdStream``'s non-blocking descriptor."""
+    """Chunks read straight from an ``FdStream``'s non-blocking descriptor.
+
+    Besides ``receive()`` (the reader task's), ``wait()`` and ``read_nowait()`` let the
+    connection lend the reading to a subscriber's task (``Connection.pump``).
+    """
 
     def __init__(self, stream: Any, size: int = RECEIVE_SIZE) -> None:
         self._stream = stream
         self._size = size
-        self._drained = True  # the last read came back short: the pipe was empty then
+        self.drained = True  # the last read came back short: the pipe was empty then
+
+    @property
+    def fd(self) -> int:
+        """The descriptor read (ClosedResourceError once the stream was closed)."""
+        return _fd(self._stream)
 
     async def receive(self) -> bytes:
         """The next chunk, ``b""`` at end of file; always a schedule point."""
-        stream = self._stream
-        if self._drained:
-            await trio.lowlevel.wait_readable(_fd(stream))
+        if self.drained:
+            await trio.lowlevel.wait_readable(_fd(self._stream))
         else:  # data is likely waiting: only let the other tasks run first
             await trio.lowlevel.checkpoint()
         while True:
-            try:
-                data: bytes = os.read(_fd(stream), self._size)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(_fd(stream))
-                continue
-            except OSError as exc:
-                raise _broken(exc) from exc
-            self._drained = len(data) < self._size
-            return data
+            data = self.read_nowait()
+            if data is not None:
+                return data
+            await trio.lowlevel.wait_readable(_fd(self._stream))
+
+    async def wait(self) -> None:
+        """Wait until the descriptor is readable (a schedule point)."""
+        await trio.lowlevel.wait_readable(_fd(self._stream))
+
+    def read_nowait(self) -> bytes | None:
+        """One chunk if one can be read without waiting (``b""`` at end of file), else None."""
+        try:
+            data: bytes = os.read(_fd(self._stream), self._size)
+        except BlockingIOError:
+            self.drained = True
+            return None
+        except OSError as exc:
+            raise _broken(exc) from exc
+        self.drained = len(data) < self._size
+        return data
 
 
 class StreamSender:
@@ -118,6 +137,11 @@ class FdSender:
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self.torn = False  # a cancelled write left part of a frame on the wire
+
+    @property
+    def fd(self) -> int:
+        """The descriptor written (ClosedResourceError once the stream was closed)."""
+        return _fd(self._stream)
 
     def write_nowait(self, data: bytes) -> int:
         """Write what fits in the pipe now; how many bytes that was (0 when it is full)."""

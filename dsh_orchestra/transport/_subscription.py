@@ -6,7 +6,7 @@ Owns: the per-subscriber buffer and its overflow rule. Must not know what method
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import attrs
 import trio
@@ -19,13 +19,32 @@ DEFAULT_CAPACITY = 100_000
 
 @attrs.frozen(slots=True)
 class Notification:
-    """One notification as received: its method and its params object (plain JSON)."""
+    """One notification as received: its method, its params object (plain JSON) and, when it
+    was read from a wire, ``raw``: the frame's line exactly as received (without its
+    newline), to keep or forward it without encoding it again (see ``protocol.event_json``).
+    ``raw`` takes no part in equality or ``repr``."""
 
     method: str
     params: dict[str, Any]
+    raw: bytes | None = attrs.field(default=None, eq=False, repr=False)
 
 
 NotificationFilter = Callable[[Notification], bool]
+
+
+class Lender(Protocol):
+    """What a subscription reads through when its buffer is empty (a ``Connection``).
+
+    ``pump(subscription)`` reads and dispatches the next chunk of the wire in the calling
+    task and returns True, or returns False at once when it cannot (another task reads,
+    the wire is not a pipe, it closed): the subscription then waits to be pushed to. While
+    it waits for the pipe, ``subscription.pipe_wait`` is True and ``interrupt_pump()`` ends
+    that wait (pump returns True).
+    """
+
+    async def pump(self, subscription: Subscription) -> bool: ...
+
+    def interrupt_pump(self) -> None: ...
 
 
 class Subscription(trio.abc.ReceiveChannel[Notification]):
@@ -46,6 +65,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         capacity: int = DEFAULT_CAPACITY,
         filter: NotificationFilter | None = None,
         on_close: Callable[[Subscription], None] | None = None,
+        lender: Lender | None = None,
     ) -> None:
         if capacity <= 0:
             raise ParamValueError(Param("capacity", capacity, spelled="capacity"), f" must be > 0, not {capacity!r}")
@@ -55,33 +75,48 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._on_close = on_close
         self._items: deque[Notification] = deque()
         self._waiters = trio.lowlevel.ParkingLot()  # tasks waiting in receive(); no Event per wait
+        self._parked = 0  # len(self._waiters), read without a call on every push
+        self._lender = lender
+        self.pipe_wait = False  # a receive() waits in the lender's pump (see Lender)
         self._served = 0  # items returned since receive() last let other tasks run
         self._error: BaseException | None = None
         self._closed = False
+        self._accepting = True  # neither failed nor closed: what push() checks
 
     # ---- reader side (synchronous, never blocks) ------------------------------------
 
     def push(self, notification: Notification) -> None:
         """Buffer one notification, or fail this subscription if it is full."""
-        if self._error is not None or self._closed:
+        if not self._accepting:  # failed or closed
             return
         if self._filter is not None and not self._filter(notification):
             return
-        if len(self._items) >= self.capacity:
-            self._items.clear()
+        items = self._items
+        if len(items) >= self.capacity:
+            items.clear()
             self.fail(SubscriberOverflowError(self.name, self.capacity))
             self._detach()
             return
-        self._items.append(notification)
-        if self._waiters:
-            self._waiters.unpark_all()
+        items.append(notification)
+        if self._parked or self.pipe_wait:  # (pipe_wait: pushed by someone else than the pump)
+            self._wake()
 
     def fail(self, error: BaseException) -> None:
         """Make receive() raise ``error`` once the buffered notifications are drained."""
         if self._error is None:
             self._error = error
-        if self._waiters:
+            self._accepting = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._parked:
             self._waiters.unpark_all()
+        if self.pipe_wait:
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        if self._lender is not None:
+            self._lender.interrupt_pump()
 
     # ---- consumer side ---------------------------------------------------------------
 
@@ -105,23 +140,50 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         notifications, per trip) instead of letting the buffer, and the garbage collector's
         work, grow (docs/benchmarks.md, W1).
 
+        With an empty buffer on a connection over a pipe, the waiting task reads the pipe
+        itself when no other task is reading it (``Connection.pump``): one trip through the
+        scheduler per wait instead of the reader task's and then this one's. Every frame
+        read that way is dispatched to every subscriber, request and handler exactly as the
+        reader task would, in wire order.
+
         Raises:
             SubscriberOverflowError: this subscription fell behind and was dropped.
             TransportClosedError: the connection went away (after the buffer drained).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
-        if items and not self._closed:
+        if items:  # the hot path: one ready (close() empties the buffer for good)
+            served = self._served + 1
+            if served < self.SCHEDULE_EVERY:
+                self._served = served
+                return items.popleft()
+            self._served = 0
             item = items.popleft()
-            self._served += 1
-            if self._served >= self.SCHEDULE_EVERY:
-                self._served = 0
-                await trio.lowlevel.cancel_shielded_checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return item
+        if self._lender is not None and not self._closed and self._error is None:
+            await self._pump()
+            if items and not self._closed:
+                self._served += 1
+                return items.popleft()
         while not (items or self._closed or self._error is not None):
-            await self._waiters.park()  # the schedule point (no WouldBlock raised per wait)
+            self._parked += 1
+            try:
+                await self._waiters.park()  # the schedule point (no WouldBlock raised per wait)
+            finally:
+                self._parked -= 1
         self._served = 0
         return self.receive_nowait()
+
+    async def _pump(self) -> None:
+        """Read the wire in this task until an item, an error or a close arrives, or the
+        lender cannot lend (then ``receive`` parks as usual)."""
+        lender = self._lender
+        assert lender is not None
+        items = self._items
+        while not (items or self._closed or self._error is not None):
+            if not await lender.pump(self):
+                return
 
     async def receive_batch(self, max_items: int | None = None) -> list[Notification]:
         """Wait for at least one notification and return all buffered (up to ``max_items``).
@@ -164,10 +226,10 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         """Stop receiving; buffered notifications are dropped. Idempotent."""
         if not self._closed:
             self._closed = True
+            self._accepting = False
             self._items.clear()
             self._detach()
-            if self._waiters:
-                self._waiters.unpark_all()
+            self._wake()
 
     def __enter__(self) -> Subscription:
         return self
