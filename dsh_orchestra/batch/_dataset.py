@@ -155,19 +155,12 @@ def _scan(path: Path, data: bytes | None = None) -> Iterator[tuple[int, BatchIte
             yield number, item, problem if item is None else None, extra
 
 
-def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[str]]:
-    """Read and validate a dataset; return its items and the unknown keys seen (ignored).
-
-    Raises:
-        DatasetError: malformed lines, missing fields or duplicate ids (all of them, by line).
-        OSError: the file cannot be read.
-    """
-    path = Path(path)
-    items: list[BatchItem] = []
+def _accepted(path: Path, data: bytes | None = None) -> Iterator[tuple[BatchItem, list[str]]]:
+    """Each valid item of the dataset with its unknown keys, in file order; at the end a
+    ``DatasetError`` naming every bad line and repeated id, or the file holding no item."""
     problems: list[tuple[int, str]] = []
     first_line: dict[str, int] = {}
-    unknown: set[str] = set()
-    for number, item, problem, extra in _scan(path):
+    for number, item, problem, extra in _scan(path, data):
         if problem is not None or item is None:
             problems.append((number, problem or "invalid item"))
             continue
@@ -175,12 +168,25 @@ def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[st
             problems.append((number, f"duplicate id {item.id!r} (first on line {first_line[item.id]})"))
             continue
         first_line[item.id] = number
-        unknown.update(extra)
-        items.append(item)
+        yield item, extra
     if problems:
         raise DatasetError(str(path), problems)
-    if not items:
+    if not first_line:
         raise DatasetError(str(path), [(1, "the dataset holds no items")])
+
+
+def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[str]]:
+    """Read and validate a dataset; return its items and the unknown keys seen (ignored).
+
+    Raises:
+        DatasetError: malformed lines, missing fields or duplicate ids (all of them, by line).
+        OSError: the file cannot be read.
+    """
+    items: list[BatchItem] = []
+    unknown: set[str] = set()
+    for item, extra in _accepted(Path(path)):
+        unknown.update(extra)
+        items.append(item)
     return items, sorted(unknown)
 
 
@@ -215,28 +221,15 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
     path = Path(path)
     fingerprint = _fingerprint(path)
     data = None if path.is_file() else path.read_bytes()  # a pipe or a device: keep what was read
-    problems: list[tuple[int, str]] = []
-    first_line: dict[str, int] = {}
     ids: set[str] = set()
     unknown: set[str] = set()
     count = own = 0
-    for number, item, problem, extra in _scan(path, data):
-        if problem is not None or item is None:
-            problems.append((number, problem or "invalid item"))
-            continue
-        if item.id in first_line:
-            problems.append((number, f"duplicate id {item.id!r} (first on line {first_line[item.id]})"))
-            continue
-        first_line[item.id] = number
+    for item, extra in _accepted(path, data):
         count += 1
         unknown.update(extra)
         own += item.session_id is not None
         if in_shard(item.id, shard):
             ids.add(item.id)
-    if problems:
-        raise DatasetError(str(path), problems)
-    if not count:
-        raise DatasetError(str(path), [(1, "the dataset holds no items")])
     return DatasetCheck(path=path, ids=frozenset(ids), items=count, unknown=tuple(sorted(unknown)),
                         fingerprint=fingerprint, data=data, session_ids=own)
 
