@@ -382,7 +382,8 @@ class Connection:
         or the pipe ended or broke (the reader task then sees that itself); also the first
         time it is asked, after which the reader task waits in a way it can hand over
         (from its next chunk on). Otherwise it
-        waits for the pipe (a schedule point) unless data is likely waiting, dispatches
+        waits for the pipe, or when data is likely waiting lets the other tasks run once (a
+        schedule point either way, so a pipe that stays full starves nobody), dispatches
         what it read to everyone exactly as the reader task would, and returns True; also
         True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
         borrower does and is woken again when it is done, so every frame is read once, in
@@ -411,6 +412,10 @@ class Connection:
                     return False
                 finally:
                     self._borrower_waiting = self._borrower_interrupted = subscription.pipe_wait = False
+            else:  # data is likely waiting: let the other tasks run first, as the reader task
+                await trio.lowlevel.checkpoint()  # does (a full pipe must not starve them)
+                if self._closed_error is not None:
+                    return False
             try:
                 data = receiver.read_nowait()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
