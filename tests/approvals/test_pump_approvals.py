@@ -6,11 +6,15 @@ is bounded by ``trio.fail_after`` and sleeps never.
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Callable
 
 import trio
+import trio.testing
 
 from dsh_orchestra.approvals import ALLOWED_ONCE, ApprovalRequest, Decision, allow
+from dsh_orchestra.protocol import TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
 
@@ -79,3 +83,45 @@ async def test_a_subscriber_that_stops_receiving_does_not_hold_up_the_run(
     assert lent > 0
     assert [r.outcome for r in first.approvals] == [ALLOWED_ONCE] * 3
     assert [r.outcome for r in second.approvals] == [ALLOWED_ONCE] * 3
+
+
+async def test_the_runtime_dying_while_a_subscriber_reads_fails_every_waiter(
+    process_sim: Callable[..., RuntimeSpec],
+) -> None:
+    """SIGKILL while a subscriber waits in the pipe, a run waits for its reply and a policy
+    waits: the subscriber and the run both get TransportClosedError, nothing hangs."""
+    entered = trio.Event()
+
+    async def forever(request: ApprovalRequest) -> Decision:
+        entered.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    errors: list[BaseException] = []
+    with trio.fail_after(LIMIT):
+        async with open_runtime(process_sim(), approvals=forever) as runtime:
+            session = runtime.session("killed")
+            with session.events() as events:
+                async with trio.open_nursery() as nursery:
+
+                    async def consume() -> None:
+                        try:
+                            async for _ in events:
+                                pass
+                        except TransportClosedError as exc:
+                            errors.append(exc)
+
+                    async def run() -> None:
+                        try:
+                            await session.run("DEPLOY now")
+                        except TransportClosedError as exc:
+                            errors.append(exc)
+
+                    nursery.start_soon(consume)
+                    nursery.start_soon(run)
+                    await entered.wait()
+                    await trio.testing.wait_all_tasks_blocked()  # the subscriber waits in the pipe
+                    assert events.pipe_wait
+                    assert runtime.actor.pid is not None
+                    os.kill(runtime.actor.pid, signal.SIGKILL)
+    assert len(errors) == 2 and all(isinstance(e, TransportClosedError) for e in errors)
