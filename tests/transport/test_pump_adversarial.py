@@ -260,3 +260,44 @@ async def test_overflow_while_a_subscriber_pumps_fails_only_the_one_that_fell_be
             assert connection.statistics().subscribers == 1
             nursery.start_soon(peer.send, note(10))
             assert (await other.receive()).params == {"index": 10}
+
+
+async def test_a_sink_raising_while_a_subscriber_reads_fails_the_connection_not_a_request() -> None:
+    """A filter that raises (a user's bug) in a chunk the subscriber's task reads: the frames
+    after it in that chunk are undeliverable, so the connection fails as the reader task's
+    would (waiters get TransportClosedError) instead of reading on with a reply lost."""
+
+    def picky(notification: Notification) -> bool:
+        if notification.method == "bad":
+            raise ValueError("a filter's bug")
+        return True
+
+    with trio.fail_after(LIMIT):
+        async with wired() as (connection, peer, nursery, theirs):
+            await start_lending(connection, peer)
+            connection.subscribe(filter=picky)
+            subscription = connection.subscribe()
+            outcome: list[BaseException] = []
+
+            async def requester() -> None:
+                try:
+                    await connection.request(SESSION_WAIT, WaitParams(session_id="s"))
+                except TransportClosedError as exc:
+                    outcome.append(exc)
+
+            async def consumer() -> None:
+                with pytest.raises(ValueError, match="a filter's bug"):
+                    await subscription.receive()
+                outcome.append(ValueError("raised in the consumer"))
+
+            nursery.start_soon(requester)
+            request = await peer.receive()
+            nursery.start_soon(consumer)
+            await waiting(subscription)
+            await peer.send(notification_frame("bad", {}), result_frame(request["id"], {}))
+            await connection.wait_closed()
+            with trio.fail_after(LIMIT):
+                while len(outcome) < 2:
+                    await trio.testing.wait_all_tasks_blocked()
+            (closed,) = [error for error in outcome if isinstance(error, TransportClosedError)]
+            assert isinstance(closed.__cause__, ValueError)
