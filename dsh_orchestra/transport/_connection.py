@@ -382,11 +382,14 @@ class Connection:
         or the pipe ended or broke (the reader task then sees that itself); also the first
         time it is asked, after which the reader task waits in a way it can hand over
         (from its next chunk on). Otherwise it
-        waits for the pipe (a schedule point) unless data is likely waiting, dispatches
+        waits for the pipe, or when data is likely waiting lets the other tasks run once (a
+        schedule point either way, so a pipe that stays full starves nobody), dispatches
         what it read to everyone exactly as the reader task would, and returns True; also
         True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
         borrower does and is woken again when it is done, so every frame is read once, in
-        order. Cancellation ends the wait with nothing read.
+        order. Cancellation ends the wait with nothing read. A sink that raises (a filter's
+        bug) fails the connection, since the rest of its chunk cannot be delivered, and the
+        exception propagates to the caller.
         """
         if not self._lending:  # the reader task waits without being interruptible yet
             self._lend_wanted = self._lendable
@@ -411,6 +414,10 @@ class Connection:
                     return False
                 finally:
                     self._borrower_waiting = self._borrower_interrupted = subscription.pipe_wait = False
+            else:  # data is likely waiting: let the other tasks run first, as the reader task
+                await trio.lowlevel.checkpoint()  # does (a full pipe must not starve them)
+                if self._closed_error is not None:
+                    return False
             try:
                 data = receiver.read_nowait()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -422,7 +429,12 @@ class Connection:
                 self._lendable = False  # end of file (it reads again as such): the reader's
                 return False
             self._lent_reads += 1
-            if self._dispatch(data) is not None and self._cancel_scope is not None:
+            try:
+                reason = self._dispatch(data)
+            except BaseException as exc:  # a sink raised: the rest of the chunk is lost, so
+                self._sink_failed(exc)  # fail as the reader task's crash would, then re-raise
+                raise
+            if reason is not None and self._cancel_scope is not None:
                 self._cancel_scope.cancel(reason="connection lost")  # _dispatch failed it
             return True
         finally:
@@ -430,6 +442,11 @@ class Connection:
             task, self._reader_task = self._reader_task, None
             if task is not None:
                 trio.lowlevel.reschedule(task)
+
+    def _sink_failed(self, exc: BaseException) -> None:
+        error = TransportClosedError(f"a notification sink of {self.name} raised {exc!r}; frames were lost")
+        error.__cause__ = exc
+        self.fail(error)
 
     def interrupt_pump(self) -> None:
         """End the current ``pump`` wait for the pipe, if one is waiting (it returns True)."""
