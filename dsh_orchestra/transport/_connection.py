@@ -97,13 +97,14 @@ class _Pending:
     ``Connection.request``); ``wake()`` reschedules it, ``abort`` forgets it when cancelled.
     """
 
-    __slots__ = ("method", "reply", "woken", "task")
+    __slots__ = ("method", "reply", "woken", "task", "pipe_wait")
 
     def __init__(self, method: str) -> None:
         self.method = method
         self.reply: dict[str, Any] | None = None  # None when woken without one (closed)
         self.woken = False
         self.task: trio.lowlevel.Task | None = None
+        self.pipe_wait = False  # its caller waits for the pipe in ``pump``
 
     def wake(self, reply: dict[str, Any] | None = None) -> None:
         """Settle with ``reply`` (first call wins) and wake the waiter."""
@@ -243,6 +244,7 @@ class Connection:
         self._closed_event.set()
         for pending in self._pending.values():
             pending.wake()
+        self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
         for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
             fail = getattr(getattr(sink, "__self__", None), "fail", None)
             if callable(fail):
@@ -373,9 +375,10 @@ class Connection:
 
     # ---- lending the reading to a subscriber (one trip per wait instead of two) -------
 
-    async def pump(self, subscription: Subscription) -> bool:
+    async def pump(self, subscription: Subscription | _Pending) -> bool:
         """Read and dispatch the next chunk in the calling task, for ``subscription``'s
-        ``receive()`` with an empty buffer (see ``Lender``).
+        ``receive()`` with an empty buffer (see ``Lender``), or for a request waiting for its
+        reply (``request``).
 
         Returns False at once (no schedule point) when another task is reading in this way,
         the stream is not a pipe that can be lent, the connection is closed or not started,
@@ -581,6 +584,8 @@ class Connection:
             del data  # orjson's output keeps a ~4 KiB buffer: do not hold it while waiting
             self._frames_sent += 1
             if not pending.woken:  # (woken already only if the connection closed meanwhile)
+                await self._read_for(pending)
+            if not pending.woken:
                 pending.task = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(pending.abort)
         finally:
@@ -600,6 +605,19 @@ class Connection:
         if result_type is None:
             return result
         return structure(result if result is not None else {}, result_type, method=method, what="result")
+
+    async def _read_for(self, pending: _Pending) -> None:
+        """Read the pipe in the requesting task until ``pending`` is answered, while nobody
+        else reads it (``pump``): one trip through the scheduler per reply instead of the
+        reader task's and then the caller's. Returns at once when the reading cannot be lent."""
+        try:
+            while not pending.woken and await self.pump(pending):
+                pass
+        except Exception:
+            if self._closed_error is None:
+                raise
+            # a sink raised while this task read: the connection failed (``_sink_failed``)
+            # and woke ``pending`` without a reply, which ``request`` reports as closed
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply)."""

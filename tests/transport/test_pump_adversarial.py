@@ -57,14 +57,23 @@ async def test_a_subscriber_reading_a_full_pipe_lets_other_tasks_run() -> None:
                 await connection.request(SESSION_WAIT, WaitParams(session_id="s"))
                 seen_at_reply.append(connection.statistics().notifications)
 
-            nursery.start_soon(requester)
-            request = await peer.receive()
-            await trio.testing.wait_all_tasks_blocked()  # the requester and the reader wait
-            others = b"".join(encode_frame(notification_frame("other", {"pad": "x" * 200, "i": i})) for i in range(3500))
-            preload(theirs.send_stream, encode_frame(result_frame(request["id"], {})) + others + encode_frame(notification_frame("mine", {})))
+            got: list[Notification] = []
             with connection.subscribe(filter=mine) as subscription:
-                got = await subscription.receive()  # reads the whole backlog in this task
-            assert got.method == "mine"
+
+                async def consumer() -> None:
+                    got.append(await subscription.receive())  # reads the whole backlog in its task
+
+                nursery.start_soon(consumer)
+                await waiting(subscription)  # the subscriber reads the pipe: the request parks
+                nursery.start_soon(requester)
+                request = await peer.receive()
+                await trio.testing.wait_all_tasks_blocked()
+                others = b"".join(encode_frame(notification_frame("other", {"pad": "x" * 200, "i": i})) for i in range(3500))
+                preload(theirs.send_stream, encode_frame(result_frame(request["id"], {})) + others + encode_frame(notification_frame("mine", {})))
+                with trio.fail_after(LIMIT):
+                    while not got:
+                        await trio.testing.wait_all_tasks_blocked()
+            assert got[0].method == "mine"
             assert connection.statistics().lent_reads > 10
             with trio.fail_after(LIMIT):
                 while not seen_at_reply:
@@ -159,10 +168,10 @@ async def test_after_a_subscriber_stops_receiving_the_reader_task_reads_again() 
             subscription = connection.subscribe()
             nursery.start_soon(peer.send, note(1))
             assert (await subscription.receive()).params == {"index": 1}
-            lent = connection.statistics().lent_reads
-            assert lent >= 1
+            assert connection.statistics().lent_reads >= 1
             nursery.start_soon(peer.answer, {"n": 2})
             assert await connection.request(SESSION_WAIT, WaitParams(session_id="s")) == {"n": 2}
+            lent = connection.statistics().lent_reads  # the request may have read its own reply
             await peer.send(note(3))
             await trio.testing.wait_all_tasks_blocked()
             assert subscription.pending() == 1
@@ -290,10 +299,11 @@ async def test_a_sink_raising_while_a_subscriber_reads_fails_the_connection_not_
                     await subscription.receive()
                 outcome.append(ValueError("raised in the consumer"))
 
+            nursery.start_soon(consumer)
+            await waiting(subscription)  # the consumer reads the pipe: the request parks
             nursery.start_soon(requester)
             request = await peer.receive()
-            nursery.start_soon(consumer)
-            await waiting(subscription)
+            await trio.testing.wait_all_tasks_blocked()
             await peer.send(notification_frame("bad", {}), result_frame(request["id"], {}))
             await connection.wait_closed()
             with trio.fail_after(LIMIT):
@@ -301,3 +311,29 @@ async def test_a_sink_raising_while_a_subscriber_reads_fails_the_connection_not_
                     await trio.testing.wait_all_tasks_blocked()
             (closed,) = [error for error in outcome if isinstance(error, TransportClosedError)]
             assert isinstance(closed.__cause__, ValueError)
+
+
+async def test_a_sink_raising_while_a_request_reads_fails_the_request_as_closed() -> None:
+    """The same bug hit by a request reading its own reply: the request gets
+    TransportClosedError caused by the sink's error, not the error itself."""
+
+    def picky(notification: Notification) -> bool:
+        if notification.method == "bad":
+            raise ValueError("a filter's bug")
+        return True
+
+    with trio.fail_after(LIMIT):
+        async with wired() as (connection, peer, nursery, theirs):
+            await start_lending(connection, peer)
+            connection.subscribe(filter=picky)
+
+            async def runtime() -> None:
+                request = await peer.receive()
+                await trio.testing.wait_all_tasks_blocked()  # the request reads the pipe
+                await peer.send(notification_frame("bad", {}), result_frame(request["id"], {}))
+
+            nursery.start_soon(runtime)
+            with pytest.raises(TransportClosedError, match="got no reply") as caught:
+                await connection.request(SESSION_WAIT, WaitParams(session_id="s"))
+            assert isinstance(caught.value.__cause__, ValueError)
+            assert connection.closed
