@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from approval_support import SimWire
 from dsh_orchestra.approvals import (
@@ -164,3 +165,20 @@ def test_rules_file_not_utf8_names_the_file(tmp_path: Path) -> None:
     path.write_bytes('default = "rejected"\n# caf\xe9\n'.encode("latin-1"))
     with pytest.raises(PolicyFileError, match=r"latin1\.toml.*not UTF-8"):
         load_policy(str(path))
+
+
+@pytest.mark.parametrize(("elapsed", "error"), [
+    (2.0, "policy took longer than its deadline of 1 s"),  # the regex bound ran out with the deadline
+    (0.5, "policy raised TimeoutError: regex timed out"),  # a timeout of the policy's own, earlier
+])
+async def test_a_timeout_at_the_deadline_is_the_deadline(elapsed: float, error: str, mock_clock: trio.testing.MockClock) -> None:
+    """A bounded match gives up just after the deadline it was bounded by; whether its
+    TimeoutError or the cancellation reaches ``decide`` first, the record says the deadline."""
+    from dsh_orchestra.approvals._service import decide
+
+    def timed_out(request: ApprovalRequest) -> None:
+        mock_clock.jump(elapsed)
+        raise TimeoutError("regex timed out")
+
+    decision, why = await decide(timed_out, ApprovalRequest(session_id="s", tool_name="bash", reason="x"), 1.0)
+    assert decision is None and why == error
