@@ -143,16 +143,17 @@ class Connection:
         self._stream = stream
         self._receiver, self._sender = byte_io(stream, RECEIVE_SIZE)
         self._framer = LineFramer(max_frame_size=max_frame_size)
-        # Lending the reading to a subscriber's task (pump): only over a pipe whose
+        # Lending the reading to a waiting task (pump: a subscriber's receive() or a request):
+        # only over a pipe whose
         # descriptor no writer waits on (interrupting a wait wakes every waiter of the fd).
         self._lendable = isinstance(self._receiver, FdReceiver) and not (
             isinstance(self._sender, FdSender) and _same_fd(self._receiver, self._sender)
         )
-        # The reader task waits in a way a borrower can interrupt only once a subscriber asked
-        # to read (pump): until then (requests only, W2) it reads as plainly as it can.
+        # The reader task waits in a way a borrower can interrupt only once a task asked to
+        # read (pump, whose first call only asks): until then it reads as plainly as it can.
         self._lend_wanted = False
         self._lending = False
-        self._borrower: Any = None  # the Subscription whose task reads now (pump)
+        self._borrower: Any = None  # the Subscription or request (_Pending) whose task reads now (pump)
         self._borrower_waiting = False  # ... and waits for the pipe
         self._borrower_interrupted = False
         self._reader_task: trio.lowlevel.Task | None = None  # parked while a borrower reads

@@ -25,6 +25,13 @@ def mine(notification: Notification) -> bool:
     return notification.method == "mine"
 
 
+def picky(notification: Notification) -> bool:
+    """A filter with a bug: it raises on the notification ``bad``."""
+    if notification.method == "bad":
+        raise ValueError("a filter's bug")
+    return True
+
+
 async def start_lending(connection: Connection, peer: Any) -> None:
     """Make the reader task wait in a way a subscriber can take over (pump's first call)."""
     with connection.subscribe(filter=mine) as first:
@@ -276,11 +283,6 @@ async def test_a_sink_raising_while_a_subscriber_reads_fails_the_connection_not_
     after it in that chunk are undeliverable, so the connection fails as the reader task's
     would (waiters get TransportClosedError) instead of reading on with a reply lost."""
 
-    def picky(notification: Notification) -> bool:
-        if notification.method == "bad":
-            raise ValueError("a filter's bug")
-        return True
-
     with trio.fail_after(LIMIT):
         async with wired() as (connection, peer, nursery, theirs):
             await start_lending(connection, peer)
@@ -316,11 +318,6 @@ async def test_a_sink_raising_while_a_subscriber_reads_fails_the_connection_not_
 async def test_a_sink_raising_while_a_request_reads_fails_the_request_as_closed() -> None:
     """The same bug hit by a request reading its own reply: the request gets
     TransportClosedError caused by the sink's error, not the error itself."""
-
-    def picky(notification: Notification) -> bool:
-        if notification.method == "bad":
-            raise ValueError("a filter's bug")
-        return True
 
     with trio.fail_after(LIMIT):
         async with wired() as (connection, peer, nursery, theirs):
