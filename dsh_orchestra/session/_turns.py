@@ -121,7 +121,9 @@ class TurnGroup:
 
         With ``limit``, first waits (sending other turns' session/wait meanwhile) until fewer
         than ``limit`` turns are in flight. A failure of the turn itself (the runtime went
-        away, the prompt was rejected) is that turn's outcome, not raised here.
+        away, the prompt was rejected) is that turn's outcome, not raised here. Not a
+        schedule point unless it waits (the bound, or a full pipe), so prompts started in a
+        loop go out back to back; cancellation is checked.
 
         Raises:
             ParamTypeError / ParamValueError: ``session`` is not a session of this runtime, or

@@ -662,13 +662,16 @@ class Connection:
             TransportClosedError: the connection is closed, or closed before or while the
                 frame was written; ``callback`` is then never called.
 
-        Cancellation: a schedule point before anything is sent; a write cancelled half-way (the
-        peer stopped reading) forgets the request and fails the connection, as for
-        ``request``; ``callback`` is then never called.
+        Not a schedule point when the pipe has room (callers sending many add their own).
+        Cancellation is checked before anything is sent; a write cancelled half-way (the peer
+        stopped reading) forgets the request and fails the connection, as for ``request``;
+        ``callback`` is then never called.
         """
-        await trio.lowlevel.checkpoint()  # the schedule point: the write below need not be one
         if self._closed_error is not None:
             raise self._copy_error()
+        # Not a schedule point unless the write waits for room: requests sent in a loop go out
+        # back to back, so the peer reads them in a few chunks instead of one wake-up each.
+        await trio.lowlevel.checkpoint_if_cancelled()
         request_id = next(self._ids)
         wire = unstructure(params) if params is not None else None
         data = encode_frame(request_frame(request_id, method, wire))
