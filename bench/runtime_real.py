@@ -276,6 +276,15 @@ class _MinClient:
                     done.append(waiter[0])
         return lines[-1]
 
+    def lost(self) -> list[Any]:
+        """End of the runtime's stdout: fail every waiting request (their events to set)."""
+        events = []
+        for event, box in self.waiting.values():
+            box.append({"error": "the runtime closed its stdout"})
+            events.append(event)
+        self.waiting.clear()
+        return events
+
     async def turn(self, session_id: str) -> None:
         await self.request("session/prompt", {"sessionId": session_id, "contentBlocks": [
             {"type": "text", "text": PROMPT}]})
@@ -319,6 +328,8 @@ class _TrioMin(_MinClient):
             except BlockingIOError:
                 continue
             if not chunk:
+                for event in self.lost():
+                    event.set()
                 return
             rest = self.dispatch(chunk, rest, done)
             for event in done:
@@ -350,6 +361,10 @@ class _ThreadMin(_MinClient):
                 rest = self.dispatch(chunk, rest, done)
                 if done:
                     token.run_sync_soon(wake, done)
+            try:
+                token.run_sync_soon(lambda: wake(self.lost()))
+            except trio.RunFinishedError:
+                pass  # EOF after trio.run ended (the normal end: shutdown, then reap)
 
         self.thread = threading.Thread(target=loop, daemon=True)
         self.thread.start()
@@ -366,7 +381,8 @@ def run_min(base_url: str, turns: int, sessions: int, *, thread: bool) -> dict[s
             async with trio.open_nursery() as nursery:
                 started = time.perf_counter()
                 client.start(nursery)
-                await client.handshake()
+                with trio.fail_after(120):  # a runtime that never answers fails the trial
+                    await client.handshake()
                 out["start_s"] = time.perf_counter() - started
                 await client.turn(await client.session())  # warm-up
 
