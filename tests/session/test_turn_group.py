@@ -28,48 +28,22 @@ import dsh_orchestra
 from dsh_orchestra import TurnGroup
 from dsh_orchestra._params import ParamTypeError, ParamValueError
 from dsh_orchestra.approvals import Decision, allow
+from dsh_orchestra.questions import first_option
 from dsh_orchestra.protocol import JsonRpcResponseError, SdkProtocolError, SubscriberOverflowError, TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime, Session, TurnResult, open_runtime
 
 SCENARIO = """
-[[rules]]
-name = "greeting"
-match = "hello"
-reply = "Hi! You said: {prompt}"
-
-[[rules]]
-name = "spawn"
-match = "SPAWN"
-reply = "Spawned."
-after_subagents = "All done."
-
-[[rules.spawn]]
-description = "review a.py"
-prompt = "CHILD: review a.py"
-reply = "a.py looks fine"
-
-[[rules]]
-name = "child"
-regex = "^CHILD:"
-reply = "reviewed: {prompt}"
-
-[[rules]]
-name = "deploy"
-match = "DEPLOY"
-reply = "deploy was {outcome}"
-approval = { tool = "bash", reason = "needs network" }
-
-[[rules]]
-name = "bad-request"
-match = "E400"
-fail = "http-400"
-
-[[rules]]
-name = "slow"
-match = "SLOW"
-reply = "done slowly"
-delay = 120
+rules = [
+  { name = "greeting", match = "hello", reply = "Hi! You said: {prompt}" },
+  { name = "spawn", match = "SPAWN", reply = "Spawned.", after_subagents = "All done.", spawn = [
+      { description = "review a.py", prompt = "CHILD: review a.py", reply = "a.py looks fine" } ] },
+  { name = "child", regex = "^CHILD:", reply = "reviewed: {prompt}" },
+  { name = "deploy", match = "DEPLOY", reply = "deploy was {outcome}", approval = { tool = "bash", reason = "network" } },
+  { name = "pick", match = "PICK", reply = "picked {answer}", question = { id = "q1", question = "Which?", options = ["x", "y"] } },
+  { name = "bad-request", match = "E400", fail = "http-400" },
+  { name = "slow", match = "SLOW", reply = "done slowly", delay = 120 },
+]
 """
 
 
@@ -148,6 +122,8 @@ async def test_outcomes_equal_session_runs(runtime: Runtime) -> None:
     for name in SCRIPTED:
         assert shape(grouped[f"group-{name}"]) == shape(ran[f"session-{name}"]), name
     assert isinstance(grouped["group-hello"], TurnResult) and grouped["group-hello"].final_response == "echo: hello there"
+    pick = grouped["group-pick"]
+    assert pick.final_response == "picked x" and len(pick.questions) == 1
     assert grouped["group-spawn"].subagents and grouped["group-spawn"].final_response == "after subagents"
     assert grouped["group-fail"].finish_reason == "error"
     # each failure is its own turn's, of the type session.run raises
@@ -314,7 +290,7 @@ def sim_spec(tmp_path: Path) -> RuntimeSpec:
     return RuntimeSpec.simulator(script=tmp_path / "scenario.toml", dsh_home=tmp_path, cwd=tmp_path)
 
 
-SIM = {"greet": "hello world", "spawn": "SPAWN please", "deploy": "DEPLOY now", "bad": "E400 me"}
+SIM = {"greet": "hello world", "spawn": "SPAWN please", "deploy": "DEPLOY now", "pick": "PICK one", "bad": "E400 me"}
 
 
 def approve(request: Any) -> Decision:
@@ -323,7 +299,7 @@ def approve(request: Any) -> Decision:
 
 async def test_on_the_simulator_outcomes_equal_session_runs_approvals_included(sim_spec: RuntimeSpec) -> None:
     with trio.fail_after(60):
-        async with open_runtime(sim_spec, approvals=approve) as runtime:
+        async with open_runtime(sim_spec, approvals=approve, answerer=first_option) as runtime:
             ran = await run_each(runtime, {f"run-{name}": prompt for name, prompt in SIM.items()})
             grouped = await run_group(runtime, {f"group-{name}": prompt for name, prompt in SIM.items()}, limit=3)
             pid = runtime.actor.pid
@@ -335,6 +311,8 @@ async def test_on_the_simulator_outcomes_equal_session_runs_approvals_included(s
     assert [(a.tool_name, a.outcome, a.rule, a.session_id) for a in deploy.approvals] == [
         ("bash", "allowed-once", "deploys", "group-deploy")]
     assert deploy.final_response == "deploy was allowed-once"
+    pick = grouped["group-pick"]
+    assert pick.final_response == "picked x" and len(pick.questions) == 1
     assert grouped["group-spawn"].subagents and grouped["group-greet"].final_response == "Hi! You said: hello world"
     assert grouped["group-bad"].finish_reason == "error"
 
