@@ -99,7 +99,6 @@ class TurnGroup:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
-        await trio.lowlevel.checkpoint_if_cancelled()
 
     def close(self) -> None:
         """Abandon every turn in flight (as a cancelled ``session.run`` does) and drop the
