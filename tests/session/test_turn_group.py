@@ -122,8 +122,6 @@ async def test_outcomes_equal_session_runs(runtime: Runtime) -> None:
     for name in SCRIPTED:
         assert shape(grouped[f"group-{name}"]) == shape(ran[f"session-{name}"]), name
     assert isinstance(grouped["group-hello"], TurnResult) and grouped["group-hello"].final_response == "echo: hello there"
-    pick = grouped["group-pick"]
-    assert pick.final_response == "picked x" and len(pick.questions) == 1
     assert grouped["group-spawn"].subagents and grouped["group-spawn"].final_response == "after subagents"
     assert grouped["group-fail"].finish_reason == "error"
     # each failure is its own turn's, of the type session.run raises
