@@ -57,7 +57,7 @@ def held_event_bytes(runtime: Any) -> tuple[int, int]:
         return len(RAW), sum(sys.getsizeof(line) for lines in RAW.values() for line in lines)
     started = total = 0
     for targets in runtime.router._subscriptions.values():
-        for feed in targets:
+        for feed in targets if type(targets) is list else (targets,):
             collector = getattr(feed, "_collector", None)
             if collector is None:
                 continue

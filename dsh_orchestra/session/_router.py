@@ -36,7 +36,9 @@ class SessionRouter:
         it themselves when their buffer is empty and nobody else reads (``Connection.pump``)."""
         self.parents: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}  # parent -> children, to prune with forget()
-        self._subscriptions: dict[str, list[Target]] = {}
+        # root -> its one target, or a list of them when it has several (a lone run's
+        # collector needs no list: 10,000 runs in flight, docs/benchmarks.md)
+        self._subscriptions: dict[str, Target | list[Target]] = {}
         self._error: TransportClosedError | None = None
 
     def subscribe(self, root: str, *, name: str | None = None, capacity: int = DEFAULT_CAPACITY) -> Subscription:
@@ -48,7 +50,7 @@ class SessionRouter:
         if self._error is not None:
             subscription.fail(self._error)
             return subscription
-        self._subscriptions.setdefault(root, []).append(subscription)
+        self.add(root, subscription)
         return subscription
 
     async def pump(self, subscription: Subscription) -> bool:
@@ -81,17 +83,25 @@ class SessionRouter:
             return
         targets = self._subscriptions.get(root)
         if targets is None:
-            self._subscriptions[root] = [target]
-        else:
+            self._subscriptions[root] = target
+        elif type(targets) is list:
             targets.append(target)
+        else:
+            self._subscriptions[root] = [targets, target]  # type: ignore[list-item]
 
     def detach(self, root: str, target: Target) -> None:
         """Stop delivering ``root``'s tree to ``target`` (what ``attach``'s detacher does)."""
         targets = self._subscriptions.get(root)
-        if targets and target in targets:
-            targets.remove(target)
-            if not targets:
+        if targets is None:
+            return
+        if type(targets) is not list:
+            if targets is target:
                 del self._subscriptions[root]
+            return
+        if target in targets:
+            targets.remove(target)
+            if len(targets) == 1:
+                self._subscriptions[root] = targets[0]
 
     def _remover(self, root: str) -> Any:
         return partial(self.detach, root)
@@ -116,9 +126,9 @@ class SessionRouter:
                 if start is None:
                     return
             targets = subscriptions.get(start)
-            if targets:
-                if len(targets) == 1:  # the usual case: no copy of the list
-                    targets[0].push(notification)
+            if targets is not None:
+                if type(targets) is not list:  # the usual case: one target
+                    targets.push(notification)
                 else:
                     for subscription in tuple(targets):
                         subscription.push(notification)
@@ -136,8 +146,8 @@ class SessionRouter:
         self._push_up(notification, start, 0)
         if extra is not None and extra != start:
             targets = subscriptions.get(extra)
-            if targets:
-                for subscription in tuple(targets):
+            if targets is not None:
+                for subscription in tuple(targets) if type(targets) is list else (targets,):
                     subscription.push(notification)
 
     def _push_up(self, notification: Notification, session: str | None, depth: int) -> None:
@@ -146,9 +156,9 @@ class SessionRouter:
         parents = self.parents
         while session is not None and depth < MAX_DEPTH:
             targets = subscriptions.get(session)
-            if targets:
-                if len(targets) == 1:
-                    targets[0].push(notification)
+            if targets is not None:
+                if type(targets) is not list:
+                    targets.push(notification)
                 else:
                     for subscription in tuple(targets):
                         subscription.push(notification)
@@ -175,6 +185,6 @@ class SessionRouter:
     def fail(self, error: TransportClosedError) -> None:
         """The connection closed: every subscription drains, then raises ``error``."""
         self._error = error
-        for subscriptions in list(self._subscriptions.values()):
-            for subscription in list(subscriptions):
+        for targets in list(self._subscriptions.values()):
+            for subscription in list(targets) if type(targets) is list else (targets,):
                 subscription.fail(error)

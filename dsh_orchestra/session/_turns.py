@@ -1,8 +1,8 @@
 """Turn groups: many turns in flight on one runtime without a task each.
 
 Owns: sending each turn's ``session/prompt`` and ``session/wait`` from the caller's task,
-settling turns from the connection's reader (``Connection.start_request`` callbacks), and
-handing out each turn's outcome as it settles. Must not know about pools or graphs.
+settling turns from the connection's reader (each turn is its request's pending entry,
+``Connection.send_request``), and handing out each turn's outcome as it settles. Must not know about pools or graphs.
 """
 
 from __future__ import annotations
@@ -40,18 +40,24 @@ _POSITIVE = integer(1, "None or an integer >= 1")
 class _Turn(_Feed):
     """One turn of a group: the run's feed (router target, collector) plus where it stands.
 
-    No task, no closure, no Event: the connection calls the group back with the turn.
+    No task, no closure, no Event: the connection wakes the turn, which calls the group back.
     """
 
-    __slots__ = ("session", "started", "request", "waiting", "bound")
+    __slots__ = ("group", "session", "started", "request", "waiting", "bound")
 
-    def __init__(self, session: Session, capacity: int, started: float) -> None:
+    def __init__(self, group: TurnGroup, session: Session, capacity: int, started: float) -> None:
         super().__init__(session.id, capacity)
+        self.group = group
         self.session = session
         self.started = started
         self.request = 0  # the request in flight (for ``Connection.forget``); 0: none
         self.waiting = False  # its session/wait was sent (else: its prompt)
         self.bound: object = None  # its entry in ``runtime.contexts`` (approval records' log fields)
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        """Its request's reply (None: the connection closed): the turn is its own pending
+        entry (``Connection.send_request``), so a request in flight costs no object of its own."""
+        self.group._reply(self, reply)
 
 
 class TurnGroup:
@@ -80,7 +86,6 @@ class TurnGroup:
         self._to_wait: deque[_Turn] = deque()  # prompt answered: session/wait to send
         self._done: deque[tuple[Session, Outcome]] = deque()  # settled, not handed out yet
         self._lot = trio.lowlevel.ParkingLot()
-        self._callback = self._reply  # one bound method for every request of the group
         self._closed = False
 
     def __repr__(self) -> str:
@@ -106,7 +111,7 @@ class TurnGroup:
         self._closed = True
         connection = self._connection
         for turn in self._open:
-            if turn.request and connection is not None:
+            if turn.request > 0 and connection is not None:
                 connection.forget(turn.request)
             self._release(turn)
             self.runtime.abandon(turn.session.id)
@@ -150,7 +155,7 @@ class TurnGroup:
         if self._closed:
             raise RuntimeError("this turn group was closed; open another with runtime.turns()")
         session._check()
-        turn = _Turn(session, self._capacity, trio.current_time())
+        turn = _Turn(self, session, self._capacity, trio.current_time())
         self._open.add(turn)
         runtime = self.runtime
         if runtime.approvals is not None:  # approval records find the caller's log fields
@@ -193,12 +198,15 @@ class TurnGroup:
     async def _send(self, turn: _Turn, method: str, params: Any) -> None:
         try:
             connection = self._connection = self.runtime.connection
-            turn.request = await connection.start_request(method, params, self._callback, turn)
+            turn.request = -1  # being sent: a reply that comes meanwhile resets it to 0
+            request = await connection.send_request(method, params, turn)
+            if turn.request == -1:
+                turn.request = request
         except TransportClosedError as exc:
             self._settle(turn, exc)
 
     def _reply(self, turn: _Turn, reply: dict[str, Any] | None) -> None:
-        """``start_request``'s callback, in the connection's reader: never raises."""
+        """``turn``'s reply, in the connection's reader (``_Turn.wake``): never raises."""
         turn.request = 0
         if self._closed or turn not in self._open:
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 import attrs
 import orjson
@@ -128,6 +128,12 @@ Callback = Callable[[Any, dict[str, Any] | None], None]
 or None when the connection closed first."""
 
 
+class ReplyTarget(Protocol):
+    """What ``Connection.send_request`` hands a reply to: ``wake(reply)``, called once."""
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None: ...
+
+
 class _Callback:
     """One request answered through a callback in the reader (``Connection.start_request``).
 
@@ -194,7 +200,7 @@ class Connection:
         self._reader_interrupted = False
         self._lost_hook = lost_hook
         self._ids = itertools.count(1)
-        self._pending: dict[Any, _Pending | _Callback] = {}
+        self._pending: dict[Any, _Pending | ReplyTarget] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
         self._writing = False  # a writer holds the stream; the others queue in _write_queue
@@ -277,7 +283,7 @@ class Connection:
         self._closed_error = error
         self._closed_event.set()
         for request_id, pending in list(self._pending.items()):
-            if type(pending) is _Callback:  # answered by its callback: nobody else drops it
+            if type(pending) is not _Pending:  # answered by its callback: nobody else drops it
                 del self._pending[request_id]
             pending.wake()
         self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
@@ -392,7 +398,7 @@ class Connection:
                 elif kind is RESPONSE:
                     waiter = pending.get(frame["id"])
                     if waiter is not None:
-                        if type(waiter) is _Callback:  # nobody waits to drop it
+                        if type(waiter) is not _Pending:  # nobody waits to drop it
                             del pending[frame["id"]]
                         waiter.wake(frame)
                 elif kind is REQUEST:
@@ -699,11 +705,42 @@ class Connection:
             entry.callback(token, early[0])
         return request_id
 
+    async def send_request(self, method: str, params: Any, target: ReplyTarget) -> int:
+        """Send a request whose reply goes to ``target.wake(reply)``: ``start_request`` with
+        ``target`` itself as the pending entry (no entry object per request).
+
+        Returns the request id once the frame is written. ``target.wake`` is called exactly
+        once, in the task that reads the reply, with the response frame, or with None when the
+        connection closed first; unlike ``start_request``'s callback it may be called before
+        this returns (the reply or the close arrived while the write waited for room), and
+        also when this raises (with None: the connection closed, or a write cancelled
+        half-way failed it). Never after ``forget``. ``params`` as for ``request``;
+        cancellation is checked before anything is sent.
+
+        Raises:
+            TransportClosedError: as ``start_request``.
+        """
+        if self._closed_error is not None:
+            raise self._copy_error()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        request_id = next(self._ids)
+        wire = unstructure(params) if params is not None else None
+        data = encode_frame(request_frame(request_id, method, wire))
+        del wire
+        self._pending[request_id] = target
+        try:
+            await self._write(data)
+        except BaseException:
+            self._pending.pop(request_id, None)
+            raise
+        self._frames_sent += 1
+        return request_id
+
     def forget(self, request_id: int) -> bool:
-        """Drop ``start_request``'s request ``request_id``: its callback will not be called
+        """Drop ``start_request``'s or ``send_request``'s request ``request_id``: its callback will not be called
         (a late reply is ignored). False when it was answered (or forgotten) already."""
         entry = self._pending.get(request_id)
-        if type(entry) is not _Callback:
+        if entry is None or type(entry) is _Pending:
             return False
         del self._pending[request_id]
         return True
