@@ -84,17 +84,17 @@ class SessionRouter:
         targets = self._subscriptions.get(root)
         if targets is None:
             self._subscriptions[root] = target
-        elif type(targets) is list:
+        elif isinstance(targets, list):
             targets.append(target)
         else:
-            self._subscriptions[root] = [targets, target]  # type: ignore[list-item]
+            self._subscriptions[root] = [targets, target]
 
     def detach(self, root: str, target: Target) -> None:
         """Stop delivering ``root``'s tree to ``target`` (what ``attach``'s detacher does)."""
         targets = self._subscriptions.get(root)
         if targets is None:
             return
-        if type(targets) is not list:
+        if not isinstance(targets, list):
             if targets is target:
                 del self._subscriptions[root]
             return
@@ -127,7 +127,7 @@ class SessionRouter:
                     return
             targets = subscriptions.get(start)
             if targets is not None:
-                if type(targets) is not list:  # the usual case: one target
+                if not isinstance(targets, list):  # the usual case: one target
                     targets.push(notification)
                 else:
                     for subscription in tuple(targets):
@@ -147,7 +147,7 @@ class SessionRouter:
         if extra is not None and extra != start:
             targets = subscriptions.get(extra)
             if targets is not None:
-                for subscription in tuple(targets) if type(targets) is list else (targets,):
+                for subscription in tuple(targets) if isinstance(targets, list) else (targets,):
                     subscription.push(notification)
 
     def _push_up(self, notification: Notification, session: str | None, depth: int) -> None:
@@ -157,7 +157,7 @@ class SessionRouter:
         while session is not None and depth < MAX_DEPTH:
             targets = subscriptions.get(session)
             if targets is not None:
-                if type(targets) is not list:
+                if not isinstance(targets, list):
                     targets.push(notification)
                 else:
                     for subscription in tuple(targets):
@@ -186,5 +186,5 @@ class SessionRouter:
         """The connection closed: every subscription drains, then raises ``error``."""
         self._error = error
         for targets in list(self._subscriptions.values()):
-            for subscription in list(targets) if type(targets) is list else (targets,):
+            for subscription in list(targets) if isinstance(targets, list) else (targets,):
                 subscription.fail(error)
