@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import attrs
+import orjson
 import trio
 
 from .._params import Param, ParamValueError
@@ -34,6 +35,7 @@ from ..protocol import (
     TransportClosedError,
     WorkingDirectoryResult,
     WorkingDirectorySetParams,
+    params_of,
     session_of,
     structure,
     unstructure,
@@ -246,6 +248,12 @@ class Session:
                     )
 
 
+def _decoded(line: bytes) -> Notification:
+    """The notification whose wire line is ``line`` (as the connection's reader made it)."""
+    frame = orjson.loads(line)
+    return Notification(frame["method"], params_of(frame), line)
+
+
 class _Feed:
     """A run's router target: buffers until the message id is known, then feeds the collector.
 
@@ -259,7 +267,9 @@ class _Feed:
         self._session_id = session_id
         self._capacity = capacity
         self._collector: TurnCollector | None = None
-        self._pending: list[Notification] | None = None  # made by the first early notification
+        # made by the first early notification; each kept as its wire line when it has one
+        # (decoded again by start): one bytes object instead of its tree of decoded dicts
+        self._pending: list[Notification | bytes] | None = None
         self._error: Exception | None = None
 
     def push(self, notification: Notification) -> None:
@@ -273,7 +283,8 @@ class _Feed:
                 self._error = SubscriberOverflowError(f"run of session {self._session_id!r}", self._capacity)
                 self._pending = None
             else:
-                pending.append(notification)
+                raw = notification.raw
+                pending.append(raw if raw else notification)
             return
         try:
             self._collector.feed(notification)
@@ -292,8 +303,8 @@ class _Feed:
         """The prompt was answered: collect from its receipt on (buffered ones first)."""
         self._collector = TurnCollector(self._session_id, message_id)
         pending, self._pending = self._pending, None
-        for notification in pending or ():
-            self.push(notification)
+        for early in pending or ():
+            self.push(_decoded(early) if isinstance(early, bytes) else early)
 
     def collector(self) -> TurnCollector:
         """The fed collector.
