@@ -718,7 +718,8 @@ class Connection:
         cancellation is checked before anything is sent.
 
         Raises:
-            TransportClosedError: as ``start_request``.
+            TransportClosedError: the connection is closed, or the write failed (``target``
+                may then have been woken with None already).
         """
         if self._closed_error is not None:
             raise self._copy_error()

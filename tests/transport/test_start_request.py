@@ -2,6 +2,7 @@
 
 The callback is called exactly once, in the reader, with the reply or with None when the
 connection closed first; never after ``forget``; never when ``start_request`` raised.
+``send_request`` wakes a target object instead (the pending entry itself), possibly before\nit returns.
 ``result_of`` turns a reply into what ``request`` returns or raises. Memory streams.
 """
 
@@ -160,3 +161,76 @@ async def test_closed_while_writing_raises_and_never_calls_back(nursery: trio.Nu
             await Peer(theirs).receive()  # the peer reads: the write ends
     assert len(outcome) == 1 and "got no reply" in str(outcome[0])
     assert calls.calls == []
+
+
+class Target:
+    """A ``send_request`` target: records each reply it is woken with."""
+
+    def __init__(self) -> None:
+        self.replies: list[dict[str, Any] | None] = []
+        self.event = trio.Event()
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        self.replies.append(reply)
+        self.event.set()
+
+
+async def test_send_request_wakes_its_target_once_with_the_reply(wired: Wired) -> None:
+    answered, forgotten, closed = Target(), Target(), Target()
+    with trio.fail_after(5):
+        first = await wired.connection.send_request(SESSION_PROMPT, PARAMS, answered)
+        second = await wired.connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, forgotten)
+        await wired.connection.send_request(SESSION_WAIT, {"sessionId": "s2"}, closed)
+        request = await wired.peer.receive()
+        assert request["id"] == first and request["method"] == SESSION_PROMPT
+        assert wired.connection.statistics().pending_requests == 3
+        assert wired.connection.forget(second) is True and wired.connection.forget(second) is False
+        await wired.peer.send(result_frame(second, {}), result_frame(first, {"messageId": "m-1"}),
+                              result_frame(first, {"messageId": "again"}))  # late and duplicate: ignored
+        await answered.event.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert forgotten.replies == [] and closed.replies == []
+        [reply] = answered.replies
+        assert wired.connection.result_of(SESSION_PROMPT, reply, PromptResult) == PromptResult(message_id="m-1")
+        assert wired.connection.forget(first) is False  # answered already
+        await wired.peer.stream.aclose()  # the runtime hangs up: the one still open gets None
+        await wired.connection.wait_closed()
+    assert closed.replies == [None] and answered.replies == [reply] and forgotten.replies == []
+    assert wired.connection.statistics().pending_requests == 0
+    with pytest.raises(TransportClosedError):  # closed: refused, never woken
+        await wired.connection.send_request(SESSION_WAIT, {"sessionId": "s3"}, forgotten)
+    assert forgotten.replies == []
+
+
+async def test_send_request_closed_while_writing_wakes_with_none(nursery: trio.Nursery) -> None:
+    """Unlike ``start_request``'s callback, the target learns of the close at once."""
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    connection = Connection(ours, name="stuck peer")
+    await nursery.start(connection.run)
+    target = Target()
+    outcome: list[object] = []
+
+    async def send() -> None:
+        try:
+            outcome.append(await connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, target))
+        except TransportClosedError as exc:
+            outcome.append(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()  # blocked writing: nobody reads
+            assert connection.statistics().pending_requests == 1
+            connection.close()
+            assert connection.statistics().pending_requests == 0 and target.replies == [None]
+            await Peer(theirs).receive()  # the peer reads: the write ends
+    assert len(outcome) == 1 and target.replies == [None]  # woken once; the write itself ended
+
+
+async def test_send_request_cancelled_before_sending_sends_nothing(wired: Wired) -> None:
+    target = Target()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await wired.connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, target)
+    assert scope.cancelled_caught and target.replies == []
+    assert wired.connection.statistics().pending_requests == 0 and wired.connection.statistics().frames_sent == 0
