@@ -62,7 +62,7 @@ def held_event_bytes(runtime: Any) -> tuple[int, int]:
             if collector is None:
                 continue
             started += 1
-            for lines in (collector._events, collector._prelude or (), collector._turn_events or ()):
+            for lines in (collector._events, collector._prelude or ()):  # the open turn's: in _events
                 total += sum(sys.getsizeof(line) for line in lines)
     return started, total
 

@@ -243,7 +243,7 @@ class TurnCollector:
     """
 
     __slots__ = (
-        "session_id", "message_id", "_receipt_seen", "_prelude", "_events", "_turn_events",
+        "session_id", "message_id", "_receipt_seen", "_prelude", "_events", "_turn_start",
         "_turn_assistant", "_turn_owned", "_last_owned", "_owned_turns", "_final", "_finish",
         "_error", "_tree",
     )
@@ -256,7 +256,9 @@ class TurnCollector:
         # flight would dominate the client's memory.
         self._prelude: list[bytes] | None = None  # see _prelude_event
         self._events: list[bytes] = []
-        self._turn_events: list[bytes] | None = None  # events of the open turn
+        # where the open turn's events start in _events (-1: no turn open); they are cut off
+        # again if the turn is not this prompt's (one list per turn in flight, not two)
+        self._turn_start = -1
         self._turn_assistant: JsonObject | None = None  # its last assistant/message
         self._turn_owned: bool | None = None
         self._last_owned = False
@@ -308,7 +310,7 @@ class TurnCollector:
                 if tree is not None and parent in tree.ours:
                     tree.ours.add(child)
                 elif parent == self.session_id:
-                    owned = self._turn_owned if self._turn_events is not None else self._last_owned
+                    owned = self._turn_owned if self._turn_start >= 0 else self._last_owned
                     if owned is None:
                         self._grown().pending.append(child)
                     elif owned:
@@ -352,14 +354,16 @@ class TurnCollector:
     def _root_event(self, event: JsonObject) -> None:
         kind = event["type"]
         if kind == "turn/start":
-            self._turn_events = []
+            if self._turn_start >= 0:  # the open turn never ended: its events are dropped
+                del self._events[self._turn_start:]
+            self._turn_start = len(self._events)
             self._turn_owned = None
             self._turn_assistant = None
-        if self._turn_events is None:  # between turns: splices, status, plugin bookkeeping
+        if self._turn_start < 0:  # between turns: splices, status, plugin bookkeeping
             if self._last_owned or not self._owned_turns:
                 self._events.append(_dumps(event))
             return
-        self._turn_events.append(_dumps(event))
+        self._events.append(_dumps(event))
         if kind == "assistant/message":
             self._turn_assistant = event
         elif kind == "user/message" and self._turn_owned is not True:
@@ -373,15 +377,16 @@ class TurnCollector:
                 self._settle_ownership(self._last_owned)
             data: TurnEndData = _data(event, TurnEndData, "turn/end")
             if self._turn_owned:
-                self._events.extend(self._turn_events)
                 self._owned_turns += (data.turn,)
                 self._finish = data.reason.kind
                 self._error = data.reason.error
                 if self._turn_assistant is not None:
                     message: AssistantMessageData = _data(self._turn_assistant, AssistantMessageData, "assistant/message")
                     self._final = text_of(message.message.content)
+            else:  # another prompt's turn: its events go
+                del self._events[self._turn_start:]
             self._last_owned = bool(self._turn_owned)
-            self._turn_events = None
+            self._turn_start = -1
             self._turn_owned = None
             self._turn_assistant = None
 
@@ -404,13 +409,14 @@ class TurnCollector:
                 f"session {self.session_id!r} settled without the receipt of message {self.message_id!r}",
                 method=SESSION_EVENT,
             )
-        events = list(self._events)
+        start = self._turn_start  # a turn still open when the wait returned (teardown)
+        if start >= 0 and not (self._turn_owned or (self._turn_owned is None and self._last_owned)):
+            events = self._events[:start]  # not this prompt's
+        else:
+            events = list(self._events)
         tree = self._tree
         if self._prelude:  # settled before any turn boundary: nothing shows they were foreign
-            events.extend(self._prelude)
-        if self._turn_events:  # a turn still open when the wait returned (teardown)
-            if self._turn_owned or (self._turn_owned is None and self._last_owned):
-                events.extend(self._turn_events)
+            events.extend(self._prelude)  # (no turn is open then: see _prelude_event)
         return TurnResult(
             session_id=self.session_id,
             message_id=self.message_id,
