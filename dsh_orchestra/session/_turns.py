@@ -55,6 +55,11 @@ class _Turn(_Feed):
         self.request = 0  # the request in flight (for ``Connection.forget``); 0: none
         self.bound: object = None  # its entry in ``runtime.contexts`` (approval records' log fields)
 
+    @property
+    def waiting(self) -> bool:
+        """Its prompt was answered: its session/wait is sent or due."""
+        return self._collector is not None
+
     def wake(self, reply: dict[str, Any] | None = None) -> None:
         """Its request's reply (None: the connection closed): the turn is its own pending
         entry (``Connection.send_request``), so a request in flight costs no object of its own."""
@@ -215,7 +220,7 @@ class TurnGroup:
         assert connection is not None
         outcome: Outcome
         try:
-            if turn._collector is None:  # the prompt's reply (after it: the wait's)
+            if not turn.waiting:  # the prompt's reply (after it: the wait's)
                 receipt: PromptResult = connection.result_of(SESSION_PROMPT, reply, PromptResult)
                 turn.start(receipt.message_id)
                 self._to_wait.append(turn)
