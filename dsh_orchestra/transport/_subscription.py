@@ -29,6 +29,21 @@ class Notification:
     raw: bytes | None = attrs.field(default=None, eq=False, repr=False)
 
 
+class OpenNotification(Notification):
+    """A Notification being built by the reader, never handed out: the same slots, set by
+    plain assignment, then ``__class__ = Notification`` (allowed between layout-identical
+    classes), which makes it exactly a Notification (type, equality, repr, frozenness).
+
+    Why: the frozen ``__init__`` (or setting the slots through their descriptors) costs
+    about 5,100 (3,300) instructions per notification, this about 2,000 (docs/benchmarks.md,
+    W1); plain assignment needs the generic ``__setattr__``, which the frozen class replaces.
+    """
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 NotificationFilter = Callable[[Notification], bool]
 
 
