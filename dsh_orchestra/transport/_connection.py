@@ -46,6 +46,12 @@ from ._subscription import DEFAULT_CAPACITY, Notification, NotificationFilter, O
 
 log = logging.getLogger("dsh_orchestra.transport")
 
+LENT_READS_PER_YIELD = 4
+"""A subscriber reading the pipe itself (``pump``) that keeps finding data waiting lets the
+other tasks run once per this many chunks (64 KiB of frames at most between schedule points),
+not once per chunk: a trip through the scheduler costs about what dispatching 40 events does
+(docs/benchmarks.md, W1)."""
+
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
 Sink = Callable[[Notification], None]
@@ -167,6 +173,7 @@ class Connection:
         self._notifications = 0
         self._handlers_running = 0
         self._lent_reads = 0
+        self._lent_unyielded = 0  # chunks a subscriber read since a pump last let others run
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -378,9 +385,10 @@ class Connection:
         or the pipe ended or broke (the reader task then sees that itself); also the first
         time it is asked, after which the reader task waits in a way it can hand over
         (from its next chunk on). Otherwise it
-        waits for the pipe, or when data is likely waiting lets the other tasks run once (a
-        schedule point either way, so a pipe that stays full starves nobody), dispatches
-        what it read to everyone exactly as the reader task would, and returns True; also
+        waits for the pipe, or when data is likely waiting lets the other tasks run once
+        first (for a subscriber only once every ``LENT_READS_PER_YIELD`` such chunks; a
+        request's always), so a pipe that stays full starves nobody, dispatches what it
+        read to everyone exactly as the reader task would, and returns True; also
         True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
         borrower does and is woken again when it is done, so every frame is read once, in
         order. Cancellation ends the wait with nothing read. A sink that raises (a filter's
@@ -410,8 +418,12 @@ class Connection:
                     return False
                 finally:
                     self._borrower_waiting = self._borrower_interrupted = subscription.pipe_wait = False
+                    self._lent_unyielded = 0
+            elif self._lent_unyielded < LENT_READS_PER_YIELD - 1 and type(subscription) is not _Pending:
+                self._lent_unyielded += 1
             else:  # data is likely waiting: let the other tasks run first, as the reader task
                 await trio.lowlevel.checkpoint()  # does (a full pipe must not starve them)
+                self._lent_unyielded = 0
                 if self._closed_error is not None:
                     return False
             try:
