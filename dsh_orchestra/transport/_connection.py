@@ -55,6 +55,7 @@ not once per chunk: a trip through the scheduler costs about what dispatching 40
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
 Sink = Callable[[Notification], None]
+BatchSink = Callable[[list[Notification]], None]
 LostHook = Callable[[str], Awaitable[TransportClosedError]]
 
 
@@ -161,6 +162,8 @@ class Connection:
         self._pending: dict[Any, _Pending] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
+        self._batch_sinks: list[BatchSink] = []
+        self._batch: list[Notification] | None = None  # the chunk being dispatched, not yet batch-delivered
         self._writing = False  # a writer holds the stream; the others queue in _write_queue
         self._write_queue = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
@@ -244,11 +247,14 @@ class Connection:
         for pending in self._pending.values():
             pending.wake()
         self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
-        for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
+        self._deliver_batch()  # what was read before the close reaches everyone, as it would have
+        sinks: list[Any] = [*self._sinks, *self._batch_sinks]
+        for sink in sinks:  # a bound sink whose owner has fail() is told why
             fail = getattr(getattr(sink, "__self__", None), "fail", None)
             if callable(fail):
                 fail(error)
         self._sinks = []
+        self._batch_sinks = []
 
     def _copy_error(self) -> TransportClosedError:
         error = self._closed_error
@@ -308,30 +314,39 @@ class Connection:
         return trio.lowlevel.Abort.SUCCEEDED
 
     def _dispatch(self, data: bytes) -> str | None:
-        """Decode and dispatch one chunk's frames; the reason to stop reading, if any."""
+        """Decode and dispatch one chunk's frames; the reason to stop reading, if any.
+
+        Sinks get each notification as it is decoded; batch sinks get the chunk's
+        notifications in one call once it is decoded (also when a sink raised, or before
+        the connection's close takes effect).
+        """
         framer = self._framer
         pending = self._pending
         loads = orjson.loads
         new = object.__new__
-        frames = notifications = 0
+        frames = 0
         try:
             lines = framer.split(data)
         except FrameTooLargeError as exc:
             return self._too_large(exc)
+        batch: list[Notification] = []
+        self._batch = batch
+        keep = batch.append
+        sinks = self._sinks  # (none at the start: none is added before the chunk's end)
         try:
-            # In wire order, one frame at a time: each is dispatched before the next is
-            # decoded, so what a consumer drops dies young (docs/benchmarks.md, W1).
+            # In wire order, one frame at a time: each is decoded, checked and handed on
+            # before the next is decoded (docs/benchmarks.md, W1).
             for line in lines:
                 try:
                     frame = loads(line)
+                    method = frame.get("method")  # AttributeError: not an object
                 except orjson.JSONDecodeError:  # invalid UTF-8 or JSON; blank lines are not counted
                     if line.strip():
                         framer.ignored += 1
                     continue
-                if type(frame) is not dict:
+                except AttributeError:
                     framer.ignored += 1
                     continue
-                method = frame.get("method")
                 if type(method) is str and "id" not in frame:  # a notification: the hot path
                     params = frame.get("params")
                     # Notification(method, params, line), built as an OpenNotification
@@ -340,17 +355,18 @@ class Connection:
                     notification.params = params if type(params) is dict else {}
                     notification.raw = line
                     notification.__class__ = Notification
-                    notifications += 1
-                    # self._sinks is replaced, never mutated: a sink that removes itself
-                    # (an overflowing subscription) does not make this loop skip the next
-                    for sink in self._sinks:
-                        sink(notification)
+                    keep(notification)
+                    if sinks:
+                        # self._sinks is replaced, never mutated: a sink that removes itself
+                        # (an overflowing subscription) does not make this loop skip the next
+                        for sink in self._sinks:
+                            sink(notification)
                     continue
                 frames += 1
                 kind = classify(frame)
                 if kind is NOTIFICATION:  # one with an unusable id (null, say)
                     notification = Notification(frame["method"], params_of(frame), line)
-                    notifications += 1
+                    keep(notification)
                     for sink in self._sinks:
                         sink(notification)
                 elif kind is RESPONSE:
@@ -362,9 +378,18 @@ class Connection:
                 else:
                     framer.ignored += 1
         finally:
-            self._frames_received += frames + notifications
-            self._notifications += notifications
+            self._frames_received += frames + len(batch)
+            self._notifications += len(batch)
+            if batch and self._batch is batch:
+                self._deliver_batch()
+            self._batch = None
         return None
+
+    def _deliver_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch:
+            for sink in self._batch_sinks:  # replaced, never mutated (as self._sinks)
+                sink(batch)
 
     def _too_large(self, exc: FrameTooLargeError) -> str:
         log.error("protocol violation from %s: %s", self.name, exc)
@@ -655,6 +680,19 @@ class Connection:
         """Stop calling ``sink``."""
         self._sinks = [other for other in self._sinks if other != sink]
 
+    def add_batch_sink(self, sink: BatchSink) -> None:
+        """Call ``sink(notifications)`` in the reader once per chunk read, with that chunk's
+        notifications in wire order (a list the sink must neither change nor keep): for a
+        sink that fans notifications out (a router), one call per read instead of one per
+        notification. Same rules as ``add_sink``; it is called after the chunk's plain sinks
+        saw them, and before any later chunk is dispatched or the connection's close
+        reaches the sinks."""
+        self._batch_sinks = [*self._batch_sinks, sink]
+
+    def remove_batch_sink(self, sink: BatchSink) -> None:
+        """Stop calling ``sink``."""
+        self._batch_sinks = [other for other in self._batch_sinks if other != sink]
+
     def subscribe(
         self,
         name: str = "subscriber",
@@ -683,7 +721,7 @@ class Connection:
             ignored_lines=self._framer.ignored,
             notifications=self._notifications,
             pending_requests=len(self._pending),
-            subscribers=len(self._sinks),
+            subscribers=len(self._sinks) + len(self._batch_sinks),
             handlers_running=self._handlers_running,
             lent_reads=self._lent_reads,
         )

@@ -93,7 +93,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._parked = 0  # len(self._waiters), read without a call on every push
         self._lender = lender
         self.pipe_wait = False  # a receive() waits in the lender's pump (see Lender)
-        self._served = 0  # items returned since receive() last let other tasks run
+        self._free = self.SCHEDULE_EVERY - 1  # items receive() may return before it lets others run
         self._error: BaseException | None = None
         self._closed = False
         self._accepting = True  # neither failed nor closed: what push() checks
@@ -114,6 +114,25 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             return
         items.append(notification)
         if self._parked or self.pipe_wait:  # (pipe_wait: pushed by someone else than the pump)
+            self._wake()
+
+    def push_many(self, notifications: list[Notification]) -> None:
+        """``push`` each of ``notifications`` in order, in one call (a router's run of one
+        session's notifications from one read)."""
+        if not self._accepting:  # failed or closed
+            return
+        if self._filter is not None:
+            for notification in notifications:
+                self.push(notification)
+            return
+        items = self._items
+        if len(items) + len(notifications) > self.capacity:  # push() would fail on the first past it
+            items.clear()
+            self.fail(SubscriberOverflowError(self.name, self.capacity))
+            self._detach()
+            return
+        items.extend(notifications)
+        if self._parked or self.pipe_wait:
             self._wake()
 
     def fail(self, error: BaseException) -> None:
@@ -168,18 +187,18 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
         if items:  # the hot path: one ready (close() empties the buffer for good)
-            served = self._served + 1
-            if served < self.SCHEDULE_EVERY:
-                self._served = served
+            free = self._free
+            if free > 0:
+                self._free = free - 1
                 return items.popleft()
-            self._served = 0
+            self._free = self.SCHEDULE_EVERY - 1
             item = items.popleft()
             await trio.lowlevel.cancel_shielded_checkpoint()
             return item
         if self._lender is not None and not self._closed and self._error is None:
             await self._pump()
             if items and not self._closed:
-                self._served += 1
+                self._free -= 1
                 return items.popleft()
         while not (items or self._closed or self._error is not None):
             self._parked += 1
@@ -187,7 +206,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
                 await self._waiters.park()  # the schedule point (no WouldBlock raised per wait)
             finally:
                 self._parked -= 1
-        self._served = 0
+        self._free = self.SCHEDULE_EVERY - 1
         return self.receive_nowait()
 
     async def _pump(self) -> None:
@@ -210,7 +229,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._items and not self._closed:
             out = self._take(max_items)
-            self._served = 0
+            self._free = self.SCHEDULE_EVERY - 1
             await trio.lowlevel.cancel_shielded_checkpoint()
             return out
         first = await self.receive()  # it has to wait: that is the schedule point
