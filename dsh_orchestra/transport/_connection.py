@@ -350,7 +350,7 @@ class Connection:
                 if type(method) is str and "id" not in frame:  # a notification: the hot path
                     params = frame.get("params")
                     # Notification(method, params, line), built as an OpenNotification
-                    notification = new(OpenNotification)
+                    notification: Any = new(OpenNotification)  # (mypy: the slots are set once)
                     notification.method = method
                     notification.params = params if type(params) is dict else {}
                     notification.raw = line
