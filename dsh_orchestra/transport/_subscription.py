@@ -176,7 +176,8 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
 
         With an empty buffer on a connection over a pipe, the waiting task reads the pipe
         itself when no other task is reading it (``Connection.pump``): one trip through the
-        scheduler per wait instead of the reader task's and then this one's. Every frame
+        scheduler per wait instead of the reader task's and then this one's (finding data
+        waiting, it lets other tasks run once per ``LENT_READS_PER_YIELD`` chunks). Every frame
         read that way is dispatched to every subscriber, request and handler exactly as the
         reader task would, in wire order.
 
