@@ -119,6 +119,36 @@ class _Pending:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+_UNSET: Any = object()
+
+Callback = Callable[[Any, dict[str, Any] | None], None]
+"""``callback(token, reply)`` of ``Connection.start_request``: ``reply`` is the response frame,
+or None when the connection closed first."""
+
+
+class _Callback:
+    """One request answered through a callback in the reader (``Connection.start_request``).
+
+    While its frame is being written it only keeps what arrives (``early``), so that a
+    ``start_request`` that raises never calls back.
+    """
+
+    __slots__ = ("method", "callback", "token", "early")
+
+    def __init__(self, method: str, callback: Callback, token: Any) -> None:
+        self.method = method
+        self.callback = callback
+        self.token = token
+        self.early: Any = None  # _UNSET once written; until then what wake() got, if anything
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        """Call back (the connection already dropped this entry), or keep ``reply`` while writing."""
+        if self.early is _UNSET:
+            self.callback(self.token, reply)
+        elif self.early is None:
+            self.early = (reply,)
+
+
 class Connection:
     """JSON-RPC over ``stream`` (anything with ``send_all`` and ``receive_some``).
 
@@ -152,6 +182,9 @@ class Connection:
         self._lend_wanted = False
         self._lending = False
         self._borrower: Any = None  # the Subscription or request (_Pending) whose task reads now (pump)
+        # A request reading until its reply (_read_for) keeps the reader task parked from one
+        # chunk to the next instead of waking it after each (it would only park again).
+        self._holder: _Pending | None = None
         self._borrower_waiting = False  # ... and waits for the pipe
         self._borrower_interrupted = False
         self._reader_task: trio.lowlevel.Task | None = None  # parked while a borrower reads
@@ -159,7 +192,7 @@ class Connection:
         self._reader_interrupted = False
         self._lost_hook = lost_hook
         self._ids = itertools.count(1)
-        self._pending: dict[Any, _Pending] = {}
+        self._pending: dict[Any, _Pending | _Callback] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
         self._batch_sinks: list[BatchSink] = []
@@ -242,12 +275,17 @@ class Connection:
         await self._closed_event.wait()
 
     def _shut(self, error: TransportClosedError) -> None:
+        try:  # what was read before the close reaches the batch sinks first, as it would have
+            self._deliver_batch()
+        except Exception as exc:  # noqa: BLE001 (a sink broke its contract; closing goes on)
+            log.warning("a batch sink of %s raised while closing: %r", self.name, exc)
         self._closed_error = error
         self._closed_event.set()
-        for pending in self._pending.values():
+        for request_id, pending in list(self._pending.items()):
+            if type(pending) is _Callback:  # answered by its callback: nobody else drops it
+                del self._pending[request_id]
             pending.wake()
         self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
-        self._deliver_batch()  # what was read before the close reaches everyone, as it would have
         sinks: list[Any] = [*self._sinks, *self._batch_sinks]
         for sink in sinks:  # a bound sink whose owner has fail() is told why
             fail = getattr(getattr(sink, "__self__", None), "fail", None)
@@ -317,14 +355,15 @@ class Connection:
         """Decode and dispatch one chunk's frames; the reason to stop reading, if any.
 
         Sinks get each notification as it is decoded; batch sinks get the chunk's
-        notifications in one call once it is decoded (also when a sink raised, or before
-        the connection's close takes effect).
+        notifications in one call once it is decoded (also when a sink raised), and those
+        decoded so far before a response's callback runs or the connection's close takes
+        effect.
         """
         framer = self._framer
         pending = self._pending
         loads = orjson.loads
         new = object.__new__
-        frames = 0
+        frames = delivered = 0
         try:
             lines = framer.split(data)
         except FrameTooLargeError as exc:
@@ -372,14 +411,21 @@ class Connection:
                 elif kind is RESPONSE:
                     waiter = pending.get(frame["id"])
                     if waiter is not None:
+                        if type(waiter) is _Callback:  # nobody waits to drop it
+                            del pending[frame["id"]]
+                            if batch:  # its callback runs now: batch sinks get what came before first
+                                delivered += len(batch)
+                                self._deliver_batch()
+                                batch = self._batch = []
+                                keep = batch.append
                         waiter.wake(frame)
                 elif kind is REQUEST:
                     self._dispatch_request(frame["id"], frame["method"], params_of(frame))
                 else:
                     framer.ignored += 1
         finally:
-            self._frames_received += frames + len(batch)
-            self._notifications += len(batch)
+            self._frames_received += frames + delivered + len(batch)
+            self._notifications += delivered + len(batch)
             if batch and self._batch is batch:
                 self._deliver_batch()
             self._batch = None
@@ -472,9 +518,14 @@ class Connection:
             return True
         finally:
             self._borrower = None
-            task, self._reader_task = self._reader_task, None
-            if task is not None:
-                trio.lowlevel.reschedule(task)
+            if subscription is not self._holder:
+                self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        """Let the reader task read again, if it is parked for a borrower."""
+        task, self._reader_task = self._reader_task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
     def _sink_failed(self, exc: BaseException) -> None:
         error = TransportClosedError(f"a notification sink of {self.name} raised {exc!r}; frames were lost")
@@ -620,7 +671,15 @@ class Connection:
                 await trio.lowlevel.wait_task_rescheduled(pending.abort)
         finally:
             del self._pending[request_id]
-        reply = pending.reply
+        return self.result_of(method, pending.reply, result_type)
+
+    def result_of(self, method: str, reply: dict[str, Any] | None, result_type: type[T] | None = None) -> Any:
+        """The result of ``method``'s ``reply`` (None: the connection closed first), or the
+        exception ``request`` raises for it: what a ``start_request`` callback uses.
+
+        Raises:
+            JsonRpcResponseError, TransportClosedError, SdkProtocolError: as ``request``.
+        """
         if reply is None:
             error = self._copy_error()
             raise TransportClosedError(
@@ -636,10 +695,67 @@ class Connection:
             return result
         return structure(result if result is not None else {}, result_type, method=method, what="result")
 
+    async def start_request(self, method: str, params: Any, callback: Callback, token: Any = None) -> int:
+        """Send a request whose reply goes to ``callback(token, reply)`` instead of a waiting task.
+
+        Returns the request id once the frame is written. From then on ``callback`` is called
+        exactly once, in the task that reads the reply (the reader, usually): with the response
+        frame, or with None when the connection closed first (``result_of`` turns either into
+        the result or the exception ``request`` would raise). It must not block or raise. It is
+        not called after ``forget(request_id)``. ``params`` as for ``request``.
+
+        Raises:
+            TransportClosedError: the connection is closed, or closed before or while the
+                frame was written; ``callback`` is then never called.
+
+        Not a schedule point when the pipe has room (callers sending many add their own).
+        Cancellation is checked before anything is sent; a write cancelled half-way (the peer
+        stopped reading) forgets the request and fails the connection, as for ``request``;
+        ``callback`` is then never called.
+        """
+        if self._closed_error is not None:
+            raise self._copy_error()
+        # Not a schedule point unless the write waits for room: requests sent in a loop go out
+        # back to back, so the peer reads them in a few chunks instead of one wake-up each.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        request_id = next(self._ids)
+        wire = unstructure(params) if params is not None else None
+        data = encode_frame(request_frame(request_id, method, wire))
+        del wire
+        entry = self._pending[request_id] = _Callback(method, callback, token)
+        try:
+            await self._write(data)
+        except BaseException:
+            self._pending.pop(request_id, None)
+            raise
+        del data
+        self._frames_sent += 1
+        early, entry.early = entry.early, _UNSET
+        if early is not None:  # settled while being written: closed, or answered already
+            if early[0] is None:
+                self.result_of(method, None)  # raises the closed error, as request() would
+            entry.callback(token, early[0])
+        return request_id
+
+    def forget(self, request_id: int) -> bool:
+        """Drop ``start_request``'s request ``request_id``: its callback will not be called
+        (a late reply is ignored). False when it was answered (or forgotten) already."""
+        entry = self._pending.get(request_id)
+        if type(entry) is not _Callback:
+            return False
+        del self._pending[request_id]
+        return True
+
     async def _read_for(self, pending: _Pending) -> None:
         """Read the pipe in the requesting task until ``pending`` is answered, while nobody
         else reads it (``pump``): one trip through the scheduler per reply instead of the
-        reader task's and then the caller's. Returns at once when the reading cannot be lent."""
+        reader task's and then the caller's. Returns at once when the reading cannot be lent.
+
+        From one chunk to the next the reader task stays parked (``_holder``): there is no
+        schedule point between two ``pump`` calls here, so waking it would only make it park
+        again, one more task step and run-loop pass per frame. It is woken when this ends."""
+        if self._holder is None:
+            self._holder = pending
         try:
             while not pending.woken and await self.pump(pending):
                 pass
@@ -648,6 +764,11 @@ class Connection:
                 raise
             # a sink raised while this task read: the connection failed (``_sink_failed``)
             # and woke ``pending`` without a reply, which ``request`` reports as closed
+        finally:
+            if self._holder is pending:
+                self._holder = None
+                if self._borrower is None:  # (else the borrower wakes it when done)
+                    self._wake_reader()
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply)."""
@@ -685,8 +806,8 @@ class Connection:
         notifications in wire order (a list the sink must neither change nor keep): for a
         sink that fans notifications out (a router), one call per read instead of one per
         notification. Same rules as ``add_sink``; it is called after the chunk's plain sinks
-        saw them, and before any later chunk is dispatched or the connection's close
-        reaches the sinks."""
+        saw them, and before any later chunk is dispatched, a ``start_request`` callback
+        runs or the connection's close reaches the sinks."""
         self._batch_sinks = [*self._batch_sinks, sink]
 
     def remove_batch_sink(self, sink: BatchSink) -> None:
