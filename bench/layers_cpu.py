@@ -28,26 +28,85 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 MODES = ("session", "pool", "batch")
+CANNED = "batch-canned"
 
 
-def trial(mode: str, items: int, runtimes: int) -> float:
+def canned_turn(spec: Any) -> Any:
+    """One real simulator turn (``TurnResult``) of the prompt "hi", to answer attempts with."""
+    import trio
+
+    from dsh_orchestra import open_runtime
+
+    async def one() -> Any:
+        async with open_runtime(spec) as runtime:
+            return await runtime.session().run("hi")
+
+    return trio.run(one)
+
+
+class CannedExecutor:
+    """``batch-canned``: every attempt answered in this process by one canned turn after
+    ``steps`` trio checkpoints (a turn's wake-ups): the batch run loop alone, no pool, no
+    session layer, no runtime."""
+
+    def __init__(self, turn: Any, steps: int = 3) -> None:
+        self.turn = turn
+        self.steps = steps
+
+    def open(self, spec: Any, options: Any) -> Any:
+        from contextlib import asynccontextmanager
+
+        import trio
+
+        from dsh_orchestra.batch import Attempt
+
+        executor = self
+
+        class Runner:
+            capacity = options.in_flight
+            max_lost = 1
+
+            async def attempt(self, item: Any, session_id: str, **_: Any) -> Any:
+                for _ in range(executor.steps):
+                    await trio.lowlevel.checkpoint()
+                return Attempt(session_id=session_id, turn=executor.turn)
+
+            def pending_approvals(self) -> int:
+                return 0
+
+        @asynccontextmanager
+        async def opened() -> Any:
+            yield Runner()
+
+        return opened()
+
+
+def write_dataset(path: Path, items: int) -> None:
+    path.write_text("".join(json.dumps({"id": f"i{n}", "prompt": "hi"}) + "\n" for n in range(items)))
+
+
+def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, dataset: Path | None = None) -> float:
     import trio
 
     from dsh_orchestra import BatchOptions, RuntimeSpec, open_pool, open_runtime, run_batch
 
+    in_flight = in_flight or 4 * runtimes
     with tempfile.TemporaryDirectory() as home:
         spec = RuntimeSpec.simulator(dsh_home=home, cwd=home)
-        if mode == "batch":
-            dataset = Path(home) / "data.jsonl"
-            dataset.write_text("".join(json.dumps({"id": f"i{n}", "prompt": "hi"}) + "\n" for n in range(items)))
+        if mode in ("batch", CANNED):
+            executor = CannedExecutor(canned_turn(spec), int(os.environ.get("CANNED_STEPS", "3"))) if mode == CANNED else None
+            if dataset is None:
+                dataset = Path(home) / "data.jsonl"
+                write_dataset(dataset, items)
             cpu = time.process_time()
-            summary = trio.run(run_batch, dataset, Path(home) / "out.jsonl", spec,
-                               BatchOptions(runtimes=runtimes, progress="none"))
+            summary = trio.run(partial(run_batch, executor=executor), dataset, Path(home) / "out.jsonl", spec,
+                               BatchOptions(runtimes=runtimes, concurrency=in_flight, progress="none"))
             cpu = time.process_time() - cpu
             assert summary.ok == items, summary
             return cpu
@@ -65,9 +124,9 @@ def trial(mode: str, items: int, runtimes: int) -> float:
 
             cpu = time.process_time()
             if mode == "pool":
-                async with open_pool(spec, runtimes) as pool:
+                async with open_pool(spec, runtimes, max_sessions=-(-in_flight // runtimes)) as pool:
                     async with trio.open_nursery() as nursery:
-                        for _ in range(4 * runtimes):
+                        for _ in range(in_flight):
                             nursery.start_soon(worker, lambda: pool.run_prompt("hi"))
             else:
                 async with trio.open_nursery() as outer:
@@ -84,7 +143,7 @@ def trial(mode: str, items: int, runtimes: int) -> float:
                         outer.start_soon(keep, index, ready)
                         await ready.wait()
                     async with trio.open_nursery() as nursery:
-                        for index in range(4 * runtimes):
+                        for index in range(in_flight):
                             runtime = opened[index % runtimes]
                             nursery.start_soon(worker, lambda runtime=runtime: runtime.session().run("hi"))
                     outer.cancel_scope.cancel()
@@ -126,19 +185,108 @@ def many(runs: int, small: int, large: int, runtimes: int) -> None:
         print(f"| `{mode}` | {medians[mode]:,.1f} ({trials}) | {layer} |")
 
 
+def _child(mode: str, items: int, runtimes: int, in_flight: int, dataset: Path | None) -> list[str]:
+    command = [sys.executable, __file__, "--mode", mode, "--items", str(items), "--runtimes", str(runtimes),
+               "--in-flight", str(in_flight)]
+    return command + (["--dataset", str(dataset)] if dataset is not None else [])
+
+
+def _ir(out_file: Path) -> int:
+    """The total instructions of a callgrind output file."""
+    for line in out_file.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise ValueError(f"no totals in {out_file}")
+
+
+def callgrind(rounds: int, small: int, large: int, runtimes: int, in_flight: int, modes: tuple[str, ...],
+              calibrate: int) -> None:
+    """Instructions per item (callgrind slopes, this process only) per mode, and Ir per µs of CPU.
+
+    Every trial runs the items ``in_flight`` at a time (default 1: each frame burst of the
+    simulator is read the same way whatever the load, so the instruction count of an item
+    does not depend on how frames coalesce). The dataset is written before the traced process
+    starts. Calibration: the same trials natively, ``process_time`` of the traced section, the
+    slope between the sizes; Ir/µs = Ir slope / CPU slope of the session mode.
+    """
+    load_before = os.getloadavg()[0]
+    print(json.dumps({"load_1m_before": load_before}), flush=True)
+    slopes: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as scratch:
+        datasets = {n: Path(scratch) / f"data{n}.jsonl" for n in (small, large)}
+        for n, path in datasets.items():
+            write_dataset(path, n)
+        for index in range(rounds):
+            order = modes[index % len(modes):] + modes[: index % len(modes)]
+            for mode in order:
+                ir = {}
+                for items in (small, large):
+                    out = Path(scratch) / f"cg.{mode}.{items}.{index}"
+                    subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}",
+                                    *_child(mode, items, runtimes, in_flight, datasets[items])],
+                                   capture_output=True, text=True, check=True)
+                    ir[items] = _ir(out)
+                slope = (ir[large] - ir[small]) / (large - small)
+                slopes[mode].append(slope)
+                print(json.dumps({"round": index, "mode": mode, "ir": ir, "ir_per_item": slope,
+                                  "load_1m": os.getloadavg()[0]}), flush=True)
+        cpu: dict[str, list[float]] = {mode: [] for mode in modes}
+        for _ in range(calibrate):
+            for mode in modes:
+                got = {}
+                for items in (small, large):
+                    done = subprocess.run(_child(mode, items, runtimes, in_flight, datasets[items]),
+                                          capture_output=True, text=True, check=True)
+                    got[items] = json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"]
+                cpu[mode].append((got[large] - got[small]) / (large - small) * 1e6)
+    medians = {mode: statistics.median(values) for mode, values in slopes.items()}
+    cpu_medians = {mode: statistics.median(values) for mode, values in cpu.items() if values}
+    per_us = {mode: medians[mode] / cpu_medians[mode] for mode in cpu_medians if cpu_medians[mode] > 0}
+    rate = statistics.median(per_us.values()) if per_us else None
+    load_after = os.getloadavg()[0]
+    print(json.dumps({"summary": True, "rounds": rounds, "items": [small, large], "runtimes": runtimes,
+                      "in_flight": in_flight, "ir_per_item": slopes, "ir_per_item_median": medians,
+                      "cpu_us_per_item": cpu, "ir_per_us": per_us, "ir_per_us_median": rate,
+                      "load_1m_after": load_after}))
+    print(f"\n**Layers, instructions per item** (callgrind, this process only; {rounds} rounds, slope between "
+          f"{small} and {large} items, {runtimes} simulator process(es), {in_flight} in flight; "
+          f"load {load_before:.2f} before, {load_after:.2f} after)\n")
+    print("| mode | Ir per item (median; rounds) | over `session` | µs at %s Ir/µs |" % (f"{rate:,.0f}" if rate else "?"))
+    print("|---|---:|---:|---:|")
+    base = medians.get("session")
+    for mode in modes:
+        rounds_text = " / ".join(f"{v / 1e3:,.0f}k" for v in slopes[mode])
+        over = "—" if base is None or mode == "session" else f"{(medians[mode] - base) / 1e3:,.1f}k"
+        us = "—" if rate is None or base is None or mode == "session" else f"{(medians[mode] - base) / rate:,.1f}"
+        print(f"| `{mode}` | {medians[mode] / 1e3:,.1f}k ({rounds_text}) | {over} | {us} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=MODES)
+    parser.add_argument("--mode", choices=(*MODES, CANNED))
     parser.add_argument("--items", type=int, default=500)
-    parser.add_argument("--runtimes", type=int, default=2)
+    parser.add_argument("--runtimes", type=int)
     parser.add_argument("--runs", type=int, help="every mode at --small and --large items, N rounds")
-    parser.add_argument("--small", type=int, default=300)
-    parser.add_argument("--large", type=int, default=1500)
+    parser.add_argument("--small", type=int, help="default 300 (--runs), 200 (--callgrind)")
+    parser.add_argument("--large", type=int, help="default 1500 (--runs), 1000 (--callgrind)")
+    parser.add_argument("--in-flight", type=int, help="items in flight (default 4 per runtime; --callgrind: 1)")
+    parser.add_argument("--dataset", type=Path, help="batch mode: this dataset (of --items lines) instead of a new one")
+    parser.add_argument("--callgrind", type=int, metavar="ROUNDS",
+                        help="every mode at --small and --large items under callgrind, ROUNDS rounds; "
+                             "--runtimes 1, --in-flight 1 by default")
+    parser.add_argument("--modes", default=",".join(MODES), help="--callgrind: the modes, comma-separated")
+    parser.add_argument("--calibrate", type=int, default=3, help="--callgrind: native rounds for Ir per µs")
     args = parser.parse_args()
-    if args.runs:
-        many(args.runs, args.small, args.large, args.runtimes)
+    args.runtimes_given = args.runtimes is not None
+    args.runtimes = args.runtimes or 2
+    if args.callgrind:
+        callgrind(args.callgrind, args.small or 200, args.large or 1000, args.runtimes if args.runtimes_given else 1,
+                  args.in_flight or 1, tuple(args.modes.split(",")), args.calibrate)
+    elif args.runs:
+        many(args.runs, args.small or 300, args.large or 1500, args.runtimes)
     elif args.mode:
-        print(json.dumps({"mode": args.mode, "items": args.items, "cpu_s": trial(args.mode, args.items, args.runtimes)}))
+        cpu = trial(args.mode, args.items, args.runtimes, args.in_flight, args.dataset)
+        print(json.dumps({"mode": args.mode, "items": args.items, "cpu_s": cpu}))
     else:
         parser.error("give --mode or --runs")
 

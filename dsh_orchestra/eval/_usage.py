@@ -96,10 +96,10 @@ def turn_usage(turn: Any) -> Usage:
     raw = getattr(events, "raw", None)
     if raw is not None:
         for line in raw:
-            # Decoded only when it may be a model step: most lines do not mention one at all
-            # (one search), and a line that starts with another "type" is another event,
-            # whatever its payload quotes.
-            if _ASSISTANT in line and (line.startswith(_ASSISTANT_START) or not line.startswith(_TYPE_START)):
+            # Decoded only when it may be a model step: a line that starts with another "type"
+            # is another event, whatever its payload quotes (no search through it); any other
+            # line is searched for the type once.
+            if line.startswith(_ASSISTANT_START) or (not line.startswith(_TYPE_START) and _ASSISTANT in line):
                 steps.append(orjson.loads(line))
     else:
         steps.extend(events)
