@@ -143,21 +143,7 @@ def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, 
     return item, None, sorted(set(raw) - KNOWN_KEYS)
 
 
-_Line = tuple[int, BatchItem | None, str | None, list[str]]
 _Keys = tuple[str, str | None, BatchItem | None, list[str]]
-
-
-def _scan(path: Path, data: bytes | None = None) -> Iterator[_Line]:
-    """(line number, item or None, problem or None, unknown keys) per non-blank line.
-
-    Reads the file line by line (a large dataset is never held as one buffer), or ``data``.
-    """
-    for number, raw, problem in _lines(path, data):
-        if problem is not None:
-            yield number, None, problem, []
-            continue
-        item, problem, extra = _check_item(raw, number)
-        yield number, item, problem if item is None else None, extra
 
 
 def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | None]]:
@@ -275,10 +261,14 @@ def iter_dataset(check: DatasetCheck, *, skip: Container[str] = frozenset()) -> 
 
 
 def _iter_checked(check: DatasetCheck, skip: Container[str]) -> Iterator[BatchItem]:
-    for number, item, problem, _ in _scan(check.path, check.data):
-        if item is None or problem is not None:
+    ids = check.ids
+    for number, raw, problem in _lines(check.path, check.data):
+        item = None
+        if problem is None:
+            item, problem, _ = _check_item(raw, number)
+        if item is None:
             raise DatasetError(str(check.path), [(number, f"changed after it was checked: {problem}")])
-        if item.id in check.ids and item.id not in skip:
+        if item.id in ids and item.id not in skip:
             yield item
 
 
