@@ -91,6 +91,15 @@ def write_dataset(path: Path, items: int) -> None:
     path.write_text("".join(json.dumps({"id": f"i{n}", "prompt": "hi"}) + "\n" for n in range(items)))
 
 
+def recycle_after() -> int | None:
+    """``batch``: the runtime is recycled after this many sessions (``LAYERS_RECYCLE_AFTER``;
+    default: the batch default, 500; ``none``: never)."""
+    from dsh_orchestra.batch._options import MAX_SESSIONS_PER_RUNTIME
+
+    value = os.environ.get("LAYERS_RECYCLE_AFTER", "")
+    return MAX_SESSIONS_PER_RUNTIME if not value else None if value == "none" else int(value)
+
+
 def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, dataset: Path | None = None) -> float:
     import trio
 
@@ -106,7 +115,8 @@ def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, da
                 write_dataset(dataset, items)
             cpu = time.process_time()
             summary = trio.run(partial(run_batch, executor=executor), dataset, Path(home) / "out.jsonl", spec,
-                               BatchOptions(runtimes=runtimes, concurrency=in_flight, progress="none"))
+                               BatchOptions(runtimes=runtimes, concurrency=in_flight, progress="none",
+                                            max_sessions_per_runtime=recycle_after()))
             cpu = time.process_time() - cpu
             assert summary.ok == items, summary
             return cpu

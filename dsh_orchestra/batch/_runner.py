@@ -94,10 +94,13 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
         alone = crashes >= ALONE_AFTER
-        extra: dict[str, Any] = {} if workspace is None else {"workspace": str(workspace)}
-        if alone:  # only then: runners that predate ``alone`` keep working for everything else
-            extra["alone"] = True
-        attempt = await run.runner.attempt(unit, session_id, **extra)
+        if workspace is None and not alone:  # the common attempt: no keyword dict to unpack
+            attempt = await run.runner.attempt(unit, session_id)
+        else:
+            extra: dict[str, Any] = {} if workspace is None else {"workspace": str(workspace)}
+            if alone:  # only then: runners that predate ``alone`` keep working for everything else
+                extra["alone"] = True
+            attempt = await run.runner.attempt(unit, session_id, **extra)
         crash = attempt.crash
         if attempt.lost:
             lost += 1
