@@ -1,13 +1,18 @@
 """CPU per item of the pool and batch layers, on simulator processes (issue 18: under 30 µs).
 
 Three modes run the same N trivial prompts on R simulator processes
-(``python -m dsh_orchestra.testing sim``, default reply, no delay), 4 in flight per runtime:
+(``python -m dsh_orchestra.testing sim``, default reply, no delay), 4 in flight per runtime
+(``--in-flight``):
 
-* ``session``: R ``open_runtime`` runtimes, 4R tasks taking items and calling
+* ``session``: R ``open_runtime`` runtimes, tasks taking items and calling
   ``runtime.session().run(prompt)`` (the floor: session layer, transport, trio);
-* ``pool``: ``open_pool(spec, R)`` and ``pool.run_prompt(prompt)`` from 4R tasks;
+* ``pool``: ``open_pool(spec, R)`` and ``pool.run_prompt(prompt)`` from the tasks;
 * ``batch``: ``run_batch(dataset, out, spec, BatchOptions(runtimes=R, progress="none"))``
-  (dataset streaming, the pool executor, results lines written and flushed, the summary).
+  (dataset streaming, the pool executor, results lines written and flushed, the summary;
+  runtimes recycled every 500 sessions as by default, ``LAYERS_RECYCLE_AFTER=N|none``);
+* ``batch-canned`` (single trials only): ``run_batch`` whose executor answers every attempt
+  in this process with one real simulator turn after ``CANNED_STEPS`` (default 3) trio
+  checkpoints: the batch run loop alone, no pool, session layer or runtime.
 
 CPU is ``time.process_time()`` of this process only (the simulators are other processes).
 Fixed costs (starting runtimes, imports) are removed by running each mode at two sizes and
@@ -16,6 +21,16 @@ taking the slope: (CPU(N2) - CPU(N1)) / (N2 - N1). The layer cost is a mode's sl
 
     python bench/layers_cpu.py --mode batch --items 500
     python bench/layers_cpu.py --runs 3            # every mode at both sizes, rotated; medians
+
+Instruction counts (``--callgrind ROUNDS``): every mode at 200 and 1,000 items under
+``valgrind --tool=callgrind`` (this process only), one simulator, **one item in flight**, so
+that each reply's frames reach the client the same way whatever the machine's load (with
+several in flight, frames of different sessions coalesce into reads depending on timing, and
+the per-item count moved by ±100k instructions); the dataset is written before the traced
+process starts. It ends with native rounds of the same trials to turn instructions into µs
+(Ir per µs: each mode's Ir slope over its CPU slope, the median over the modes)::
+
+    python bench/layers_cpu.py --callgrind 2       # about 25 minutes
 """
 
 from __future__ import annotations
