@@ -47,6 +47,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import trio
+
 BENCH_DIR = Path(__file__).resolve().parent
 MODES = ("session", "pool", "batch")
 CANNED = "batch-canned"
@@ -88,7 +90,7 @@ class CannedExecutor:
             max_lost = 1
 
             async def attempt(self, item: Any, session_id: str, **_: Any) -> Any:
-                for _ in range(executor.steps):
+                for _step in range(executor.steps):
                     await trio.lowlevel.checkpoint()
                 return Attempt(session_id=session_id, turn=executor.turn)
 
@@ -115,6 +117,19 @@ def recycle_after() -> int | None:
     return MAX_SESSIONS_PER_RUNTIME if not value else None if value == "none" else int(value)
 
 
+class IoWaits(trio.abc.Instrument):
+    """A trio instrument counting the run loop's waits for I/O (its wake-ups)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+WAITS = IoWaits()
+
+
 def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, dataset: Path | None = None) -> float:
     import trio
 
@@ -131,7 +146,7 @@ def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, da
             cpu = time.process_time()
             summary = trio.run(partial(run_batch, executor=executor), dataset, Path(home) / "out.jsonl", spec,
                                BatchOptions(runtimes=runtimes, concurrency=in_flight, progress="none",
-                                            max_sessions_per_runtime=recycle_after()))
+                                            max_sessions_per_runtime=recycle_after()), instruments=[WAITS])
             cpu = time.process_time() - cpu
             assert summary.ok == items, summary
             return cpu
@@ -175,7 +190,7 @@ def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, da
             assert done == items
             return time.process_time() - cpu
 
-        return trio.run(main)
+        return trio.run(main, instruments=[WAITS])
 
 
 def many(runs: int, small: int, large: int, runtimes: int) -> None:
@@ -224,19 +239,40 @@ def _ir(out_file: Path) -> int:
     raise ValueError(f"no totals in {out_file}")
 
 
+def _wait_cost(trials: list[dict[str, Any]]) -> float | None:
+    """Instructions per I/O wait: the pooled regression of Ir on waits within each (mode, size)
+    group of trials (their deviations from the group's means); None without variation."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for t in trials:
+        groups.setdefault((t["mode"], t["items"]), []).append(t)
+    num = den = 0.0
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        ir_mean = statistics.fmean(t["ir"] for t in group)
+        wait_mean = statistics.fmean(t["io_waits"] for t in group)
+        for t in group:
+            num += (t["ir"] - ir_mean) * (t["io_waits"] - wait_mean)
+            den += (t["io_waits"] - wait_mean) ** 2
+    return num / den if den > 0 else None
+
+
 def callgrind(rounds: int, small: int, large: int, runtimes: int, in_flight: int, modes: tuple[str, ...],
               calibrate: int) -> None:
     """Instructions per item (callgrind slopes, this process only) per mode, and Ir per µs of CPU.
 
-    Every trial runs the items ``in_flight`` at a time (default 1: each frame burst of the
-    simulator is read the same way whatever the load, so the instruction count of an item
-    does not depend on how frames coalesce). The dataset is written before the traced process
-    starts. Calibration: the same trials natively, ``process_time`` of the traced section, the
-    slope between the sizes; Ir/µs = Ir slope / CPU slope of the session mode.
+    Every trial runs the items ``in_flight`` at a time (default 1) and counts trio's waits for
+    I/O (its wake-ups: how the simulator's frames coalesced into reads). The instructions a
+    wake-up costs are fitted over the rounds (Ir on waits, within each mode and size) and the
+    slopes are given both as counted and corrected to the session mode's wake-ups per item,
+    so that a layer's figure does not move with how frames happened to coalesce. The dataset
+    is written before the traced process starts. Calibration: the same trials natively,
+    ``process_time`` of the traced section, the slope between the sizes; Ir per µs = a mode's
+    Ir slope / its CPU slope, the median over the modes.
     """
     load_before = os.getloadavg()[0]
     print(json.dumps({"load_1m_before": load_before}), flush=True)
-    slopes: dict[str, list[float]] = {mode: [] for mode in modes}
+    trials: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         datasets = {n: Path(scratch) / f"data{n}.jsonl" for n in (small, large)}
         for n, path in datasets.items():
@@ -244,17 +280,15 @@ def callgrind(rounds: int, small: int, large: int, runtimes: int, in_flight: int
         for index in range(rounds):
             order = modes[index % len(modes):] + modes[: index % len(modes)]
             for mode in order:
-                ir = {}
                 for items in (small, large):
                     out = Path(scratch) / f"cg.{mode}.{items}.{index}"
-                    subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}",
-                                    *_child(mode, items, runtimes, in_flight, datasets[items])],
-                                   capture_output=True, text=True, check=True)
-                    ir[items] = _ir(out)
-                slope = (ir[large] - ir[small]) / (large - small)
-                slopes[mode].append(slope)
-                print(json.dumps({"round": index, "mode": mode, "ir": ir, "ir_per_item": slope,
-                                  "load_1m": os.getloadavg()[0]}), flush=True)
+                    done = subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=no",
+                                           f"--callgrind-out-file={out}",
+                                           *_child(mode, items, runtimes, in_flight, datasets[items])],
+                                          capture_output=True, text=True, check=True)
+                    waits = json.loads(done.stdout.strip().splitlines()[-1])["io_waits"]
+                    trials.append({"round": index, "mode": mode, "items": items, "ir": _ir(out), "io_waits": waits})
+                    print(json.dumps({**trials[-1], "load_1m": os.getloadavg()[0]}), flush=True)
         cpu: dict[str, list[float]] = {mode: [] for mode in modes}
         for _ in range(calibrate):
             for mode in modes:
@@ -264,26 +298,42 @@ def callgrind(rounds: int, small: int, large: int, runtimes: int, in_flight: int
                                           capture_output=True, text=True, check=True)
                     got[items] = json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"]
                 cpu[mode].append((got[large] - got[small]) / (large - small) * 1e6)
+    per_wait = _wait_cost(trials)
+
+    def slope(mode: str, index: int, key: str) -> float:
+        by_size = {t["items"]: t[key] for t in trials if t["mode"] == mode and t["round"] == index}
+        return float(by_size[large] - by_size[small]) / (large - small)
+
+    slopes = {mode: [slope(mode, i, "ir") for i in range(rounds)] for mode in modes}
+    waits = {mode: [slope(mode, i, "io_waits") for i in range(rounds)] for mode in modes}
     medians = {mode: statistics.median(values) for mode, values in slopes.items()}
+    wait_medians = {mode: statistics.median(values) for mode, values in waits.items()}
+    base_waits = wait_medians.get("session", 0.0)
+    corrected = {mode: statistics.median(ir - (w - base_waits) * per_wait for ir, w in zip(slopes[mode], waits[mode], strict=True))
+                 for mode in modes} if per_wait is not None else dict(medians)
     cpu_medians = {mode: statistics.median(values) for mode, values in cpu.items() if values}
     per_us = {mode: medians[mode] / cpu_medians[mode] for mode in cpu_medians if cpu_medians[mode] > 0}
     rate = statistics.median(per_us.values()) if per_us else None
     load_after = os.getloadavg()[0]
     print(json.dumps({"summary": True, "rounds": rounds, "items": [small, large], "runtimes": runtimes,
                       "in_flight": in_flight, "ir_per_item": slopes, "ir_per_item_median": medians,
+                      "io_waits_per_item": waits, "ir_per_io_wait": per_wait, "ir_per_item_corrected": corrected,
                       "cpu_us_per_item": cpu, "ir_per_us": per_us, "ir_per_us_median": rate,
                       "load_1m_after": load_after}))
     print(f"\n**Layers, instructions per item** (callgrind, this process only; {rounds} rounds, slope between "
           f"{small} and {large} items, {runtimes} simulator process(es), {in_flight} in flight; "
+          f"{per_wait or 0:,.0f} Ir per I/O wait fitted; {rate or 0:,.0f} Ir per µs; "
           f"load {load_before:.2f} before, {load_after:.2f} after)\n")
-    print("| mode | Ir per item (median; rounds) | over `session` | µs at %s Ir/µs |" % (f"{rate:,.0f}" if rate else "?"))
-    print("|---|---:|---:|---:|")
-    base = medians.get("session")
+    print("| mode | Ir per item (median; rounds) | I/O waits per item | corrected to `session`'s waits "
+          "| over `session` | µs over `session` |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base = corrected.get("session")
     for mode in modes:
         rounds_text = " / ".join(f"{v / 1e3:,.0f}k" for v in slopes[mode])
-        over = "—" if base is None or mode == "session" else f"{(medians[mode] - base) / 1e3:,.1f}k"
-        us = "—" if rate is None or base is None or mode == "session" else f"{(medians[mode] - base) / rate:,.1f}"
-        print(f"| `{mode}` | {medians[mode] / 1e3:,.1f}k ({rounds_text}) | {over} | {us} |")
+        over = "—" if base is None or mode == "session" else f"{(corrected[mode] - base) / 1e3:,.1f}k"
+        us = "—" if rate is None or base is None or mode == "session" else f"{(corrected[mode] - base) / rate:,.1f}"
+        print(f"| `{mode}` | {medians[mode] / 1e3:,.1f}k ({rounds_text}) | {wait_medians[mode]:.2f} "
+              f"| {corrected[mode] / 1e3:,.1f}k | {over} | {us} |")
 
 
 def main() -> None:
@@ -311,7 +361,7 @@ def main() -> None:
         many(args.runs, args.small or 300, args.large or 1500, args.runtimes)
     elif args.mode:
         cpu = trial(args.mode, args.items, args.runtimes, args.in_flight, args.dataset)
-        print(json.dumps({"mode": args.mode, "items": args.items, "cpu_s": cpu}))
+        print(json.dumps({"mode": args.mode, "items": args.items, "cpu_s": cpu, "io_waits": WAITS.count}))
     else:
         parser.error("give --mode or --runs")
 
