@@ -31,6 +31,13 @@ process starts. It ends with native rounds of the same trials to turn instructio
 (Ir per µs: each mode's Ir slope over its CPU slope, the median over the modes)::
 
     python bench/layers_cpu.py --callgrind 2       # about 25 minutes
+
+Those µs include the kernel's share of each item at one in flight (reads, writes, epoll: the
+session mode's CPU is about 1 ms per item for 1.5M instructions), which callgrind does not
+count. ``--canned R`` measures the batch run loop alone (``batch-canned``, in one process, no
+runtime) under callgrind and natively: its Ir per µs is the rate of the layer's own code::
+
+    python bench/layers_cpu.py --canned 5          # about 5 minutes
 """
 
 from __future__ import annotations
@@ -139,7 +146,7 @@ def trial(mode: str, items: int, runtimes: int, in_flight: int | None = None, da
     with tempfile.TemporaryDirectory() as home:
         spec = RuntimeSpec.simulator(dsh_home=home, cwd=home)
         if mode in ("batch", CANNED):
-            executor = CannedExecutor(canned_turn(spec), int(os.environ.get("CANNED_STEPS", "3"))) if mode == CANNED else None
+            executor = CannedExecutor(canned_turn(spec), int(os.environ.get("CANNED_STEPS", "0"))) if mode == CANNED else None
             if dataset is None:
                 dataset = Path(home) / "data.jsonl"
                 write_dataset(dataset, items)
@@ -336,6 +343,38 @@ def callgrind(rounds: int, small: int, large: int, runtimes: int, in_flight: int
               f"| {corrected[mode] / 1e3:,.1f}k | {over} | {us} |")
 
 
+def canned(rounds: int, small: int, large: int) -> float:
+    """Ir per µs of the batch layer's own code: ``batch-canned`` (the run loop alone, in this
+    process) under callgrind at ``small``/``large`` items, then natively ``rounds`` times at 5x
+    those sizes (CPU slopes of a few hundred ms); returns the Ir slope over the median CPU slope."""
+    with tempfile.TemporaryDirectory() as scratch:
+        sizes = (small, large, 5 * small, 5 * large)
+        paths = {n: Path(scratch) / f"data{n}.jsonl" for n in sizes}
+        for n, path in paths.items():
+            write_dataset(path, n)
+        ir = {}
+        for items in (small, large):
+            out = Path(scratch) / f"cg.canned.{items}"
+            subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=no", f"--callgrind-out-file={out}",
+                            *_child(CANNED, items, 1, 1, paths[items])], capture_output=True, text=True, check=True)
+            ir[items] = _ir(out)
+        ir_slope = (ir[large] - ir[small]) / (large - small)
+        cpu = []
+        for _ in range(rounds):
+            got = {}
+            for items in (5 * small, 5 * large):
+                done = subprocess.run(_child(CANNED, items, 1, 1, paths[items]), capture_output=True, text=True, check=True)
+                got[items] = json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"]
+            cpu.append((got[5 * large] - got[5 * small]) / (5 * large - 5 * small) * 1e6)
+    rate = ir_slope / statistics.median(cpu)
+    print(json.dumps({"canned": True, "ir": ir, "ir_per_item": ir_slope, "cpu_us_per_item": cpu,
+                      "ir_per_us": rate, "load_1m": os.getloadavg()[0]}), flush=True)
+    print(f"\n`batch-canned` (the run loop alone): {ir_slope / 1e3:,.1f}k Ir per item, "
+          f"{statistics.median(cpu):,.1f} µs per item natively (median of {rounds}: "
+          f"{' / '.join(f'{v:,.1f}' for v in cpu)}), {rate:,.0f} Ir per µs\n")
+    return rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=(*MODES, CANNED))
@@ -351,9 +390,14 @@ def main() -> None:
                              "--runtimes 1, --in-flight 1 by default")
     parser.add_argument("--modes", default=",".join(MODES), help="--callgrind: the modes, comma-separated")
     parser.add_argument("--calibrate", type=int, default=3, help="--callgrind: native rounds for Ir per µs")
+    parser.add_argument("--canned", type=int, metavar="ROUNDS",
+                        help="batch-canned under callgrind at 1,000 and 3,000 items, natively ROUNDS times at "
+                             "5,000 and 15,000: the batch layer's own instructions and Ir per µs")
     args = parser.parse_args()
     args.runtimes_given = args.runtimes is not None
     args.runtimes = args.runtimes or 2
+    if args.canned:
+        canned(args.canned, 1000, 3000)
     if args.callgrind:
         callgrind(args.callgrind, args.small or 200, args.large or 1000, args.runtimes if args.runtimes_given else 1,
                   args.in_flight or 1, tuple(args.modes.split(",")), args.calibrate)
@@ -362,8 +406,8 @@ def main() -> None:
     elif args.mode:
         cpu = trial(args.mode, args.items, args.runtimes, args.in_flight, args.dataset)
         print(json.dumps({"mode": args.mode, "items": args.items, "cpu_s": cpu, "io_waits": WAITS.count}))
-    else:
-        parser.error("give --mode or --runs")
+    elif not args.canned:
+        parser.error("give --mode, --runs, --callgrind or --canned")
 
 
 if __name__ == "__main__":
