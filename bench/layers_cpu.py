@@ -372,7 +372,7 @@ def canned(rounds: int, small: int, large: int) -> float:
     print(f"\n`batch-canned` (the run loop alone): {ir_slope / 1e3:,.1f}k Ir per item, "
           f"{statistics.median(cpu):,.1f} µs per item natively (median of {rounds}: "
           f"{' / '.join(f'{v:,.1f}' for v in cpu)}), {rate:,.0f} Ir per µs\n")
-    return rate
+    return float(rate)
 
 
 def main() -> None:
