@@ -13,7 +13,8 @@ average is read before and after every trial and reported.
 
 Workloads (scripts): W1-rate and W1-latency (``w1_stream.py``, through ``session.events()``),
 W2 (``w2_roundtrip.py``), W3 (``w3_sessions.py``), W4 (``runtime_real.py`` with 20 concurrent
-sessions: the real runtime with the scripted model).
+sessions: the real runtime with the scripted model; ratios for both its CPU figures, and the
+floor clients ``trio-min`` and ``thread-min`` beside ours).
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ WORKLOADS: dict[str, tuple[list[str], tuple[str, ...], dict[str, tuple[Getter, b
            {"peak RSS growth KiB": (lambda r: r["rss_growth_kib"], True), "wall s": (lambda r: r["wall_s"], True),
             "CPU s": (lambda r: r["cpu_s"], True)}),
     "W4": (["runtime_real.py", "--sessions", "20", "--turns", "20"],
-           ("raw", "official", "ours"),
+           ("trio-min", "thread-min", "raw", "official", "ours"),
            {"concurrent CPU ms/prompt": (lambda r: r["conc_cpu_ms_per_turn"], True),
             "sequential CPU ms/prompt": (lambda r: r["seq_cpu_ms_per_turn"], True),
-            "concurrent prompts/s": (lambda r: r["conc_prompts_per_s"], False)}),
+            "concurrent prompts/s": (lambda r: r["conc_prompts_per_s"], False),
+            "concurrent switches/prompt": (lambda r: r["conc_switches_per_turn"], True),
+            "sequential switches/prompt": (lambda r: r["seq_switches_per_turn"], True)}),
 }
 BASELINES = {"W1-rate": "bare", "W1-latency": "official", "W2": "official", "W3": "minimal", "W4": "official"}
+RATIOS = {"W4": ("concurrent CPU ms/prompt", "sequential CPU ms/prompt")}
+"""The figures whose ratio to the baseline gets a column (default: the first figure)."""
 
 
 def trial(argv: list[str], client: str, pinned: bool) -> dict[str, Any]:
@@ -89,15 +94,15 @@ def report(rows: dict[str, dict[str, list[dict[str, Any]]]], pinned: bool) -> st
     for workload, by_client in rows.items():
         _, clients, figures = WORKLOADS[workload]
         base = BASELINES[workload]
+        ratios = RATIOS.get(workload, (next(iter(figures)),))
         loads = [r[key] for records in by_client.values() for r in records for key in ("load_before", "load_after")]
         lines += [f"**{workload}** ({'pinned' if pinned else 'free'}; {len(next(iter(by_client.values())))} rounds; "
                   f"load {min(loads):.2f}–{max(loads):.2f})", "",
                   "| client | " + " | ".join(f"{name} (median, range)" for name in figures)
-                  + f" | {list(figures)[0]} vs {base} |",
-                  "|---|" + "---:|" * (len(figures) + 1)]
+                  + "".join(f" | {name} vs {base}" for name in ratios) + " |",
+                  "|---|" + "---:|" * (len(figures) + len(ratios))]
         medians = {c: {n: statistics.median(get(r) for r in by_client[c]) for n, (get, _) in figures.items()}
                    for c in clients if c in by_client}
-        first = list(figures)[0]
         for client in clients:
             if client not in by_client:
                 continue
@@ -105,8 +110,10 @@ def report(rows: dict[str, dict[str, list[dict[str, Any]]]], pinned: bool) -> st
             for name, (get, _) in figures.items():
                 values = sorted(get(r) for r in by_client[client])
                 cells.append(f"{medians[client][name]:,.2f} ({values[0]:,.2f}–{values[-1]:,.2f})")
-            ratio = medians[client][first] / medians[base][first] if base in medians else float("nan")
-            lines.append(f"| {client} | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+            for name in ratios:
+                ratio = medians[client][name] / medians[base][name] if base in medians else float("nan")
+                cells.append(f"{ratio:.2f}x")
+            lines.append(f"| {client} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 

@@ -13,6 +13,14 @@ one thread per session when concurrent). ``raw`` is an analysis baseline, not a 
 runtime actor and connection with only ``session/prompt`` + ``session/wait`` requests per turn
 (no session layer, nothing collected), i.e. the cost of trio and the transport alone.
 
+Two floor clients speak JSON-RPC to the same runtime (same argv, environment, sessions and
+turns) with no library of ours, to measure what a turn costs any client of one design:
+``trio-min`` (one trio task reads the pipe: ``wait_readable`` + ``os.read``, ``orjson``; per turn
+``session/prompt`` then ``session/wait``, a ``trio.Event`` per request; nothing else) and
+``thread-min`` (the same requests from trio tasks, but a blocking reader thread reads and
+decodes every frame and wakes trio, via ``TrioToken.run_sync_soon``, only for a read that
+completed a request). They also report frames and reads per turn.
+
 A trial measures, in order, on one runtime:
 
 1. ``start_s``: start to ready (spawn + ``initialize`` answered): ``open_runtime`` entered /
@@ -23,7 +31,9 @@ A trial measures, in order, on one runtime:
    its share one after the other), timed as a whole: ``prompts_per_s`` = turns / wall.
 
 Client CPU is ``time.process_time()`` of this process (all threads; the runtime child and the
-fake model are other processes and not counted), over each phase, divided by its turns.
+fake model are other processes and not counted), over each phase, divided by its turns;
+``*_switches_per_turn`` are the process's voluntary context switches over the phase
+(``getrusage``: how often a thread blocked, i.e. the wake-ups that followed).
 Every turn is checked: ``completed`` and the fake model's reply.
 
 ``--runs N`` runs N trials of each client in fresh processes, alternating, and prints one JSON
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -48,7 +59,7 @@ from typing import Any, Iterator
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-CLIENTS = ("ours", "official", "raw")
+CLIENTS = ("ours", "official", "raw", "trio-min", "thread-min")
 DEFAULT_CLIENTS = "ours,official"
 REPLY = "Hello from the fake model"
 PROMPT = "Reply with one short sentence."
@@ -70,6 +81,20 @@ def fake_model() -> Iterator[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=10)
+
+
+class Meter:
+    """Client CPU over a phase: ``time.process_time()`` of this process (all threads), and
+    its voluntary context switches (``getrusage(RUSAGE_SELF).ru_nvcsw``: each time a thread of
+    this process blocked with nothing to do, i.e. the wake-ups that followed)."""
+
+    def __init__(self) -> None:
+        self.cpu, self.switches = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+    def per_turn(self, phase: str, turns: int) -> dict[str, float]:
+        cpu, switches = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        return {f"{phase}_cpu_ms_per_turn": (cpu - self.cpu) * 1000 / turns,
+                f"{phase}_switches_per_turn": (switches - self.switches) / turns}
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -115,12 +140,12 @@ def run_ours(base_url: str, turns: int, sessions: int, *, raw: bool = False) -> 
 
             session = runtime.session()
             samples: list[float] = []
-            cpu = time.process_time()
+            meter = Meter()
             for _ in range(turns):
                 began = time.perf_counter()
                 await turn(session)
                 samples.append(time.perf_counter() - began)
-            out["seq_cpu_ms_per_turn"] = (time.process_time() - cpu) * 1000 / turns
+            out.update(meter.per_turn("seq", turns))
             out["seq_turn_ms"] = summary([s * 1000 for s in samples])
 
             async def share(session: Session, count: int) -> None:
@@ -128,12 +153,12 @@ def run_ours(base_url: str, turns: int, sessions: int, *, raw: bool = False) -> 
                     await turn(session)
 
             shares = [turns // sessions + (1 if i < turns % sessions else 0) for i in range(sessions)]
-            cpu, began = time.process_time(), time.perf_counter()
+            meter, began = Meter(), time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for count in shares:
                     nursery.start_soon(share, runtime.session(), count)
             wall = time.perf_counter() - began
-            out["conc_cpu_ms_per_turn"] = (time.process_time() - cpu) * 1000 / turns
+            out.update(meter.per_turn("conc", turns))
             out["conc_wall_s"], out["conc_prompts_per_s"] = wall, turns / wall
         return out
 
@@ -156,13 +181,13 @@ def run_official(base_url: str, turns: int, sessions: int) -> dict[str, Any]:
 
             session = harness.start_session()
             samples: list[float] = []
-            cpu = time.process_time()
+            meter = Meter()
             for _ in range(turns):
                 began = time.perf_counter()
                 result = session.run(PROMPT)
                 samples.append(time.perf_counter() - began)
                 check(result.final_response, result.finish_reason)
-            out["seq_cpu_ms_per_turn"] = (time.process_time() - cpu) * 1000 / turns
+            out.update(meter.per_turn("seq", turns))
             out["seq_turn_ms"] = summary([s * 1000 for s in samples])
 
             errors: list[BaseException] = []
@@ -177,7 +202,7 @@ def run_official(base_url: str, turns: int, sessions: int) -> dict[str, Any]:
                     errors.append(exc)
 
             shares = [turns // sessions + (1 if i < turns % sessions else 0) for i in range(sessions)]
-            cpu, began = time.process_time(), time.perf_counter()
+            meter, began = Meter(), time.perf_counter()
             threads = [threading.Thread(target=share, args=(count,)) for count in shares]
             for thread in threads:
                 thread.start()
@@ -186,17 +211,225 @@ def run_official(base_url: str, turns: int, sessions: int) -> dict[str, Any]:
             wall = time.perf_counter() - began
             if errors:
                 raise errors[0]
-            out["conc_cpu_ms_per_turn"] = (time.process_time() - cpu) * 1000 / turns
+            out.update(meter.per_turn("conc", turns))
             out["conc_wall_s"], out["conc_prompts_per_s"] = wall, turns / wall
         finally:
             harness.close()
     return out
 
 
+class _MinClient:
+    """The floor clients' shared part: the bundled runtime spawned with the same argv and
+    environment as the others, requests written with ``orjson``, a ``trio.Event`` per request.
+    How replies arrive is the subclass's (``trio-min``: one trio task; ``thread-min``: a
+    blocking reader thread). Nothing is collected; frames and reads are counted."""
+
+    def __init__(self, base_url: str, home: str, workspace: str) -> None:
+        from deepseek_harness_runtime import resolve_bundled_launch_args
+
+        env = {**os.environ, **ENV, "DSH_HOME": home, "DEEPSEEK_BASE_URL": base_url, "DEEPSEEK_API_KEY": API_KEY}
+        argv = [*resolve_bundled_launch_args(), "--profile", "sdk"]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, cwd=workspace, env=env)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.stdin, self.stdout = self.process.stdin.fileno(), self.process.stdout.fileno()
+        self.workspace = workspace
+        self.waiting: dict[int, tuple[Any, list[Any]]] = {}  # id -> (trio.Event, [frame])
+        self.next_id = 0
+        self.frames = self.reads = 0
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        import orjson
+        import trio
+
+        self.next_id += 1
+        ident = self.next_id
+        event, box = trio.Event(), []
+        self.waiting[ident] = (event, box)
+        data = orjson.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}) + b"\n"
+        while data:  # the pipe is non-blocking in trio-min; a frame this small fits at once
+            try:
+                data = data[os.write(self.stdin, data):]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.stdin)
+        await event.wait()
+        frame = box[0]
+        if "error" in frame:
+            raise RuntimeError(f"{method}: {frame['error']}")
+        return frame["result"]
+
+    def dispatch(self, chunk: bytes, rest: bytes, done: list[Any]) -> bytes:
+        """Decode the whole lines of ``rest + chunk``; replies' events go to ``done``."""
+        import orjson
+
+        self.reads += 1
+        lines = (rest + chunk).split(b"\n")
+        for line in lines[:-1]:
+            if not line:
+                continue
+            frame = orjson.loads(line)
+            self.frames += 1
+            if "method" not in frame:
+                waiter = self.waiting.pop(frame["id"], None)
+                if waiter is not None:
+                    waiter[1].append(frame)
+                    done.append(waiter[0])
+        return lines[-1]
+
+    def lost(self) -> list[Any]:
+        """End of the runtime's stdout: fail every waiting request (their events to set)."""
+        events = []
+        for event, box in self.waiting.values():
+            box.append({"error": "the runtime closed its stdout"})
+            events.append(event)
+        self.waiting.clear()
+        return events
+
+    async def turn(self, session_id: str) -> None:
+        await self.request("session/prompt", {"sessionId": session_id, "contentBlocks": [
+            {"type": "text", "text": PROMPT}]})
+        await self.request("session/wait", {"sessionId": session_id})
+
+    async def session(self) -> str:
+        import uuid
+
+        return f"session-{uuid.uuid4().hex}"
+
+    async def handshake(self) -> None:
+        await self.request("initialize", {"cwd": self.workspace, "provider": "deepseek-official",
+                                          "model": "deepseek-v4-flash"})
+
+    async def shutdown(self) -> None:
+        await self.request("shutdown", {})
+
+    def reap(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _TrioMin(_MinClient):
+    """``trio-min``: one trio task reads the pipe (``wait_readable`` + ``os.read``), decodes
+    every frame and sets the event of each reply."""
+
+    async def reader(self) -> None:
+        import trio
+
+        os.set_blocking(self.stdout, False)
+        rest, done = b"", []
+        while True:
+            await trio.lowlevel.wait_readable(self.stdout)
+            try:
+                chunk = os.read(self.stdout, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                for event in self.lost():
+                    event.set()
+                return
+            rest = self.dispatch(chunk, rest, done)
+            for event in done:
+                event.set()
+            done.clear()
+
+    def start(self, nursery: Any) -> None:
+        os.set_blocking(self.stdin, False)
+        nursery.start_soon(self.reader)
+
+
+class _ThreadMin(_MinClient):
+    """``thread-min``: a blocking reader thread decodes every frame and wakes trio once per
+    read that completed a request (``TrioToken.run_sync_soon``); notifications never wake it."""
+
+    def start(self, nursery: Any) -> None:
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+
+        def wake(events: list[Any]) -> None:
+            for event in events:
+                event.set()
+
+        def loop() -> None:
+            rest = b""
+            while chunk := os.read(self.stdout, 65536):
+                done: list[Any] = []
+                rest = self.dispatch(chunk, rest, done)
+                if done:
+                    token.run_sync_soon(wake, done)
+            try:
+                token.run_sync_soon(lambda: wake(self.lost()))
+            except trio.RunFinishedError:
+                pass  # EOF after trio.run ended (the normal end: shutdown, then reap)
+
+        self.thread = threading.Thread(target=loop, daemon=True)
+        self.thread.start()
+
+
+def run_min(base_url: str, turns: int, sessions: int, *, thread: bool) -> dict[str, Any]:
+    """The floor clients: JSON-RPC to the same runtime, timed as the others, no library of ours."""
+    import trio
+
+    async def main(home: str, workspace: str) -> dict[str, Any]:
+        client = (_ThreadMin if thread else _TrioMin)(base_url, home, workspace)
+        out: dict[str, Any] = {}
+        try:
+            async with trio.open_nursery() as nursery:
+                started = time.perf_counter()
+                client.start(nursery)
+                with trio.fail_after(120):  # a runtime that never answers fails the trial
+                    await client.handshake()
+                out["start_s"] = time.perf_counter() - started
+                await client.turn(await client.session())  # warm-up
+
+                session = await client.session()
+                samples: list[float] = []
+                frames, reads, meter = client.frames, client.reads, Meter()
+                for _ in range(turns):
+                    began = time.perf_counter()
+                    await client.turn(session)
+                    samples.append(time.perf_counter() - began)
+                out.update(meter.per_turn("seq", turns))
+                out["seq_turn_ms"] = summary([s * 1000 for s in samples])
+                out["seq_frames_per_turn"] = (client.frames - frames) / turns
+                out["seq_reads_per_turn"] = (client.reads - reads) / turns
+
+                async def share(count: int) -> None:
+                    mine = await client.session()
+                    for _ in range(count):
+                        await client.turn(mine)
+
+                shares = [turns // sessions + (1 if i < turns % sessions else 0) for i in range(sessions)]
+                frames, reads = client.frames, client.reads
+                meter, began = Meter(), time.perf_counter()
+                async with trio.open_nursery() as inner:
+                    for count in shares:
+                        inner.start_soon(share, count)
+                wall = time.perf_counter() - began
+                out.update(meter.per_turn("conc", turns))
+                out["conc_wall_s"], out["conc_prompts_per_s"] = wall, turns / wall
+                out["conc_frames_per_turn"] = (client.frames - frames) / turns
+                out["conc_reads_per_turn"] = (client.reads - reads) / turns
+                await client.shutdown()
+                nursery.cancel_scope.cancel()  # the trio-min reader; a thread ends at EOF
+        finally:
+            client.reap()
+        return out
+
+    with tempfile.TemporaryDirectory() as home, tempfile.TemporaryDirectory() as workspace:
+        return trio.run(main, home, workspace)
+
+
 def trial(client: str, turns: int, sessions: int) -> dict[str, Any]:
     with fake_model() as base_url:
         if client == "official":
             figures = run_official(base_url, turns, sessions)
+        elif client in ("trio-min", "thread-min"):
+            figures = run_min(base_url, turns, sessions, thread=client == "thread-min")
         else:
             figures = run_ours(base_url, turns, sessions, raw=client == "raw")
     return {"workload": "runtime-real", "client": client, "turns": turns, "sessions": sessions, **figures}

@@ -94,11 +94,21 @@ class RuntimeActor:
         self._started = False
         self._stderr_done = trio.Event()
         self._start_cause: BaseException | None = None  # why the handshake failed, when typed
+        self._name_spec: RuntimeSpec | None = None  # the spec ``_name`` was worked out for
+        self._name = ""
 
     @property
     def name(self) -> str:
-        """The runtime's display name (no secrets)."""
-        return self.spec.display_name
+        """The runtime's display name (no secrets), worked out once per ``spec``.
+
+        Every turn reads it (its log context); for a ``command`` without a ``name`` working
+        it out redacts the argv with ``spec.secrets()``, a regex search per environment
+        variable, which was most of the session layer's CPU per turn (docs/benchmarks.md).
+        """
+        spec = self.spec
+        if self._name_spec is not spec:
+            self._name, self._name_spec = spec.display_name, spec
+        return self._name
 
     @property
     def pid(self) -> int | None:

@@ -154,6 +154,9 @@ class Connection:
         self._lend_wanted = False
         self._lending = False
         self._borrower: Any = None  # the Subscription or request (_Pending) whose task reads now (pump)
+        # A request reading until its reply (_read_for) keeps the reader task parked from one
+        # chunk to the next instead of waking it after each (it would only park again).
+        self._holder: _Pending | None = None
         self._borrower_waiting = False  # ... and waits for the pipe
         self._borrower_interrupted = False
         self._reader_task: trio.lowlevel.Task | None = None  # parked while a borrower reads
@@ -443,9 +446,14 @@ class Connection:
             return True
         finally:
             self._borrower = None
-            task, self._reader_task = self._reader_task, None
-            if task is not None:
-                trio.lowlevel.reschedule(task)
+            if subscription is not self._holder:
+                self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        """Let the reader task read again, if it is parked for a borrower."""
+        task, self._reader_task = self._reader_task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
 
     def _sink_failed(self, exc: BaseException) -> None:
         error = TransportClosedError(f"a notification sink of {self.name} raised {exc!r}; frames were lost")
@@ -610,7 +618,13 @@ class Connection:
     async def _read_for(self, pending: _Pending) -> None:
         """Read the pipe in the requesting task until ``pending`` is answered, while nobody
         else reads it (``pump``): one trip through the scheduler per reply instead of the
-        reader task's and then the caller's. Returns at once when the reading cannot be lent."""
+        reader task's and then the caller's. Returns at once when the reading cannot be lent.
+
+        From one chunk to the next the reader task stays parked (``_holder``): there is no
+        schedule point between two ``pump`` calls here, so waking it would only make it park
+        again, one more task step and run-loop pass per frame. It is woken when this ends."""
+        if self._holder is None:
+            self._holder = pending
         try:
             while not pending.woken and await self.pump(pending):
                 pass
@@ -619,6 +633,11 @@ class Connection:
                 raise
             # a sink raised while this task read: the connection failed (``_sink_failed``)
             # and woke ``pending`` without a reply, which ``request`` reports as closed
+        finally:
+            if self._holder is pending:
+                self._holder = None
+                if self._borrower is None:  # (else the borrower wakes it when done)
+                    self._wake_reader()
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply)."""

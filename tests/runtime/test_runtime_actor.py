@@ -339,3 +339,26 @@ def test_stderr_tail_keeps_the_last_lines() -> None:
     assert tail.text() == "three\nfour\nfive-is-a-\nsix"
     tail.feed(bytearray(b"\xff\r\n"))
     assert tail.text() == "four\nfive-is-a-\nsix\ufffd"
+
+
+def test_the_name_is_worked_out_once_per_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every turn reads ``actor.name``: a command spec's name (its argv, redacted with the
+    secrets found in the environment) is worked out once, again only for a new spec."""
+    calls: list[RuntimeSpec] = []
+    secrets = RuntimeSpec.secrets
+
+    def counted(self: RuntimeSpec) -> list[str]:
+        calls.append(self)
+        return secrets(self)
+
+    monkeypatch.setattr(RuntimeSpec, "secrets", counted)
+    spec = tiny(tmp_path, "ok", api_key=API_KEY)
+    actor = RuntimeActor(spec)
+    assert [actor.name for _ in range(5)] == [spec.display_name] * 5
+    assert len(calls) == 2  # once for the name, once for the expected value above
+    renamed = spec.evolve(name="renamed")
+    actor.spec = renamed
+    assert actor.name == "renamed"
+    other = tiny(tmp_path, "crash", api_key=API_KEY)
+    actor.spec = other
+    assert actor.name == other.display_name and "crash" in actor.name

@@ -115,3 +115,67 @@ async def test_end_of_stream_fails_a_request_reading_the_pipe() -> None:
             with pytest.raises(TransportClosedError, match="got no reply"):
                 await connection.request(SESSION_WAIT, wait_params())
             await connection.wait_closed()
+
+
+class _ReaderSteps(trio.abc.Instrument):
+    """Counts the steps of the connection's reader task (``Connection.run``)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("Connection.run"):
+            self.steps += 1
+
+
+async def test_the_reader_task_stays_parked_while_a_request_reads_chunk_after_chunk() -> None:
+    """A request reading 20 chunks before its reply does not wake the reader task after each
+    (it would only park again); the reader reads on once the request has its reply, and once
+    a later request reading chunk after chunk is cancelled."""
+    with trio.fail_after(LIMIT):
+        async with wired() as (connection, peer, nursery, theirs):
+            seen: list[int] = []
+            connection.add_sink(lambda notification: seen.append(notification.params["index"]))
+            nursery.start_soon(peer.answer, {"warm": True})
+            await connection.request(SESSION_WAIT, wait_params())  # the reader now lends
+
+            async def runtime(count: int, reply: bool) -> None:
+                request = await peer.receive()
+                for index in range(count):
+                    await trio.testing.wait_all_tasks_blocked()  # one chunk per read
+                    await peer.send(note(index))
+                await trio.testing.wait_all_tasks_blocked()
+                if reply:
+                    await peer.send(result_frame(request["id"], {"done": True}))
+
+            steps = _ReaderSteps()
+            trio.lowlevel.add_instrument(steps)
+            try:
+                nursery.start_soon(runtime, 20, True)
+                lent = connection.statistics().lent_reads
+                assert await connection.request(SESSION_WAIT, wait_params()) == {"done": True}
+                assert connection.statistics().lent_reads - lent == 21  # every chunk read by the request
+                assert steps.steps <= 2, steps.steps  # was one step per chunk
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+            assert seen == list(range(20))
+
+            await peer.send(note(20))  # nobody asks: the reader task reads it
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen[-1] == 20
+
+            with trio.CancelScope() as scope:
+                nursery.start_soon(runtime, 5, False)
+
+                async def cancel_after_the_chunks() -> None:
+                    while len(seen) < 26:
+                        await trio.testing.wait_all_tasks_blocked()
+                    scope.cancel()
+
+                nursery.start_soon(cancel_after_the_chunks)
+                await connection.request(SESSION_WAIT, wait_params())
+            assert scope.cancelled_caught
+            assert seen == list(range(21)) + list(range(5))
+            await peer.send(note(99))  # the reader task was woken by the cancelled request
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen[-1] == 99
