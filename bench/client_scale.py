@@ -13,7 +13,12 @@ what one session in flight costs the client beyond its events. The runs are then
     python bench/client_scale.py --sessions 10000
     python bench/client_scale.py --sessions 10000 --tracemalloc
     python bench/client_scale.py --sessions 10000 --client raw
+    python bench/client_scale.py --sessions 10000 --client many      # one task, a turn group
     python bench/client_scale.py --sessions 10000 --client trio-task     # the floor: parked tasks
+
+``--client many`` keeps the N turns in flight without a task each: one task starts them all
+in one ``runtime.turns()`` group (``turns.start(session, prompt)``) and iterates it, the
+connection's reader settling each turn through a request callback.
 
 ``--client raw`` is the floor of any client built on trio and our transport: one task per
 session sending ``session/prompt`` then ``session/wait`` on the runtime's connection, one sink
@@ -77,6 +82,15 @@ async def raw_run(runtime: Any, session_id: str) -> None:
     del orjson
 
 
+async def many_client(runtime: Any, sessions: int) -> None:
+    """All ``sessions`` turns in one turn group, started and awaited by this one task."""
+    async with runtime.turns() as turns:
+        for index in range(sessions):
+            await turns.start(runtime.session(f"scale-{index:05d}"), "hello")
+        async for _ in turns:
+            pass
+
+
 def raw_sink(notification: Any) -> None:
     import orjson
 
@@ -85,7 +99,7 @@ def raw_sink(notification: Any) -> None:
         lines.append(orjson.dumps(notification.params["event"], option=orjson.OPT_APPEND_NEWLINE)[:-1])
 
 
-async def trial(sessions: int, delay: float, traced: bool, raw: bool = False) -> dict[str, Any]:
+async def trial(sessions: int, delay: float, traced: bool, client: str = "ours") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as home:
         script = Path(home) / "scenario.toml"
         script.write_text(SCENARIO.format(delay=delay), encoding="utf-8")
@@ -97,10 +111,13 @@ async def trial(sessions: int, delay: float, traced: bool, raw: bool = False) ->
             rss_before = me.memory_info().rss
             traced_before = tracemalloc.get_traced_memory()[0] if traced else 0
             started = time.perf_counter()
+            raw = client == "raw"
             if raw:
                 runtime.connection.add_sink(raw_sink)
             async with trio.open_nursery() as nursery:
-                for index in range(sessions):
+                if client == "many":
+                    nursery.start_soon(many_client, runtime, sessions)
+                for index in range(sessions if client != "many" else 0):
                     if raw:
                         nursery.start_soon(raw_run, runtime, f"scale-{index:05d}")
                     else:
@@ -175,13 +192,13 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--delay", type=float, default=120.0, help="seconds the model waits (all turns in flight)")
     parser.add_argument("--tracemalloc", action="store_true", help="also trace Python allocations (slower)")
-    parser.add_argument("--client", choices=("ours", "raw", "trio-task", "trio-event"), default="ours")
+    parser.add_argument("--client", choices=("ours", "raw", "many", "trio-task", "trio-event"), default="ours")
     args = parser.parse_args()
     if args.client.startswith("trio-"):
         out = trio.run(floor_trial, args.sessions, args.client)
         print(json.dumps({"workload": "client-scale", "client": args.client, "load_1m": os.getloadavg()[0], **out}))
         return
-    out = trio.run(trial, args.sessions, args.delay, args.tracemalloc, args.client == "raw")
+    out = trio.run(trial, args.sessions, args.delay, args.tracemalloc, args.client)
     print(json.dumps({"workload": "client-scale", "client": args.client, "load_1m": os.getloadavg()[0], **out}))
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .protocol import FrameTooLargeError as FrameTooLargeError, JsonRpcResponseError as JsonRpcResponseError, MethodNotSupportedError as MethodNotSupportedError, OrchestraError as OrchestraError, RequestTimeoutError as RequestTimeoutError, RuntimeExitedError as RuntimeExitedError, RuntimeStartError as RuntimeStartError, SdkProtocolError as SdkProtocolError, SubscriberOverflowError as SubscriberOverflowError, TransportClosedError as TransportClosedError
     from .questions import QuestionAnswerError as QuestionAnswerError, QuestionsRequest as QuestionsRequest
     from .runtime import RuntimeActor as RuntimeActor, RuntimeSpec as RuntimeSpec
-    from .session import CommandResult as CommandResult, Runtime as Runtime, Session as Session, SubagentResult as SubagentResult, TurnResult as TurnResult, open_runtime as open_runtime
+    from .session import CommandResult as CommandResult, Runtime as Runtime, Session as Session, SubagentResult as SubagentResult, TurnGroup as TurnGroup, TurnResult as TurnResult, open_runtime as open_runtime
     from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription
     from .workflow import StepContext as StepContext, StepResult as StepResult, Workflow as Workflow, WorkflowResult as WorkflowResult, run_workflow as run_workflow
     from .workflow import CheckpointError as CheckpointError, escalate as escalate, load_recipe as load_recipe, open_workflow as open_workflow

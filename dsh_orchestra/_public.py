@@ -36,7 +36,7 @@ ROOT_EXPORTS: dict[str, str] = {
     "QuestionAnswerError": "questions", "QuestionsRequest": "questions",
     "RuntimeActor": "runtime", "RuntimeSpec": "runtime",
     "CommandResult": "session", "Runtime": "session", "Session": "session", "SubagentResult": "session",
-    "TurnResult": "session", "open_runtime": "session",
+    "TurnGroup": "session", "TurnResult": "session", "open_runtime": "session",
     "Connection": "transport", "Notification": "transport", "Subscription": "transport",
     "CheckpointError": "workflow", "StepContext": "workflow", "StepResult": "workflow", "Workflow": "workflow",
     "WorkflowResult": "workflow", "escalate": "workflow", "load_recipe": "workflow", "open_workflow": "workflow",

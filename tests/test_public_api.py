@@ -32,7 +32,7 @@ ROOT_NAMES = [
     "OrchestraError", "PoolClosedError", "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError",
     "Runtime", "RuntimeActor", "RuntimeExitedError", "RuntimePool", "RuntimeSpec", "RuntimeStartError", "Score",
     "SdkProtocolError", "Session", "StepContext", "StepResult", "SubagentResult", "SubscriberOverflowError",
-    "Subscription", "TransportClosedError", "TurnResult", "Workflow", "WorkflowResult", "__version__",
+    "Subscription", "TransportClosedError", "TurnGroup", "TurnResult", "Workflow", "WorkflowResult", "__version__",
     "configure_logging", "enable_tracing", "escalate", "load_dataset", "load_policy", "load_recipe",
     "log_context", "open_pool", "open_runtime", "open_workflow", "register_secrets", "replay", "run_batch",
     "run_workflow",

@@ -25,5 +25,6 @@ from ._turn import (
     TurnCollector as TurnCollector,
     TurnResult as TurnResult,
 )
+from ._turns import TurnGroup as TurnGroup
 
 __all__ = _publish(globals())

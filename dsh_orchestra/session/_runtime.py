@@ -36,11 +36,12 @@ from ..protocol import (
 )
 from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
-from ..transport import Connection, NoReply, Notification
+from ..transport import DEFAULT_CAPACITY, Connection, NoReply, Notification
 from ._relay import ApprovalRelay, relay_warnings
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
+from ._turns import TurnGroup
 
 log = logging.getLogger("dsh_orchestra.session")
 
@@ -111,6 +112,23 @@ class Runtime:
     def session(self, id: str | None = None) -> Session:
         """A handle on session ``id`` (a fresh unique id when None); created lazily on first use."""
         return Session(self, id if id is not None else f"session-{uuid.uuid4().hex}")
+
+    def turns(self, *, limit: int | None = None, capacity: int = DEFAULT_CAPACITY) -> TurnGroup:
+        """A group of turns kept in flight without a task each (see ``TurnGroup``)::
+
+            async with runtime.turns(limit=1000) as turns:
+                for prompt in prompts:
+                    await turns.start(runtime.session(), prompt)
+                async for session, outcome in turns:
+                    ...  # a TurnResult, or the exception session.run would raise
+
+        ``limit``: at most that many turns in flight (``start`` waits); ``capacity``: as
+        ``session.run``'s (notifications buffered before a prompt's receipt).
+
+        Raises:
+            ParamValueError: ``limit`` or ``capacity`` is not an integer >= 1.
+        """
+        return TurnGroup(self, limit=limit, capacity=capacity)
 
     async def resume(self, id: str) -> Session:
         """Restore persisted session ``id`` (session/resume) and return its handle.

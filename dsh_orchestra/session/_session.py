@@ -259,18 +259,21 @@ class _Feed:
         self._session_id = session_id
         self._capacity = capacity
         self._collector: TurnCollector | None = None
-        self._pending: list[Notification] = []
+        self._pending: list[Notification] | None = None  # made by the first early notification
         self._error: Exception | None = None
 
     def push(self, notification: Notification) -> None:
         if self._error is not None:
             return
         if self._collector is None:
-            if len(self._pending) >= self._capacity:
+            pending = self._pending
+            if pending is None:
+                pending = self._pending = []
+            if len(pending) >= self._capacity:
                 self._error = SubscriberOverflowError(f"run of session {self._session_id!r}", self._capacity)
-                self._pending.clear()
+                self._pending = None
             else:
-                self._pending.append(notification)
+                pending.append(notification)
             return
         try:
             self._collector.feed(notification)
@@ -288,8 +291,8 @@ class _Feed:
     def start(self, message_id: str) -> None:
         """The prompt was answered: collect from its receipt on (buffered ones first)."""
         self._collector = TurnCollector(self._session_id, message_id)
-        pending, self._pending = self._pending, []
-        for notification in pending:
+        pending, self._pending = self._pending, None
+        for notification in pending or ():
             self.push(notification)
 
     def collector(self) -> TurnCollector:

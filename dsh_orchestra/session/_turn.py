@@ -260,7 +260,7 @@ class TurnCollector:
         self._turn_assistant: JsonObject | None = None  # its last assistant/message
         self._turn_owned: bool | None = None
         self._last_owned = False
-        self._owned_turns: list[int] = []
+        self._owned_turns: tuple[int, ...] = ()  # a prompt owns one turn or a few: no list
         self._final: str = ""
         self._finish: str | None = None
         self._error: LlmFailure | None = None
@@ -374,7 +374,7 @@ class TurnCollector:
             data: TurnEndData = _data(event, TurnEndData, "turn/end")
             if self._turn_owned:
                 self._events.extend(self._turn_events)
-                self._owned_turns.append(data.turn)
+                self._owned_turns += (data.turn,)
                 self._finish = data.reason.kind
                 self._error = data.reason.error
                 if self._turn_assistant is not None:
@@ -421,7 +421,7 @@ class TurnCollector:
             notifications=tuple(tree.notifications) if tree is not None else (),
             subagents=tuple(tree.subagents) if tree is not None else (),
             duration=duration,
-            turns=tuple(self._owned_turns),
+            turns=self._owned_turns,
             approvals=approvals,
             questions=questions,
         )

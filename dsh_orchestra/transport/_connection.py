@@ -121,6 +121,36 @@ class _Pending:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+_UNSET: Any = object()
+
+Callback = Callable[[Any, dict[str, Any] | None], None]
+"""``callback(token, reply)`` of ``Connection.start_request``: ``reply`` is the response frame,
+or None when the connection closed first."""
+
+
+class _Callback:
+    """One request answered through a callback in the reader (``Connection.start_request``).
+
+    While its frame is being written it only keeps what arrives (``early``), so that a
+    ``start_request`` that raises never calls back.
+    """
+
+    __slots__ = ("method", "callback", "token", "early")
+
+    def __init__(self, method: str, callback: Callback, token: Any) -> None:
+        self.method = method
+        self.callback = callback
+        self.token = token
+        self.early: Any = None  # _UNSET once written; until then what wake() got, if anything
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        """Call back (the connection already dropped this entry), or keep ``reply`` while writing."""
+        if self.early is _UNSET:
+            self.callback(self.token, reply)
+        elif self.early is None:
+            self.early = (reply,)
+
+
 class Connection:
     """JSON-RPC over ``stream`` (anything with ``send_all`` and ``receive_some``).
 
@@ -164,7 +194,7 @@ class Connection:
         self._reader_interrupted = False
         self._lost_hook = lost_hook
         self._ids = itertools.count(1)
-        self._pending: dict[Any, _Pending] = {}
+        self._pending: dict[Any, _Pending | _Callback] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
         self._writing = False  # a writer holds the stream; the others queue in _write_queue
@@ -246,7 +276,9 @@ class Connection:
     def _shut(self, error: TransportClosedError) -> None:
         self._closed_error = error
         self._closed_event.set()
-        for pending in self._pending.values():
+        for request_id, pending in list(self._pending.items()):
+            if type(pending) is _Callback:  # answered by its callback: nobody else drops it
+                del self._pending[request_id]
             pending.wake()
         self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
         for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
@@ -360,6 +392,8 @@ class Connection:
                 elif kind is RESPONSE:
                     waiter = pending.get(frame["id"])
                     if waiter is not None:
+                        if type(waiter) is _Callback:  # nobody waits to drop it
+                            del pending[frame["id"]]
                         waiter.wake(frame)
                 elif kind is REQUEST:
                     self._dispatch_request(frame["id"], frame["method"], params_of(frame))
@@ -599,7 +633,15 @@ class Connection:
                 await trio.lowlevel.wait_task_rescheduled(pending.abort)
         finally:
             del self._pending[request_id]
-        reply = pending.reply
+        return self.result_of(method, pending.reply, result_type)
+
+    def result_of(self, method: str, reply: dict[str, Any] | None, result_type: type[T] | None = None) -> Any:
+        """The result of ``method``'s ``reply`` (None: the connection closed first), or the
+        exception ``request`` raises for it: what a ``start_request`` callback uses.
+
+        Raises:
+            JsonRpcResponseError, TransportClosedError, SdkProtocolError: as ``request``.
+        """
         if reply is None:
             error = self._copy_error()
             raise TransportClosedError(
@@ -614,6 +656,57 @@ class Connection:
         if result_type is None:
             return result
         return structure(result if result is not None else {}, result_type, method=method, what="result")
+
+    async def start_request(self, method: str, params: Any, callback: Callback, token: Any = None) -> int:
+        """Send a request whose reply goes to ``callback(token, reply)`` instead of a waiting task.
+
+        Returns the request id once the frame is written. From then on ``callback`` is called
+        exactly once, in the task that reads the reply (the reader, usually): with the response
+        frame, or with None when the connection closed first (``result_of`` turns either into
+        the result or the exception ``request`` would raise). It must not block or raise. It is
+        not called after ``forget(request_id)``. ``params`` as for ``request``.
+
+        Raises:
+            TransportClosedError: the connection is closed, or closed before or while the
+                frame was written; ``callback`` is then never called.
+
+        Not a schedule point when the pipe has room (callers sending many add their own).
+        Cancellation is checked before anything is sent; a write cancelled half-way (the peer
+        stopped reading) forgets the request and fails the connection, as for ``request``;
+        ``callback`` is then never called.
+        """
+        if self._closed_error is not None:
+            raise self._copy_error()
+        # Not a schedule point unless the write waits for room: requests sent in a loop go out
+        # back to back, so the peer reads them in a few chunks instead of one wake-up each.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        request_id = next(self._ids)
+        wire = unstructure(params) if params is not None else None
+        data = encode_frame(request_frame(request_id, method, wire))
+        del wire
+        entry = self._pending[request_id] = _Callback(method, callback, token)
+        try:
+            await self._write(data)
+        except BaseException:
+            self._pending.pop(request_id, None)
+            raise
+        del data
+        self._frames_sent += 1
+        early, entry.early = entry.early, _UNSET
+        if early is not None:  # settled while being written: closed, or answered already
+            if early[0] is None:
+                self.result_of(method, None)  # raises the closed error, as request() would
+            entry.callback(token, early[0])
+        return request_id
+
+    def forget(self, request_id: int) -> bool:
+        """Drop ``start_request``'s request ``request_id``: its callback will not be called
+        (a late reply is ignored). False when it was answered (or forgotten) already."""
+        entry = self._pending.get(request_id)
+        if type(entry) is not _Callback:
+            return False
+        del self._pending[request_id]
+        return True
 
     async def _read_for(self, pending: _Pending) -> None:
         """Read the pipe in the requesting task until ``pending`` is answered, while nobody

@@ -1,0 +1,162 @@
+"""Requests answered through a callback (``Connection.start_request``), no task waiting.
+
+The callback is called exactly once, in the reader, with the reply or with None when the
+connection closed first; never after ``forget``; never when ``start_request`` raised.
+``result_of`` turns a reply into what ``request`` returns or raises. Memory streams.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from transport_support import Peer, Wired
+
+from dsh_orchestra.protocol import (
+    SESSION_PROMPT,
+    SESSION_WAIT,
+    EmptyResult,
+    JsonRpcResponseError,
+    PromptParams,
+    PromptResult,
+    SdkProtocolError,
+    TextBlock,
+    TransportClosedError,
+    error_frame,
+    result_frame,
+)
+from dsh_orchestra.transport import Connection
+
+
+class Calls:
+    """A callback that records (token, reply) and wakes the test."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, dict[str, Any] | None]] = []
+        self.event = trio.Event()
+
+    def __call__(self, token: Any, reply: dict[str, Any] | None) -> None:
+        self.calls.append((token, reply))
+        self.event.set()
+
+
+PARAMS = PromptParams(session_id="s1", content_blocks=[TextBlock(text="hi")])
+
+
+async def test_the_reply_goes_to_the_callback_with_its_token(wired: Wired) -> None:
+    calls = Calls()
+    with trio.fail_after(5):
+        request_id = await wired.connection.start_request(SESSION_PROMPT, PARAMS, calls, "turn-1")
+        request = await wired.peer.receive()
+        assert request["id"] == request_id and request["method"] == SESSION_PROMPT
+        assert request["params"] == {"sessionId": "s1", "contentBlocks": [{"type": "text", "text": "hi"}]}
+        assert wired.connection.statistics().pending_requests == 1 and calls.calls == []
+        await wired.peer.send(result_frame(request_id, {"messageId": "m-1"}))
+        await calls.event.wait()
+    [(token, reply)] = calls.calls
+    assert token == "turn-1" and reply is not None
+    assert wired.connection.result_of(SESSION_PROMPT, reply, PromptResult) == PromptResult(message_id="m-1")
+    assert wired.connection.result_of(SESSION_PROMPT, reply) == {"messageId": "m-1"}
+    assert wired.connection.statistics().pending_requests == 0
+    assert wired.connection.forget(request_id) is False  # answered already
+
+
+async def test_result_of_raises_what_request_raises(wired: Wired) -> None:
+    calls = Calls()
+    with trio.fail_after(5):
+        first = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, 1)
+        second = await wired.connection.start_request(SESSION_PROMPT, PARAMS, calls, 2)
+        await wired.peer.receive()
+        await wired.peer.receive()
+        # answered in reverse order, in one chunk: each by its id
+        await wired.peer.send(result_frame(second, {"unexpected": 1}),
+                              error_frame(first, -32603, "unknown SDK session: s1"))
+        while len(calls.calls) < 2:
+            await trio.testing.wait_all_tasks_blocked()
+    replies = dict(calls.calls)
+    with pytest.raises(JsonRpcResponseError, match="unknown SDK session"):
+        wired.connection.result_of(SESSION_WAIT, replies[1], EmptyResult)
+    with pytest.raises(SdkProtocolError):
+        wired.connection.result_of(SESSION_PROMPT, replies[2], PromptResult)
+
+
+async def test_a_closing_connection_calls_back_once_with_none(wired: Wired) -> None:
+    calls = Calls()
+    with trio.fail_after(5):
+        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "a")
+        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s2"}, calls, "b")
+        await wired.peer.stream.aclose()  # the runtime hangs up
+        await wired.connection.wait_closed()
+        await trio.testing.wait_all_tasks_blocked()
+    assert sorted(token for token, _ in calls.calls) == ["a", "b"]
+    assert all(reply is None for _, reply in calls.calls)
+    assert wired.connection.statistics().pending_requests == 0
+    with pytest.raises(TransportClosedError, match="'session/wait' got no reply"):
+        wired.connection.result_of(SESSION_WAIT, None)
+    with pytest.raises(TransportClosedError):  # closed: refused, never called back
+        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s3"}, calls, "c")
+    assert len(calls.calls) == 2
+
+
+async def test_a_forgotten_request_is_never_called_back(wired: Wired) -> None:
+    calls = Calls()
+    with trio.fail_after(5):
+        forgotten = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "gone")
+        kept = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s2"}, calls, "kept")
+        assert wired.connection.forget(forgotten) is True and wired.connection.forget(forgotten) is False
+        await wired.peer.receive()
+        await wired.peer.receive()
+        await wired.peer.send(result_frame(forgotten, {}), result_frame(kept, {}))  # a late reply: ignored
+        await calls.event.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        wired.connection.close()
+    assert [token for token, _ in calls.calls] == ["kept"]
+    assert wired.connection.statistics().pending_requests == 0
+
+
+async def test_cancelled_before_sending_sends_nothing(wired: Wired) -> None:
+    calls = Calls()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x")
+    assert scope.cancelled_caught
+    assert wired.connection.statistics().pending_requests == 0 and wired.connection.statistics().frames_sent == 0
+    # the connection works on: a plain request alongside a callback one
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wired.connection.start_request, SESSION_WAIT, {"sessionId": "s2"}, calls, "y")
+            waiting = await wired.peer.receive()
+            await wired.peer.send(result_frame(waiting["id"], {}))
+            await calls.event.wait()
+            nursery.start_soon(wired.peer.answer)
+            assert await wired.connection.request(SESSION_WAIT, {"sessionId": "s3"}) == {}
+    assert [token for token, _ in calls.calls] == ["y"]
+
+
+async def test_closed_while_writing_raises_and_never_calls_back(nursery: trio.Nursery) -> None:
+    """The peer stopped reading, the frame is half-way out, the connection closes: the caller
+    gets TransportClosedError once the write ends, the callback nothing."""
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    connection = Connection(ours, name="stuck peer")
+    await nursery.start(connection.run)
+    calls = Calls()
+    outcome: list[BaseException] = []
+
+    async def send() -> None:
+        try:
+            await connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x")
+        except TransportClosedError as exc:
+            outcome.append(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as inner:
+            inner.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()  # blocked writing: nobody reads
+            assert connection.statistics().pending_requests == 1
+            connection.close()
+            assert connection.statistics().pending_requests == 0
+            await Peer(theirs).receive()  # the peer reads: the write ends
+    assert len(outcome) == 1 and "got no reply" in str(outcome[0])
+    assert calls.calls == []
