@@ -101,7 +101,7 @@ class Redactor:
         import orjson  # a dependency of the package; imported here to keep this module import-free
 
         data = orjson.dumps(value)
-        if not self:
+        if not self._secrets and not self.patterns:  # (``not self``, without the call)
             return value, data
         if not self.patterns and not any(orjson.dumps(secret)[1:-1] in data for secret in self._secrets):
             return value, data

@@ -111,18 +111,24 @@ def _problems(exc: cattrs.ClassValidationError) -> list[str]:
     return out
 
 
+def _plain(raw: dict[str, Any]) -> bool:
+    """The common well-formed line (a string id and prompt, known keys of plain types): valid
+    without the converter."""
+    item_id, session_id, metadata = raw.get("id"), raw.get("session_id"), raw.get("metadata")
+    target, choices = raw.get("target"), raw.get("choices")
+    return (type(item_id) is str and item_id != "" and type(raw.get("prompt")) is str and raw.keys() <= KNOWN_KEYS
+            and (session_id is None or (type(session_id) is str and session_id != ""))
+            and (metadata is None or type(metadata) is dict)
+            and (target is None or type(target) is str)
+            and (choices is None or (type(choices) is list and all(type(c) is str for c in choices))))
+
+
 def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, list[str]]:
-    if type(raw) is dict:  # the common well-formed line, checked without the converter
-        item_id, prompt = raw.get("id"), raw.get("prompt")
-        if type(item_id) is str and item_id and type(prompt) is str and raw.keys() <= KNOWN_KEYS:
-            session_id, metadata = raw.get("session_id"), raw.get("metadata")
-            target, choices = raw.get("target"), raw.get("choices")
-            if ((session_id is None or (type(session_id) is str and session_id))
-                    and (metadata is None or type(metadata) is dict)
-                    and (target is None or type(target) is str)
-                    and (choices is None or (type(choices) is list and all(type(c) is str for c in choices)))):
-                return BatchItem(id=item_id, prompt=prompt, session_id=session_id, metadata=metadata or {},
-                                 target=target, choices=choices, line=line), None, []
+    if type(raw) is dict:
+        if _plain(raw):
+            return BatchItem(id=raw["id"], prompt=raw["prompt"], session_id=raw.get("session_id"),
+                             metadata=raw.get("metadata") or {}, target=raw.get("target"), choices=raw.get("choices"),
+                             line=line), None, []
     elif not isinstance(raw, dict):
         return None, f"expected a JSON object, not {type(raw).__name__}", []
     try:
@@ -137,38 +143,44 @@ def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, 
     return item, None, sorted(set(raw) - KNOWN_KEYS)
 
 
-def _scan(path: Path, data: bytes | None = None) -> Iterator[tuple[int, BatchItem | None, str | None, list[str]]]:
-    """(line number, item or None, problem or None, unknown keys) per non-blank line.
+_Keys = tuple[str, str | None, BatchItem | None, list[str]]
 
-    Reads the file line by line (a large dataset is never held as one buffer), or ``data``.
-    """
+
+def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, decoded JSON, None) or (line number, None, problem) per non-blank line."""
     with open(path, "rb") if data is None else io.BytesIO(data) as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                raw = orjson.loads(line)
+                yield number, orjson.loads(line), None
             except orjson.JSONDecodeError as exc:
-                yield number, None, f"not valid JSON ({exc})", []
-                continue
-            item, problem, extra = _check_item(raw, number)
-            yield number, item, problem if item is None else None, extra
+                yield number, None, f"not valid JSON ({exc})"
 
 
-def _accepted(path: Path, data: bytes | None = None) -> Iterator[tuple[BatchItem, list[str]]]:
-    """Each valid item of the dataset with its unknown keys, in file order; at the end a
-    ``DatasetError`` naming every bad line and repeated id, or the file holding no item."""
+def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> Iterator[_Keys]:
+    """(id, session_id, item, unknown keys) of each valid item of the dataset, in file order;
+    at the end a ``DatasetError`` naming every bad line and repeated id, or the file holding
+    no item. Without ``build`` a plain line is validated without making its item (None)."""
     problems: list[tuple[int, str]] = []
     first_line: dict[str, int] = {}
-    for number, item, problem, extra in _scan(path, data):
-        if problem is not None or item is None:
-            problems.append((number, problem or "invalid item"))
+    for number, raw, problem in _lines(path, data):
+        item: BatchItem | None = None
+        extra: list[str] = []
+        if problem is None and not build and type(raw) is dict and _plain(raw):
+            item_id, session_id = raw["id"], raw.get("session_id")
+        else:
+            if problem is None:
+                item, problem, extra = _check_item(raw, number)
+            if item is None:
+                problems.append((number, problem or "invalid item"))
+                continue
+            item_id, session_id = item.id, item.session_id
+        if item_id in first_line:
+            problems.append((number, f"duplicate id {item_id!r} (first on line {first_line[item_id]})"))
             continue
-        if item.id in first_line:
-            problems.append((number, f"duplicate id {item.id!r} (first on line {first_line[item.id]})"))
-            continue
-        first_line[item.id] = number
-        yield item, extra
+        first_line[item_id] = number
+        yield item_id, session_id, item, extra
     if problems:
         raise DatasetError(str(path), problems)
     if not first_line:
@@ -184,7 +196,8 @@ def load_dataset(path: str | os.PathLike[str]) -> tuple[list[BatchItem], list[st
     """
     items: list[BatchItem] = []
     unknown: set[str] = set()
-    for item, extra in _accepted(Path(path)):
+    for _, _, item, extra in _accepted(Path(path)):
+        assert item is not None
         unknown.update(extra)
         items.append(item)
     return items, sorted(unknown)
@@ -224,12 +237,13 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
     ids: set[str] = set()
     unknown: set[str] = set()
     count = own = 0
-    for item, extra in _accepted(path, data):
+    for item_id, session_id, _, extra in _accepted(path, data, build=False):
         count += 1
-        unknown.update(extra)
-        own += item.session_id is not None
-        if in_shard(item.id, shard):
-            ids.add(item.id)
+        if extra:
+            unknown.update(extra)
+        own += session_id is not None
+        if shard is None or in_shard(item_id, shard):
+            ids.add(item_id)
     return DatasetCheck(path=path, ids=frozenset(ids), items=count, unknown=tuple(sorted(unknown)),
                         fingerprint=fingerprint, data=data, session_ids=own)
 
@@ -247,10 +261,14 @@ def iter_dataset(check: DatasetCheck, *, skip: Container[str] = frozenset()) -> 
 
 
 def _iter_checked(check: DatasetCheck, skip: Container[str]) -> Iterator[BatchItem]:
-    for number, item, problem, _ in _scan(check.path, check.data):
-        if item is None or problem is not None:
+    ids = check.ids
+    for number, raw, problem in _lines(check.path, check.data):
+        item = None
+        if problem is None:
+            item, problem, _ = _check_item(raw, number)
+        if item is None:
             raise DatasetError(str(check.path), [(number, f"changed after it was checked: {problem}")])
-        if item.id in check.ids and item.id not in skip:
+        if item.id in ids and item.id not in skip:
             yield item
 
 

@@ -224,6 +224,10 @@ class BatchEval:
             if self.workspaces is not None:
                 await self.workspaces.remove(workspace)
 
+    def fields(self, turn: TurnResult | None, epoch: int) -> dict[str, Any]:
+        """What ``finish`` gives without scorers and workspaces, without awaiting."""
+        return line_fields(self.plan, turn_usage(turn) if turn is not None else Usage(), None, None, epoch, self.price)
+
     def add_line(self, line: dict[str, Any], *, this_run: bool) -> None:
         """Count a result line in the totals (and in the budget when this run wrote it)."""
         self.tally.add_line(line)

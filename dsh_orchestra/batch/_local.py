@@ -14,7 +14,7 @@ import socket
 import uuid
 import weakref
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Coroutine
 
 import attrs
 import trio
@@ -139,10 +139,11 @@ class PoolRunner:
     transcripts: TranscriptWriter | None = None
     max_lost: int = 1  # a local place is never "lost": a dead runtime is a retryable failure
 
-    async def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
-                      alone: bool = False) -> Attempt:
-        return await attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts,
-                                     workspace=workspace, alone=alone)
+    def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
+                alone: bool = False) -> Coroutine[Any, Any, Attempt]:
+        # attempt_on_pool's own coroutine (no level of this method's, resumed at every wake-up)
+        return attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts,
+                               workspace=workspace, alone=alone)
 
     def pending_approvals(self) -> int:
         return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)

@@ -37,6 +37,11 @@ def result_line(
     metadata: dict[str, Any],
 ) -> dict[str, Any]:
     """One results object, exactly the documented contract."""
+    subagents: tuple[Any, ...] = ()
+    approvals: tuple[Any, ...] = ()
+    questions: tuple[Any, ...] = ()
+    if turn is not None:  # (a comprehension only over a non-empty tuple: each costs a function call)
+        subagents, approvals, questions = turn.subagents, turn.approvals, turn.questions
     return {
         "id": item_id,
         "status": status,
@@ -45,17 +50,17 @@ def result_line(
         "finish_reason": turn.finish_reason if turn is not None else None,
         "subagents": [
             {"child_session_id": s.child_session_id, "status": s.status, "stop_reason": s.stop_reason, "text": s.text}
-            for s in (turn.subagents if turn is not None else ())
-        ],
+            for s in subagents
+        ] if subagents else [],
         "approvals": [
             {"tool_name": d.tool_name, "call_id": d.call_id, "outcome": d.outcome, "rule": d.rule}
-            for d in (turn.approvals if turn is not None else ())
-        ],
+            for d in approvals
+        ] if approvals else [],
         "questions": [
             {"id": q.question_id, "question": q.question, "outcome": q.outcome, "selected": list(q.selected),
              "custom": q.custom, "answered_by": q.answered_by}
-            for q in (turn.questions if turn is not None else ())
-        ],
+            for q in questions
+        ] if questions else [],
         "attempts": attempts,
         "duration_s": round(duration_s, 6),
         "error": error,
@@ -220,10 +225,11 @@ class ResultsWriter:
     def write_json(self, encoded: bytes) -> None:
         """Write one result object already encoded as compact JSON (no newline) as one line."""
         data = encoded + b"\n"
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        written = os.write(self._fd, data)
+        if written < len(data):  # a short write (a full disk, a signal): the rest, in order
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(self._fd, view):]
         self.written += 1
         if self._fsync_every and self.written % self._fsync_every == 0:
             os.fsync(self._fd)

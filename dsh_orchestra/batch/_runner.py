@@ -56,6 +56,8 @@ class _Run:
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
     deaths: Deaths = attrs.field(factory=Deaths)
+    # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
+    clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
     _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
     _serial: Iterator[int] = attrs.field(factory=itertools.count, init=False)
 
@@ -73,28 +75,35 @@ def _turn_error(attempt: Attempt) -> dict[str, str] | None:
     return {"type": "TurnFailed", "message": message}
 
 
-async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
+@observed(ITEM_SPAN, lambda run, item, epoch: {"item": item.id})
+async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     """Attempts at ``item`` (its ``epoch``) until one settles, retries are spent, or its place
-    was lost too often; its result line, scored (not written).
+    was lost too often; then its result line, scored, written and counted.
 
     A runtime dying under the item costs it no retry until it was in flight at ``ALONE_AFTER``
     deaths; from then on it runs alone, and each further death is its own doing (``_crashes``).
     """
     options = run.options
-    started = trio.current_time()
+    evaluation = run.evaluation
+    clock = run.clock
+    started = clock.current_time()
     attempts = retried = lost = crashes = crashes_alone = 0
     workspace = None
     while True:
         attempts += 1
-        workspace = await run.evaluation.prepare(item, epoch)  # a fresh copy for every attempt
+        if evaluation.workspaces is not None:
+            workspace = await evaluation.prepare(item, epoch)  # a fresh copy for every attempt
         session_id = item.session_id or run.new_session_id()
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
         alone = crashes >= ALONE_AFTER
-        extra: dict[str, Any] = {} if workspace is None else {"workspace": str(workspace)}
-        if alone:  # only then: runners that predate ``alone`` keep working for everything else
-            extra["alone"] = True
-        attempt = await run.runner.attempt(unit, session_id, **extra)
+        if workspace is None and not alone:  # the common attempt: no keyword dict to unpack
+            attempt = await run.runner.attempt(unit, session_id)
+        else:
+            extra: dict[str, Any] = {} if workspace is None else {"workspace": str(workspace)}
+            if alone:  # only then: runners that predate ``alone`` keep working for everything else
+                extra["alone"] = True
+            attempt = await run.runner.attempt(unit, session_id, **extra)
         crash = attempt.crash
         if attempt.lost:
             lost += 1
@@ -122,41 +131,48 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> dict[str, Any]:
             await run.backoff.sleep(retried)
             retried += 1
         run.counters.retries += 1
-    ok = attempt.turn is not None and attempt.turn.finish_reason in OK_FINISH_REASONS
-    duration = trio.current_time() - started
-    fields = await run.evaluation.finish(item, epoch, "ok" if ok else "error", attempt.turn, workspace)
+    turn = attempt.turn
+    ok = turn is not None and turn.finish_reason in OK_FINISH_REASONS
+    status = "ok" if ok else "error"
+    duration = clock.current_time() - started
+    if evaluation.scorers or evaluation.workspaces is not None:
+        fields = await evaluation.finish(item, epoch, status, turn, workspace)
+    else:  # nothing to score or remove: the same fields, without a coroutine
+        fields = evaluation.fields(turn, epoch)
     line = result_line(
         item.id,
-        status="ok" if ok else "error",
+        status=status,
         session_id=attempt.session_id,
-        turn=attempt.turn,
+        turn=turn,
         attempts=attempts,
         duration_s=duration,
         error=None if ok else _turn_error(attempt),
         metadata=item.metadata,
     )
     line.update(fields)
-    return line
+    _write(run, line)
 
 
-@observed(ITEM_SPAN, lambda run, unit: {"item": unit[0].id})
-async def _process(run: _Run, unit: tuple[BatchItem, int]) -> None:
-    line, encoded = run.redactor.value_json(await _run_item(run, *unit))  # a runtime may echo a secret anywhere
+def _write(run: _Run, line: dict[str, Any]) -> None:
+    """Write one result line (redacted: a runtime may echo a secret anywhere) and count it."""
+    line, encoded = run.redactor.value_json(line)
     run.writer.write_json(encoded)
     run.tally.add_line(line)
     run.evaluation.add_line(line, this_run=True)
-    run.counters.done += 1
+    counters = run.counters
+    counters.done += 1
     if line["status"] != "ok":
-        run.counters.failed += 1
+        counters.failed += 1
     run.progress.update()
 
 
 async def _worker(run: _Run, units: _Units) -> None:
     # Each worker takes the next unit itself when it is free: no feeder task, no channel
     # rendezvous per item (two task steps each). ``next`` never waits, so the workers
-    # cannot interleave inside it.
-    for unit in units:
-        await _process(run, unit)
+    # cannot interleave inside it. The item's coroutine is awaited directly: every level between
+    # a worker and the session is resumed at each of the turn's wake-ups.
+    for item, epoch in units:
+        await _run_item(run, item, epoch)
 
 
 def _check_paths(out: Path, options: BatchOptions) -> None:
@@ -348,7 +364,7 @@ class _Units:
         budget = batch_eval.budget
         for item in iter_dataset(check, skip=skip):
             for epoch in range(1, epochs + 1):
-                if (item.id, epoch) in done:
+                if done and (item.id, epoch) in done:
                     continue
                 if budget.reached:
                     log.warning("the budget is reached (%s): no new item starts; run again to resume and continue",

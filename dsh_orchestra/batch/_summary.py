@@ -169,8 +169,10 @@ class Tally:
         else:
             self.error += 1
         duration = line.get("duration_s")
-        ok_number = isinstance(duration, (int, float)) and not isinstance(duration, bool)
-        self.durations.append(float(duration) if ok_number else 0.0)  # type: ignore[arg-type]
+        if type(duration) is not float:  # (a written line's is a float: no isinstance calls)
+            ok_number = isinstance(duration, (int, float)) and not isinstance(duration, bool)
+            duration = float(duration) if ok_number else 0.0  # type: ignore[arg-type]
+        self.durations.append(duration)
         finish = line.get("finish_reason")
         self.finish_reasons[finish if isinstance(finish, str) else "none"] += 1
         approvals = line.get("approvals")

@@ -21,6 +21,7 @@ from ..protocol import SESSION_EVENT
 _ASSISTANT = b'"assistant/message"'
 _ASSISTANT_START = b'{"type":"assistant/message"'
 _TYPE_START = b'{"type":"'
+_HEAD, _TYPE_HEAD = len(_ASSISTANT_START), len(_TYPE_START)
 
 
 @attrs.frozen
@@ -96,10 +97,12 @@ def turn_usage(turn: Any) -> Usage:
     raw = getattr(events, "raw", None)
     if raw is not None:
         for line in raw:
-            # Decoded only when it may be a model step: most lines do not mention one at all
-            # (one search), and a line that starts with another "type" is another event,
-            # whatever its payload quotes.
-            if _ASSISTANT in line and (line.startswith(_ASSISTANT_START) or not line.startswith(_TYPE_START)):
+            # Decoded only when it may be a model step: a line that starts with another "type"
+            # is another event, whatever its payload quotes (no search through it); any other
+            # line is searched for the type once. (Slices and ``find``: ``startswith`` parses
+            # its arguments, and ``bytes in bytes`` raises and clears a TypeError first.)
+            head = line[:_HEAD]
+            if head == _ASSISTANT_START or (head[:_TYPE_HEAD] != _TYPE_START and line.find(_ASSISTANT) >= 0):
                 steps.append(orjson.loads(line))
     else:
         steps.extend(events)

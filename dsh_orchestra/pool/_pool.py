@@ -338,28 +338,39 @@ class RuntimePool:
 
     async def _acquire(self, pinned: Runtime | None = None, *, alone: bool = False) -> _Instance:
         while True:
-            if self._closing:
-                raise PoolClosedError("the runtime pool is closing")
-            candidates = [i for s in self._slots for i in s.instances if i.usable]
-            if pinned is not None and not any(i.runtime is pinned for i in candidates):
-                raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
-            best: _Instance | None = None  # the fewest in flight; the lowest index among equals
-            for here in candidates:
-                if self._fits(here, alone) and (best is None or here.in_flight < best.in_flight) and (
-                    pinned is None or here.runtime is pinned
-                ):
-                    best = here
+            best = self._place(pinned, alone)
             if best is not None:
-                best.in_flight += 1
-                best.alone = alone
-                best.placed += 1
-                limit = self.max_sessions_per_runtime
-                if limit is not None and best.placed >= limit:
-                    self._recycle(best, f"given {best.placed} sessions")
-                elif limit is not None and best.placed >= limit - self._lead:
-                    self._succeed(best)  # start its successor now, so that it is ready in time
                 return best
             await self._wait_places()
+
+    def _place(self, pinned: Runtime | None, alone: bool) -> _Instance | None:
+        """Take a place now (None: none is free).
+
+        Raises:
+            PoolClosedError: the pool is closing.
+            TransportClosedError: the pinned runtime is gone or recycling.
+        """
+        if self._closing:
+            raise PoolClosedError("the runtime pool is closing")
+        candidates = [i for s in self._slots for i in s.instances if i.usable]
+        if pinned is not None and not any(i.runtime is pinned for i in candidates):
+            raise TransportClosedError(f"runtime {pinned.name!r}, which holds this session, is gone or recycling")
+        best: _Instance | None = None  # the fewest in flight; the lowest index among equals
+        for here in candidates:
+            if self._fits(here, alone) and (best is None or here.in_flight < best.in_flight) and (
+                pinned is None or here.runtime is pinned
+            ):
+                best = here
+        if best is not None:
+            best.in_flight += 1
+            best.alone = alone
+            best.placed += 1
+            limit = self.max_sessions_per_runtime
+            if limit is not None and best.placed >= limit:
+                self._recycle(best, f"given {best.placed} sessions")
+            elif limit is not None and best.placed >= limit - self._lead:
+                self._succeed(best)  # start its successor now, so that it is ready in time
+        return best
 
     async def _acquire_alone(self, pinned: Runtime | None) -> _Instance:
         """A runtime with no other session, kept so until released: meanwhile the emptiest runtime
@@ -515,7 +526,10 @@ class _Lease:
         if self._instance is not None:
             raise RuntimeError("a lease is entered once")
         pool = self._pool
-        instance = await (pool._acquire_alone(self._pinned) if self._alone else pool._acquire(self._pinned))
+        if self._alone:
+            instance = await pool._acquire_alone(self._pinned)
+        else:  # a free place is taken without the waiting loop's coroutine
+            instance = pool._place(self._pinned, False) or await pool._acquire(self._pinned)
         runtime = instance.runtime
         assert runtime is not None
         self._instance, self._runtime = instance, runtime

@@ -8,12 +8,13 @@ holds it. Must not know about pools or workflows.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 
 from ..protocol import EDGE_METHODS, SESSION_ID, SUBAGENT_STARTED, TransportClosedError, routing_key, session_of
 from ..transport import DEFAULT_CAPACITY, Connection, Notification, Subscription
 
 MAX_DEPTH = 64
+_NO_RUN = object()  # push_many: no run of one session's notifications under way
 
 
 class Target(Protocol):
@@ -149,6 +150,47 @@ class SessionRouter:
             if targets is not None:
                 for subscription in tuple(targets) if isinstance(targets, list) else (targets,):
                     subscription.push(notification)
+
+    def push_many(self, notifications: list[Notification]) -> None:
+        """The connection's batch sink: ``push`` each of ``notifications`` (one read's, in wire
+        order). A run of one session's own notifications goes to each of its subscriptions in
+        one call (``Subscription.push_many``) when they are all it has to reach."""
+        run: Any = _NO_RUN  # the session of notifications[start:index]
+        start = 0
+        for index, notification in enumerate(notifications):
+            if notification.method in EDGE_METHODS:
+                session: Any = _NO_RUN
+            else:
+                session = notification.params.get(SESSION_ID)
+                if session == run:  # the hot path: the run goes on
+                    continue
+            if run is not _NO_RUN:
+                self._push_run(run, notifications, start, index)
+                run = _NO_RUN
+            if type(session) is str:
+                run, start = session, index
+            else:
+                self.push(notification)
+        if run is not _NO_RUN:
+            self._push_run(run, notifications, start, len(notifications))
+
+    def _push_run(self, session: str, notifications: list[Notification], start: int, stop: int) -> None:
+        """``push`` notifications[start:stop], all ``session``'s own."""
+        targets = self._subscriptions.get(session)
+        if not (self.parents and session in self.parents):  # else its ancestors get them too
+            if targets is None:
+                return
+            if not isinstance(targets, list):  # the usual case: one target
+                if type(targets) is Subscription:
+                    targets.push_many(notifications if stop - start == len(notifications) else notifications[start:stop])
+                    return
+            elif all(type(target) is Subscription for target in targets):
+                run = notifications if stop - start == len(notifications) else notifications[start:stop]
+                for target in tuple(targets):
+                    cast(Subscription, target).push_many(run)
+                return
+        for notification in notifications[start:stop]:  # others get them one at a time, as ever
+            self.push(notification)
 
     def _push_up(self, notification: Notification, session: str | None, depth: int) -> None:
         """Deliver to ``session``'s subscribers and its ancestors' (``depth`` levels done)."""

@@ -235,7 +235,7 @@ async def open_runtime(
         # The real runtime ignores the handshake flags; with the relay they say what we answer.
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter(source=lambda: actor.connection)
-        actor.add_sink(router.push)
+        actor.add_batch_sink(router.push_many)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
         runtime.relay = relay

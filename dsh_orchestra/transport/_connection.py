@@ -42,22 +42,20 @@ from ..protocol import (
     unstructure,
 )
 from ._pipes import RECEIVE_SIZE as RECEIVE_SIZE, FdReceiver, FdSender, byte_io
-from ._subscription import DEFAULT_CAPACITY, Notification, NotificationFilter, Subscription
+from ._subscription import DEFAULT_CAPACITY, Notification, NotificationFilter, OpenNotification, Subscription
 
 log = logging.getLogger("dsh_orchestra.transport")
 
-_NEW_NOTIFICATION = (
-    object.__new__,
-    Notification.__dict__["method"].__set__,
-    Notification.__dict__["params"].__set__,
-    Notification.__dict__["raw"].__set__,
-)
-"""How the reader makes a Notification: its slots set directly, as the frozen class's
-``__init__`` would, without that Python frame (a tenth of the reader's cost per event)."""
+LENT_READS_PER_YIELD = 4
+"""A subscriber reading the pipe itself (``pump``) that keeps finding data waiting lets the
+other tasks run once per this many chunks (64 KiB of frames at most between schedule points),
+not once per chunk: a trip through the scheduler costs about what dispatching 40 events does
+(docs/benchmarks.md, W1)."""
 
 T = TypeVar("T")
 Handler = Callable[[Any], Awaitable[Any]]
 Sink = Callable[[Notification], None]
+BatchSink = Callable[[list[Notification]], None]
 LostHook = Callable[[str], Awaitable[TransportClosedError]]
 
 
@@ -203,6 +201,8 @@ class Connection:
         self._pending: dict[Any, _Pending | ReplyTarget] = {}
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
         self._sinks: list[Sink] = []
+        self._batch_sinks: list[BatchSink] = []
+        self._batch: list[Notification] | None = None  # the chunk being dispatched, not yet batch-delivered
         self._writing = False  # a writer holds the stream; the others queue in _write_queue
         self._write_queue = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
@@ -215,6 +215,7 @@ class Connection:
         self._notifications = 0
         self._handlers_running = 0
         self._lent_reads = 0
+        self._lent_unyielded = 0  # chunks a subscriber read since a pump last let others run
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -280,6 +281,10 @@ class Connection:
         await self._closed_event.wait()
 
     def _shut(self, error: TransportClosedError) -> None:
+        try:  # what was read before the close reaches the batch sinks first, as it would have
+            self._deliver_batch()
+        except Exception as exc:  # noqa: BLE001 (a sink broke its contract; closing goes on)
+            log.warning("a batch sink of %s raised while closing: %r", self.name, exc)
         self._closed_error = error
         self._closed_event.set()
         for request_id, pending in list(self._pending.items()):
@@ -287,11 +292,13 @@ class Connection:
                 del self._pending[request_id]
             pending.wake()
         self.interrupt_pump()  # a request reading the pipe itself sees that it was woken
-        for sink in list(self._sinks):  # a bound sink whose owner has fail() is told why
+        sinks: list[Any] = [*self._sinks, *self._batch_sinks]
+        for sink in sinks:  # a bound sink whose owner has fail() is told why
             fail = getattr(getattr(sink, "__self__", None), "fail", None)
             if callable(fail):
                 fail(error)
         self._sinks = []
+        self._batch_sinks = []
 
     def _copy_error(self) -> TransportClosedError:
         error = self._closed_error
@@ -351,48 +358,60 @@ class Connection:
         return trio.lowlevel.Abort.SUCCEEDED
 
     def _dispatch(self, data: bytes) -> str | None:
-        """Decode and dispatch one chunk's frames; the reason to stop reading, if any."""
+        """Decode and dispatch one chunk's frames; the reason to stop reading, if any.
+
+        Sinks get each notification as it is decoded; batch sinks get the chunk's
+        notifications in one call once it is decoded (also when a sink raised), and those
+        decoded so far before a response's callback runs or the connection's close takes
+        effect.
+        """
         framer = self._framer
         pending = self._pending
         loads = orjson.loads
-        new, set_method, set_params, set_raw = _NEW_NOTIFICATION
-        frames = notifications = 0
+        new = object.__new__
+        frames = delivered = 0
         try:
             lines = framer.split(data)
         except FrameTooLargeError as exc:
             return self._too_large(exc)
+        batch: list[Notification] = []
+        self._batch = batch
+        keep = batch.append
+        sinks = self._sinks  # (none at the start: none is added before the chunk's end)
         try:
-            # In wire order, one frame at a time: each is dispatched before the next is
-            # decoded, so what a consumer drops dies young (docs/benchmarks.md, W1).
+            # In wire order, one frame at a time: each is decoded, checked and handed on
+            # before the next is decoded (docs/benchmarks.md, W1).
             for line in lines:
                 try:
                     frame = loads(line)
+                    method = frame.get("method")  # AttributeError: not an object
                 except orjson.JSONDecodeError:  # invalid UTF-8 or JSON; blank lines are not counted
                     if line.strip():
                         framer.ignored += 1
                     continue
-                if type(frame) is not dict:
+                except AttributeError:
                     framer.ignored += 1
                     continue
-                method = frame.get("method")
                 if type(method) is str and "id" not in frame:  # a notification: the hot path
                     params = frame.get("params")
-                    # Notification(method, params, line) without its frozen __init__'s frame
-                    notification = new(Notification)
-                    set_method(notification, method)
-                    set_params(notification, params if type(params) is dict else {})
-                    set_raw(notification, line)
-                    notifications += 1
-                    # self._sinks is replaced, never mutated: a sink that removes itself
-                    # (an overflowing subscription) does not make this loop skip the next
-                    for sink in self._sinks:
-                        sink(notification)
+                    # Notification(method, params, line), built as an OpenNotification
+                    notification: Any = new(OpenNotification)  # (mypy: the slots are set once)
+                    notification.method = method
+                    notification.params = params if type(params) is dict else {}
+                    notification.raw = line
+                    notification.__class__ = Notification
+                    keep(notification)
+                    if sinks:
+                        # self._sinks is replaced, never mutated: a sink that removes itself
+                        # (an overflowing subscription) does not make this loop skip the next
+                        for sink in self._sinks:
+                            sink(notification)
                     continue
                 frames += 1
                 kind = classify(frame)
                 if kind is NOTIFICATION:  # one with an unusable id (null, say)
                     notification = Notification(frame["method"], params_of(frame), line)
-                    notifications += 1
+                    keep(notification)
                     for sink in self._sinks:
                         sink(notification)
                 elif kind is RESPONSE:
@@ -400,15 +419,29 @@ class Connection:
                     if waiter is not None:
                         if type(waiter) is not _Pending:  # nobody waits to drop it
                             del pending[frame["id"]]
+                            if batch:  # its callback runs now: batch sinks get what came before first
+                                delivered += len(batch)
+                                self._deliver_batch()
+                                batch = self._batch = []
+                                keep = batch.append
                         waiter.wake(frame)
                 elif kind is REQUEST:
                     self._dispatch_request(frame["id"], frame["method"], params_of(frame))
                 else:
                     framer.ignored += 1
         finally:
-            self._frames_received += frames + notifications
-            self._notifications += notifications
+            self._frames_received += frames + delivered + len(batch)
+            self._notifications += delivered + len(batch)
+            if batch and self._batch is batch:
+                self._deliver_batch()
+            self._batch = None
         return None
+
+    def _deliver_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch:
+            for sink in self._batch_sinks:  # replaced, never mutated (as self._sinks)
+                sink(batch)
 
     def _too_large(self, exc: FrameTooLargeError) -> str:
         log.error("protocol violation from %s: %s", self.name, exc)
@@ -429,9 +462,10 @@ class Connection:
         or the pipe ended or broke (the reader task then sees that itself); also the first
         time it is asked, after which the reader task waits in a way it can hand over
         (from its next chunk on). Otherwise it
-        waits for the pipe, or when data is likely waiting lets the other tasks run once (a
-        schedule point either way, so a pipe that stays full starves nobody), dispatches
-        what it read to everyone exactly as the reader task would, and returns True; also
+        waits for the pipe, or when data is likely waiting lets the other tasks run once
+        first (for a subscriber only once every ``LENT_READS_PER_YIELD`` such chunks; a
+        request's always), so a pipe that stays full starves nobody, dispatches what it
+        read to everyone exactly as the reader task would, and returns True; also
         True when ``interrupt_pump()`` ended its wait. The reader task does not read while a
         borrower does and is woken again when it is done, so every frame is read once, in
         order. Cancellation ends the wait with nothing read. A sink that raises (a filter's
@@ -461,8 +495,12 @@ class Connection:
                     return False
                 finally:
                     self._borrower_waiting = self._borrower_interrupted = subscription.pipe_wait = False
+                    self._lent_unyielded = 0
+            elif self._lent_unyielded < LENT_READS_PER_YIELD - 1 and type(subscription) is not _Pending:
+                self._lent_unyielded += 1
             else:  # data is likely waiting: let the other tasks run first, as the reader task
                 await trio.lowlevel.checkpoint()  # does (a full pipe must not starve them)
+                self._lent_unyielded = 0
                 if self._closed_error is not None:
                     return False
             try:
@@ -801,6 +839,19 @@ class Connection:
         """Stop calling ``sink``."""
         self._sinks = [other for other in self._sinks if other != sink]
 
+    def add_batch_sink(self, sink: BatchSink) -> None:
+        """Call ``sink(notifications)`` in the reader once per chunk read, with that chunk's
+        notifications in wire order (a list the sink must neither change nor keep): for a
+        sink that fans notifications out (a router), one call per read instead of one per
+        notification. Same rules as ``add_sink``; it is called after the chunk's plain sinks
+        saw them, and before any later chunk is dispatched, a ``start_request`` callback
+        runs or the connection's close reaches the sinks."""
+        self._batch_sinks = [*self._batch_sinks, sink]
+
+    def remove_batch_sink(self, sink: BatchSink) -> None:
+        """Stop calling ``sink``."""
+        self._batch_sinks = [other for other in self._batch_sinks if other != sink]
+
     def subscribe(
         self,
         name: str = "subscriber",
@@ -829,7 +880,7 @@ class Connection:
             ignored_lines=self._framer.ignored,
             notifications=self._notifications,
             pending_requests=len(self._pending),
-            subscribers=len(self._sinks),
+            subscribers=len(self._sinks) + len(self._batch_sinks),
             handlers_running=self._handlers_running,
             lent_reads=self._lent_reads,
         )

@@ -29,6 +29,21 @@ class Notification:
     raw: bytes | None = attrs.field(default=None, eq=False, repr=False)
 
 
+class OpenNotification(Notification):
+    """A Notification being built by the reader, never handed out: the same slots, set by
+    plain assignment, then ``__class__ = Notification`` (allowed between layout-identical
+    classes), which makes it exactly a Notification (type, equality, repr, frozenness).
+
+    Why: the frozen ``__init__`` (or setting the slots through their descriptors) costs
+    about 5,100 (3,300) instructions per notification, this about 2,000 (docs/benchmarks.md,
+    W1); plain assignment needs the generic ``__setattr__``, which the frozen class replaces.
+    """
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 NotificationFilter = Callable[[Notification], bool]
 
 
@@ -78,7 +93,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         self._parked = 0  # len(self._waiters), read without a call on every push
         self._lender = lender
         self.pipe_wait = False  # a receive() waits in the lender's pump (see Lender)
-        self._served = 0  # items returned since receive() last let other tasks run
+        self._free = self.SCHEDULE_EVERY - 1  # items receive() may return before it lets others run
         self._error: BaseException | None = None
         self._closed = False
         self._accepting = True  # neither failed nor closed: what push() checks
@@ -99,6 +114,25 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
             return
         items.append(notification)
         if self._parked or self.pipe_wait:  # (pipe_wait: pushed by someone else than the pump)
+            self._wake()
+
+    def push_many(self, notifications: list[Notification]) -> None:
+        """``push`` each of ``notifications`` in order, in one call (a router's run of one
+        session's notifications from one read)."""
+        if not self._accepting:  # failed or closed
+            return
+        if self._filter is not None:
+            for notification in notifications:
+                self.push(notification)
+            return
+        items = self._items
+        if len(items) + len(notifications) > self.capacity:  # push() would fail on the first past it
+            items.clear()
+            self.fail(SubscriberOverflowError(self.name, self.capacity))
+            self._detach()
+            return
+        items.extend(notifications)
+        if self._parked or self.pipe_wait:
             self._wake()
 
     def fail(self, error: BaseException) -> None:
@@ -142,7 +176,8 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
 
         With an empty buffer on a connection over a pipe, the waiting task reads the pipe
         itself when no other task is reading it (``Connection.pump``): one trip through the
-        scheduler per wait instead of the reader task's and then this one's. Every frame
+        scheduler per wait instead of the reader task's and then this one's (finding data
+        waiting, it lets other tasks run once per ``LENT_READS_PER_YIELD`` chunks). Every frame
         read that way is dispatched to every subscriber, request and handler exactly as the
         reader task would, in wire order.
 
@@ -153,18 +188,18 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         await trio.lowlevel.checkpoint_if_cancelled()
         items = self._items
         if items:  # the hot path: one ready (close() empties the buffer for good)
-            served = self._served + 1
-            if served < self.SCHEDULE_EVERY:
-                self._served = served
+            free = self._free
+            if free > 0:
+                self._free = free - 1
                 return items.popleft()
-            self._served = 0
+            self._free = self.SCHEDULE_EVERY - 1
             item = items.popleft()
             await trio.lowlevel.cancel_shielded_checkpoint()
             return item
         if self._lender is not None and not self._closed and self._error is None:
             await self._pump()
             if items and not self._closed:
-                self._served += 1
+                self._free -= 1
                 return items.popleft()
         while not (items or self._closed or self._error is not None):
             self._parked += 1
@@ -172,7 +207,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
                 await self._waiters.park()  # the schedule point (no WouldBlock raised per wait)
             finally:
                 self._parked -= 1
-        self._served = 0
+        self._free = self.SCHEDULE_EVERY - 1
         return self.receive_nowait()
 
     async def _pump(self) -> None:
@@ -195,7 +230,7 @@ class Subscription(trio.abc.ReceiveChannel[Notification]):
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._items and not self._closed:
             out = self._take(max_items)
-            self._served = 0
+            self._free = self.SCHEDULE_EVERY - 1
             await trio.lowlevel.cancel_shielded_checkpoint()
             return out
         first = await self.receive()  # it has to wait: that is the schedule point

@@ -148,3 +148,22 @@ def test_bad_prices(tmp_path: Path, text: str, message: str) -> None:
     path.write_text(text)
     with pytest.raises(PricesError, match=message):
         load_prices(path)
+
+
+def test_turn_usage_decodes_exactly_the_model_steps_of_raw_events() -> None:
+    """The raw scan picks lines by their head (another type's payload quoting the type is not a
+    step; a line whose "type" is not first is searched); the sum is that of every event decoded."""
+    from types import SimpleNamespace
+
+    from dsh_orchestra.session import EventLog
+
+    events = [
+        {"type": "assistant/message", "seq": 1, "data": {"usage": {"inputTokens": 3, "outputTokens": 4}}},
+        {"type": "user/message", "seq": 2, "data": {"text": '"assistant/message"', "usage": {"inputTokens": 50}}},
+        {"seq": 3, "type": "assistant/message", "data": {"usage": {"inputTokens": 7, "outputTokens": 1, "totalTokens": 9}}},
+        {"seq": 4, "type": "tool/call", "data": {"note": "assistant/message", "usage": {"inputTokens": 90}}},
+        {"type": "assistant/messages", "seq": 5, "data": {"usage": {"inputTokens": 200}}},
+        {"type": "turn/end", "seq": 6},
+    ]
+    turn = SimpleNamespace(events=EventLog(events), notifications=())
+    assert turn_usage(turn) == events_usage(events) == Usage(10, 5, 16)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -100,3 +102,73 @@ def test_failure_reaches_current_and_later_subscribers() -> None:
     assert caught.value.returncode == -9
     with pytest.raises(RuntimeExitedError):
         router.subscribe("later").receive_nowait()
+
+
+class Recorder:
+    """A target that is not a Subscription (as a run's turn collector): it sees each push."""
+
+    def __init__(self) -> None:
+        self.seen: list[Notification] = []
+
+    def push(self, notification: Notification) -> None:
+        self.seen.append(notification)
+
+    def fail(self, error: Exception) -> None:
+        self.seen.append(Notification("failed", {}))
+
+
+def routed(batches: list[list[Notification]], many: bool) -> tuple[dict[str, list[Any]], list[Notification], dict[str, str]]:
+    router = SessionRouter()
+    subscriptions = {name: router.subscribe(name, capacity=capacity) for name, capacity in
+                     (("root", 1000), ("child", 1000), ("other", 1000), ("small", 3))}
+    twin = router.subscribe("other", name="twin")
+    recorder = Recorder()
+    router.attach("mixed", recorder)
+    mixed = router.subscribe("mixed")
+    for batch in batches:
+        if many:
+            router.push_many(batch)
+        else:
+            for notification in batch:
+                router.push(notification)
+    got = {name: drained(subscription) for name, subscription in subscriptions.items()}
+    got["twin"], got["mixed"] = drained(twin), drained(mixed)
+    return got, recorder.seen, router.parents
+
+
+def drained(subscription: Subscription) -> list[Any]:
+    try:
+        return drain(subscription)
+    except SubscriberOverflowError:
+        return ["overflowed"]
+
+
+def test_push_many_delivers_exactly_what_push_one_by_one_does() -> None:
+    """Runs of one session, edges inside a read, subagents' events going up, a subscription
+    that overflows in a run, two subscriptions of one root, a target that is not a
+    subscription, sessions nobody subscribed to and unusable session ids."""
+    odd = [Notification("session.status", {"sessionId": 5}), Notification("session.status", {})]
+    batches = [
+        [event("root", 0), event("root", 1), event("other", 0), event("root", 2)],
+        [event("child", 0), started("root", "child"), event("child", 1), event("child", 2), event("root", 3)],
+        [event("small", index) for index in range(3)],
+        [event("small", 3), event("other", 1), event("other", 2)],
+        [event("mixed", 0), event("mixed", 1), *odd, event("nobody", 0), finished("root", "child"), event("child", 3)],
+        [],
+    ]
+    assert routed(batches, many=True) == routed(batches, many=False)
+    got, seen, parents = routed(batches, many=True)
+    assert [n.params["event"]["seq"] for n in got["root"] if n.method == "session.event"] == [0, 1, 2, 1, 2, 3, 3]
+    assert got["small"] == ["overflowed"] and got["other"] == got["twin"] == [batches[0][2], *batches[3][1:]]
+    assert seen == got["mixed"] == batches[4][:2] and parents == {"child": "root"}
+
+
+def test_push_many_with_an_overflowing_run_fails_that_subscription_alone() -> None:
+    router = SessionRouter()
+    small, big = router.subscribe("s", capacity=2), router.subscribe("s", capacity=10)
+    router.push_many([event("s", 0), event("s", 1), event("s", 2)])
+    with pytest.raises(SubscriberOverflowError):
+        small.receive_nowait()
+    assert [n.params["event"]["seq"] for n in drain(big)] == [0, 1, 2]
+    router.push_many([event("s", 3)])
+    assert [n.params["event"]["seq"] for n in drain(big)] == [3]

@@ -239,3 +239,91 @@ async def test_an_oversized_frame_closes_the_connection_with_a_clear_error(
         await connection.request(SESSION_WAIT, WaitParams(session_id="s1"))
     with pytest.raises(TransportClosedError, match="maximum frame size"):
         await subscription.receive()
+
+
+async def test_a_notification_read_from_the_wire_is_a_plain_notification(
+    wired: Wired, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The reader builds it without the frozen __init__ (docs/benchmarks.md, W1): what comes
+    out is exactly what ``Notification(...)`` makes, in every way a user can tell."""
+    import pickle
+    import weakref
+
+    import attrs
+    import cattrs
+
+    subscription = wired.connection.subscribe()
+    params = {"sessionId": "s1", "event": {"type": "turn/start", "seq": 4}}
+    await wired.peer.notify(SESSION_EVENT, params)
+    read = await subscription.receive()
+    made = Notification(SESSION_EVENT, params, read.raw)
+    assert type(read) is Notification and read == made and repr(read) == repr(made)
+    assert read.raw == encode_frame(notification_frame(SESSION_EVENT, params)).rstrip(b"\n")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        read.method = "other"  # type: ignore[misc]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        del read.params  # type: ignore[misc]
+    with pytest.raises(TypeError):  # dict params: unhashable, as a made one
+        hash(read)
+    assert attrs.asdict(read) == attrs.asdict(made)
+    assert cattrs.unstructure(read) == cattrs.unstructure(made)
+    assert attrs.evolve(read, method="x") == Notification("x", params)
+    restored = pickle.loads(pickle.dumps(read))
+    assert type(restored) is Notification and restored == read and restored.raw == read.raw
+    assert weakref.ref(read)() is read
+    assert attrs.fields(type(read)) == attrs.fields(Notification)
+
+
+async def test_batch_sinks_get_each_read_once_in_wire_order(
+    wired: Wired, autojump_clock: trio.testing.MockClock
+) -> None:
+    batches: list[list[int]] = []
+    seen: list[int] = []
+
+    def batch_sink(notifications: list[Notification]) -> None:
+        batches.append([notification.params["index"] for notification in notifications])
+
+    wired.connection.add_batch_sink(batch_sink)
+    wired.connection.add_sink(lambda notification: seen.append(notification.params["index"]))
+    assert wired.connection.statistics().subscribers == 2
+    probe = wired.connection.subscribe()
+    await wired.peer.send_raw(b"".join(encode_frame(status(index)) for index in range(3)))
+    await wired.peer.send_raw(encode_frame(status(3)) + encode_frame(result_frame(99, {})) + encode_frame(status(4)))
+    for _ in range(5):
+        await probe.receive()
+    assert [index for batch in batches for index in batch] == seen == [0, 1, 2, 3, 4]
+    assert all(batches) and len(batches) <= 2
+    wired.connection.remove_batch_sink(batch_sink)
+    wired.connection.remove_batch_sink(batch_sink)  # removing twice is harmless
+    await wired.peer.send(status(5))
+    await probe.receive()
+    assert len([index for batch in batches for index in batch]) == 5 and seen[-1] == 5
+
+
+async def test_a_close_from_a_sink_still_delivers_what_was_read_before_it(
+    wired: Wired, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A batch sink gets the read's notifications up to the one a sink closed the connection
+    on, then its owner's fail(), as one-at-a-time delivery would have done."""
+
+    class Owner:
+        def __init__(self) -> None:
+            self.got: list[Any] = []
+
+        def push_many(self, notifications: list[Notification]) -> None:
+            self.got.extend(notification.params["index"] for notification in notifications)
+
+        def fail(self, error: BaseException) -> None:
+            self.got.append(type(error).__name__)
+
+    owner = Owner()
+    wired.connection.add_batch_sink(owner.push_many)
+
+    def closer(notification: Notification) -> None:
+        if notification.params["index"] == 1:
+            wired.connection.close("closed by a sink")
+
+    wired.connection.add_sink(closer)
+    await wired.peer.send_raw(b"".join(encode_frame(status(index)) for index in range(4)))
+    await wired.connection.wait_closed()
+    assert owner.got == [0, 1, "TransportClosedError"]

@@ -234,3 +234,28 @@ async def test_send_request_cancelled_before_sending_sends_nothing(wired: Wired)
         await wired.connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, target)
     assert scope.cancelled_caught and target.replies == []
     assert wired.connection.statistics().pending_requests == 0 and wired.connection.statistics().frames_sent == 0
+async def test_a_batch_sink_has_what_came_before_the_reply_when_the_callback_runs(wired: Wired) -> None:
+    """Notifications and the reply in one read: the callback (which may hand the turn to a
+    router's collector) runs after batch sinks got the notifications before the reply, and
+    before they get those after it, as with one-at-a-time sinks."""
+    from dsh_orchestra.protocol import encode_frame, notification_frame
+
+    got: list[int] = []
+    wired.connection.add_batch_sink(lambda notifications: got.extend(n.params["index"] for n in notifications))
+    seen_at_reply: list[list[int]] = []
+
+    def callback(token: Any, reply: dict[str, Any] | None) -> None:
+        seen_at_reply.append(list(got))
+
+    with trio.fail_after(5):
+        request_id = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, callback)
+        await wired.peer.receive()
+        await wired.peer.send_raw(
+            b"".join(encode_frame(notification_frame("n", {"index": index})) for index in range(3))
+            + encode_frame(result_frame(request_id, {}))
+            + encode_frame(notification_frame("n", {"index": 3}))
+        )
+        while len(got) < 4:
+            await trio.testing.wait_all_tasks_blocked()
+    assert seen_at_reply == [[0, 1, 2]] and got == [0, 1, 2, 3]
+    assert wired.connection.statistics().notifications == 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -185,3 +187,53 @@ async def test_a_filter_and_the_capacity_rule() -> None:
     assert subscription.pending() == 2
     with pytest.raises(ValueError, match="capacity must be > 0"):
         Subscription("x", capacity=0)
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 5, 6, 100])
+def test_push_many_is_push_one_by_one(capacity: int) -> None:
+    """Same buffer, same overflow (at the first one past capacity), nothing after a close or
+    a failure, a filter asked about each one in order."""
+    asked: list[int] = []
+
+    def even(notification: Notification) -> bool:
+        asked.append(notification.params["index"])
+        return notification.params["index"] % 2 == 0
+
+    def outcome(many: bool, closed: bool = False, **options: Any) -> tuple[list[Any], list[int]]:
+        asked.clear()
+        subscription = Subscription("s", capacity=capacity, **options)
+        batches = [[note(index) for index in range(start, start + 2)] for start in range(0, 6, 2)]
+        for number, batch in enumerate(batches):
+            if number == 2 and closed:
+                subscription.close()
+            if many:
+                subscription.push_many(batch)
+            else:
+                for notification in batch:
+                    subscription.push(notification)
+        out: list[Any] = []
+        while True:
+            try:
+                out.append(subscription.receive_nowait().params["index"])
+            except trio.WouldBlock:
+                return out, list(asked)
+            except (SubscriberOverflowError, trio.ClosedResourceError) as exc:
+                return [*out, type(exc).__name__], list(asked)
+
+    for options in ({}, {"filter": even}):
+        assert outcome(True, **options) == outcome(False, **options)
+    assert outcome(True, closed=True) == outcome(False, closed=True) == (["ClosedResourceError"], [])
+
+
+async def test_push_many_wakes_a_waiting_receive() -> None:
+    subscription = Subscription("s")
+    async with trio.open_nursery() as nursery:
+        got: list[Notification] = []
+
+        async def consumer() -> None:
+            got.append(await subscription.receive())
+
+        nursery.start_soon(consumer)
+        await trio.testing.wait_all_tasks_blocked()
+        subscription.push_many([note(0), note(1)])
+    assert got == [note(0)] and subscription.pending() == 1
