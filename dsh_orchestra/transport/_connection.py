@@ -719,23 +719,8 @@ class Connection:
         stopped reading) forgets the request and fails the connection, as for ``request``;
         ``callback`` is then never called.
         """
-        if self._closed_error is not None:
-            raise self._copy_error()
-        # Not a schedule point unless the write waits for room: requests sent in a loop go out
-        # back to back, so the peer reads them in a few chunks instead of one wake-up each.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        request_id = next(self._ids)
-        wire = unstructure(params) if params is not None else None
-        data = encode_frame(request_frame(request_id, method, wire))
-        del wire
-        entry = self._pending[request_id] = _Callback(method, callback, token)
-        try:
-            await self._write(data)
-        except BaseException:
-            self._pending.pop(request_id, None)
-            raise
-        del data
-        self._frames_sent += 1
+        entry = _Callback(method, callback, token)  # keeps what comes while being written
+        request_id = await self.send_request(method, params, entry)
         early, entry.early = entry.early, _UNSET
         if early is not None:  # settled while being written: closed, or answered already
             if early[0] is None:
@@ -761,6 +746,8 @@ class Connection:
         """
         if self._closed_error is not None:
             raise self._copy_error()
+        # Not a schedule point unless the write waits for room: requests sent in a loop go out
+        # back to back, so the peer reads them in a few chunks instead of one wake-up each.
         await trio.lowlevel.checkpoint_if_cancelled()
         request_id = next(self._ids)
         wire = unstructure(params) if params is not None else None

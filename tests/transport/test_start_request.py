@@ -8,7 +8,7 @@ connection closed first; never after ``forget``; never when ``start_request`` ra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 import trio
@@ -136,30 +136,40 @@ async def test_cancelled_before_sending_sends_nothing(wired: Wired) -> None:
     assert [token for token, _ in calls.calls] == ["y"]
 
 
-async def test_closed_while_writing_raises_and_never_calls_back(nursery: trio.Nursery) -> None:
-    """The peer stopped reading, the frame is half-way out, the connection closes: the caller
-    gets TransportClosedError once the write ends, the callback nothing."""
+async def closed_while_writing(nursery: trio.Nursery, send: Callable[[Connection], Awaitable[object]],
+                               check: Callable[[], None] = lambda: None) -> list[object]:
+    """``send`` on a connection whose peer stopped reading, closed while the frame is half-way
+    out (``check`` runs then); returns what ``send`` returned or raised, once the write ended."""
     ours, theirs = trio.testing.lockstep_stream_pair()
     connection = Connection(ours, name="stuck peer")
     await nursery.start(connection.run)
-    calls = Calls()
-    outcome: list[BaseException] = []
+    outcome: list[object] = []
 
-    async def send() -> None:
+    async def run() -> None:
         try:
-            await connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x")
+            outcome.append(await send(connection))
         except TransportClosedError as exc:
             outcome.append(exc)
 
     with trio.fail_after(5):
         async with trio.open_nursery() as inner:
-            inner.start_soon(send)
+            inner.start_soon(run)
             await trio.testing.wait_all_tasks_blocked()  # blocked writing: nobody reads
             assert connection.statistics().pending_requests == 1
             connection.close()
             assert connection.statistics().pending_requests == 0
+            check()
             await Peer(theirs).receive()  # the peer reads: the write ends
-    assert len(outcome) == 1 and "got no reply" in str(outcome[0])
+    return outcome
+
+
+async def test_closed_while_writing_raises_and_never_calls_back(nursery: trio.Nursery) -> None:
+    """The peer stopped reading, the frame is half-way out, the connection closes: the caller
+    gets TransportClosedError once the write ends, the callback nothing."""
+    calls = Calls()
+    outcome = await closed_while_writing(
+        nursery, lambda connection: connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x"))
+    assert len(outcome) == 1 and isinstance(outcome[0], TransportClosedError) and "got no reply" in str(outcome[0])
     assert calls.calls == []
 
 
@@ -204,26 +214,13 @@ async def test_send_request_wakes_its_target_once_with_the_reply(wired: Wired) -
 
 async def test_send_request_closed_while_writing_wakes_with_none(nursery: trio.Nursery) -> None:
     """Unlike ``start_request``'s callback, the target learns of the close at once."""
-    ours, theirs = trio.testing.lockstep_stream_pair()
-    connection = Connection(ours, name="stuck peer")
-    await nursery.start(connection.run)
     target = Target()
-    outcome: list[object] = []
 
-    async def send() -> None:
-        try:
-            outcome.append(await connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, target))
-        except TransportClosedError as exc:
-            outcome.append(exc)
+    def woken_at_once() -> None:
+        assert target.replies == [None]
 
-    with trio.fail_after(5):
-        async with trio.open_nursery() as inner:
-            inner.start_soon(send)
-            await trio.testing.wait_all_tasks_blocked()  # blocked writing: nobody reads
-            assert connection.statistics().pending_requests == 1
-            connection.close()
-            assert connection.statistics().pending_requests == 0 and target.replies == [None]
-            await Peer(theirs).receive()  # the peer reads: the write ends
+    outcome = await closed_while_writing(
+        nursery, lambda connection: connection.send_request(SESSION_WAIT, {"sessionId": "s1"}, target), woken_at_once)
     assert len(outcome) == 1 and target.replies == [None]  # woken once; the write itself ended
 
 
