@@ -135,6 +135,10 @@ class TurnGroup:
         schedule point unless it waits (the bound, or a full pipe), so prompts started in a
         loop go out back to back; cancellation is checked.
 
+        Cancellation: a ``start`` cancelled before its prompt went out starts no turn (the
+        session is untouched); a turn whose session/wait it was sending stays in flight and
+        its wait goes out later.
+
         Raises:
             ParamTypeError / ParamValueError: ``session`` is not a session of this runtime, or
                 ``input`` is not a prompt (nothing is sent).
@@ -210,6 +214,19 @@ class TurnGroup:
                 turn.request = request
         except TransportClosedError as exc:
             self._settle(turn, exc)
+        except BaseException:
+            # Cancelled before any of it was written (a write cancelled half-way fails the
+            # connection, which settles the turn): a wait goes out later, a prompt's turn
+            # never started. Either way no turn is left in flight that nothing will settle.
+            if turn.request == -1 and turn in self._open:
+                turn.request = 0
+                if method == SESSION_WAIT:
+                    self._to_wait.appendleft(turn)
+                else:
+                    self._release(turn)
+                    self._open.discard(turn)
+                    self._lot.unpark_all()
+            raise
 
     def _reply(self, turn: _Turn, reply: dict[str, Any] | None) -> None:
         """``turn``'s reply, in the connection's reader (``_Turn.wake``): never raises."""
