@@ -377,7 +377,7 @@ class Connection:
         batch: list[Notification] = []
         self._batch = batch
         keep = batch.append
-        sinks = self._sinks  # (none at the start: none is added before the chunk's end)
+        sinks = self._sinks  # (what code run in the middle of the chunk adds: see RESPONSE)
         try:
             # In wire order, one frame at a time: each is decoded, checked and handed on
             # before the next is decoded (docs/benchmarks.md, W1).
@@ -416,15 +416,17 @@ class Connection:
                         sink(notification)
                 elif kind is RESPONSE:
                     waiter = pending.get(frame["id"])
-                    if waiter is not None:
-                        if type(waiter) is not _Pending:  # nobody waits to drop it
-                            del pending[frame["id"]]
-                            if batch:  # its callback runs now: batch sinks get what came before first
-                                delivered += len(batch)
-                                self._deliver_batch()
-                                batch = self._batch = []
-                                keep = batch.append
+                    if type(waiter) is _Pending:
                         waiter.wake(frame)
+                    elif waiter is not None:  # nobody waits to drop it: its callback runs now
+                        if batch:  # batch sinks get what came before first
+                            self._deliver_batch()  # (if one raises, the close wakes the entry)
+                            delivered += len(batch)
+                            batch = self._batch = []
+                            keep = batch.append
+                        if pending.pop(frame["id"], None) is waiter:  # (not dropped by a close)
+                            waiter.wake(frame)
+                        sinks = self._sinks  # a batch sink or the callback may have added one
                 elif kind is REQUEST:
                     self._dispatch_request(frame["id"], frame["method"], params_of(frame))
                 else:
