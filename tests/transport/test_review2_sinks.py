@@ -92,3 +92,27 @@ async def test_a_raising_batch_sink_before_a_callback_still_settles_the_request(
         else:
             raise AssertionError("the broken sink's error was not raised")
     assert calls == [None] and connection.statistics().pending_requests == 0
+
+
+async def test_a_batch_sink_closing_the_connection_before_a_callback_calls_it_back_once(wired: Wired) -> None:
+    """A close from a batch sink run just before a reply's callback: the request is called
+    back exactly once (with None: the close came first), and nothing after the close in that
+    read reaches a sink."""
+    calls: list[dict[str, Any] | None] = []
+    batches: list[list[int]] = []
+
+    def closing(notifications: list[Notification]) -> None:
+        batches.append([n.params["index"] for n in notifications])
+        wired.connection.close("closed by a batch sink")
+
+    wired.connection.add_batch_sink(closing)
+    with trio.fail_after(5):
+        request_id = await wired.connection.start_request(SESSION_WAIT, {}, lambda token, reply: calls.append(reply))
+        await wired.peer.receive()
+        await wired.peer.send_raw(
+            chunk(notification_frame("n", {"index": 0}), result_frame(request_id, {}), notification_frame("n", {"index": 1}))
+        )
+        await wired.connection.wait_closed()
+        await trio.testing.wait_all_tasks_blocked()
+    assert calls == [None] and batches == [[0]]
+    assert wired.connection.statistics().pending_requests == 0
