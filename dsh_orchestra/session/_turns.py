@@ -210,8 +210,12 @@ class TurnGroup:
             connection = self._connection = self.runtime.connection
             turn.request = -1  # being sent: a reply that comes meanwhile resets it to 0
             request = await connection.send_request(method, params, turn)
-            if turn.request == -1:
-                turn.request = request
+            if turn.request == -1:  # no reply yet
+                if turn in self._open:
+                    turn.request = request
+                else:  # the group was closed while it was written: nobody takes the reply
+                    turn.request = 0
+                    connection.forget(request)
         except TransportClosedError as exc:
             self._settle(turn, exc)
         except BaseException:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -94,3 +95,53 @@ async def test_two_groups_a_run_and_an_events_subscriber_on_one_runtime(runtime:
     assert seqs == list(range(len(seqs))) and len(seqs) >= len(outcomes["g1-hello"].events)
     assert [e["seq"] for e in outcomes["g1-hello"].events] == seqs[-len(outcomes["g1-hello"].events):]
     assert not runtime.router._subscriptions and runtime.connection.statistics().pending_requests == 0
+
+
+class _GatedSend(trio.abc.SendStream):
+    """The client's send side, held shut while ``gate`` is set (a peer not reading)."""
+
+    def __init__(self, inner: trio.abc.SendStream) -> None:
+        self.inner = inner
+        self.gate: trio.Event | None = None
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_group_closed_while_a_wait_is_written_forgets_that_request(scripted: ScriptedRuntime) -> None:
+    """``close()`` from another task while a turn's session/wait is being written: once the
+    write ends, its request is forgotten (not left pending until the turn ends)."""
+    gated: list[_GatedSend] = []
+    inner_connect = scripted._connect
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[Any]:
+        async with inner_connect() as client:
+            gated.append(_GatedSend(client.send_stream))
+            yield trio.StapledStream(gated[0], client.receive_stream)
+
+    scripted._connect = connect  # type: ignore[method-assign]
+    with trio.fail_after(10):
+        async with open_runtime(scripted.spec()) as runtime:
+            turns = runtime.turns()
+            await turns.start(runtime.session("slow"), "SLOW")  # its wait is answered in 30 s
+            while not turns._to_wait:  # the prompt answered, the wait not sent
+                await trio.testing.wait_all_tasks_blocked()
+            gate = gated[0].gate = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(turns._send_waits)  # what start() or the iteration does first
+                await trio.testing.wait_all_tasks_blocked()  # ... blocked in the write
+                turns.close()
+                gated[0].gate = None
+                gate.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert runtime.abandoned == {"slow"} and turns.in_flight == 0
+            assert runtime.connection.statistics().pending_requests == 0
