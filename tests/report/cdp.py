@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+STARTUP_TIMEOUT = 120.0
+"""Seconds the browser may take to answer its first command (starting Chromium)."""
+
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -79,6 +82,7 @@ class Browser:
         os.close(child_w)
         self._buffer = b""
         self._ids = 0
+        self._answered = False  # the browser's first answer can take a cold start's time
         self.events: list[dict[str, Any]] = []
 
     # ---- wire -------------------------------------------------------------------------------
@@ -108,10 +112,13 @@ class Browser:
         data = json.dumps(message).encode("utf-8") + b"\0"
         while data:
             data = data[os.write(self._to_browser, data):]
+        if not self._answered:  # a cold start on a loaded machine (CI beside other suites)
+            timeout = max(timeout, STARTUP_TIMEOUT)
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read_message(deadline)
             if reply.get("id") == self._ids:
+                self._answered = True
                 if "error" in reply:
                     raise CdpError(f"{method}: {reply['error']}")
                 result: dict[str, Any] = reply.get("result", {})
