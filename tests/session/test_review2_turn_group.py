@@ -13,7 +13,7 @@ import trio.testing
 
 from scripted_runtime import ScriptedRuntime
 
-from dsh_orchestra.session import Runtime, TurnResult, open_runtime
+from dsh_orchestra.session import Runtime, TurnGroup, TurnResult, open_runtime
 from dsh_orchestra.transport import Notification
 
 
@@ -28,16 +28,21 @@ async def runtime(scripted: ScriptedRuntime) -> AsyncIterator[Runtime]:
         yield opened
 
 
+async def cancelled_start_then_outcomes(runtime: Runtime, turns: TurnGroup, session_id: str) -> dict[str, Any]:
+    """``turns.start`` cancelled at once (``session_id``), then every outcome the group gives."""
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await turns.start(runtime.session(session_id), "hello")
+    assert scope.cancelled_caught
+    return {session.id: outcome async for session, outcome in turns}
+
+
 async def test_a_start_cancelled_before_its_prompt_went_out_leaves_no_turn_in_flight(runtime: Runtime) -> None:
     """A cancelled ``start`` must not leave a turn that never settles: the iteration ends."""
     with trio.fail_after(10):
         async with runtime.turns() as turns:
             await turns.start(runtime.session("kept"), "hello")
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                await turns.start(runtime.session("cancelled"), "hello")
-            assert scope.cancelled_caught
-            outcomes = {session.id: outcome async for session, outcome in turns}
+            outcomes = await cancelled_start_then_outcomes(runtime, turns, "cancelled")
         assert set(outcomes) == {"kept"} and outcomes["kept"].ok
     assert turns.in_flight == 0 and not runtime.router._subscriptions
     assert not runtime.abandoned  # nothing of its prompt went out: the session is untouched
@@ -52,11 +57,7 @@ async def test_a_start_cancelled_while_sending_a_wait_does_not_lose_that_turn(ru
             await turns.start(runtime.session("first"), "hello")
             while not turns._to_wait:  # its prompt answered, its wait not sent
                 await trio.testing.wait_all_tasks_blocked()
-            with trio.CancelScope() as scope:
-                scope.cancel()
-                await turns.start(runtime.session("second"), "hello")
-            assert scope.cancelled_caught
-            outcomes = {session.id: outcome async for session, outcome in turns}
+            outcomes = await cancelled_start_then_outcomes(runtime, turns, "second")
         assert set(outcomes) == {"first"} and outcomes["first"].ok
     assert turns.in_flight == 0 and runtime.connection.statistics().pending_requests == 0
 
