@@ -116,3 +116,27 @@ async def test_a_batch_sink_closing_the_connection_before_a_callback_calls_it_ba
         await trio.testing.wait_all_tasks_blocked()
     assert calls == [None] and batches == [[0]]
     assert wired.connection.statistics().pending_requests == 0
+
+
+async def test_a_request_in_a_read_of_notifications_is_handled_after_sinks_got_all_of_it(wired: Wired) -> None:
+    """An incoming request (an approval, say) between notifications of one read: its handler
+    runs once plain and batch sinks have every notification of that read, in wire order."""
+    plain: list[int] = []
+    batched: list[int] = []
+    at_handler: list[tuple[list[int], list[int]]] = []
+
+    async def handler(params: Any) -> Any:
+        at_handler.append((list(plain), list(batched)))
+        return {"ok": True}
+
+    wired.connection.register("approval/request", handler)
+    wired.connection.add_sink(lambda n: plain.append(n.params["index"]))
+    wired.connection.add_batch_sink(lambda ns: batched.extend(n.params["index"] for n in ns))
+    with trio.fail_after(5):
+        await wired.peer.send_raw(
+            chunk(notification_frame("n", {"index": 0}), {"jsonrpc": "2.0", "id": 7, "method": "approval/request", "params": {}},
+                  notification_frame("n", {"index": 1}))
+        )
+        answer = await wired.peer.receive()
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}}
+    assert at_handler == [([0, 1], [0, 1])]
