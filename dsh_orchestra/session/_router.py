@@ -17,6 +17,11 @@ MAX_DEPTH = 64
 _NO_RUN = object()  # push_many: no run of one session's notifications under way
 
 
+def _each(targets: Target | list[Target]) -> tuple[Target, ...]:
+    """One root's targets (kept alone or in a list), copied: a target may detach while fed."""
+    return tuple(targets) if isinstance(targets, list) else (targets,)
+
+
 class Target(Protocol):
     """What the router delivers to: a Subscription, or any object with these two methods.
 
@@ -148,7 +153,7 @@ class SessionRouter:
         if extra is not None and extra != start:
             targets = subscriptions.get(extra)
             if targets is not None:
-                for subscription in tuple(targets) if isinstance(targets, list) else (targets,):
+                for subscription in _each(targets):
                     subscription.push(notification)
 
     def push_many(self, notifications: list[Notification]) -> None:
@@ -199,11 +204,8 @@ class SessionRouter:
         while session is not None and depth < MAX_DEPTH:
             targets = subscriptions.get(session)
             if targets is not None:
-                if not isinstance(targets, list):
-                    targets.push(notification)
-                else:
-                    for subscription in tuple(targets):
-                        subscription.push(notification)
+                for subscription in _each(targets):
+                    subscription.push(notification)
             session = parents.get(session)
             depth += 1
 
@@ -228,5 +230,5 @@ class SessionRouter:
         """The connection closed: every subscription drains, then raises ``error``."""
         self._error = error
         for targets in list(self._subscriptions.values()):
-            for subscription in list(targets) if isinstance(targets, list) else (targets,):
+            for subscription in _each(targets):
                 subscription.fail(error)
