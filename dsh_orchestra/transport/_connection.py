@@ -663,11 +663,8 @@ class Connection:
         if self._closed_error is not None:
             raise self._copy_error()
         await trio.lowlevel.checkpoint_if_cancelled()  # the wait below is the schedule point
-        request_id = next(self._ids)
-        wire = unstructure(params) if params is not None else None
-        data = encode_frame(request_frame(request_id, method, wire))
-        del wire
-        pending = self._pending[request_id] = _Pending(method)
+        pending = _Pending(method)
+        request_id, data = self._new_request(method, params, pending)
         try:
             await self._write(data)
             del data  # orjson's output keeps a ~4 KiB buffer: do not hold it while waiting
@@ -680,6 +677,13 @@ class Connection:
         finally:
             del self._pending[request_id]
         return self.result_of(method, pending.reply, result_type)
+
+    def _new_request(self, method: str, params: Any, entry: _Pending | ReplyTarget) -> tuple[int, bytes]:
+        """A new request's id and encoded frame, with ``entry`` pending under that id."""
+        request_id = next(self._ids)
+        data = encode_frame(request_frame(request_id, method, unstructure(params) if params is not None else None))
+        self._pending[request_id] = entry
+        return request_id, data
 
     def result_of(self, method: str, reply: dict[str, Any] | None, result_type: type[T] | None = None) -> Any:
         """The result of ``method``'s ``reply`` (None: the connection closed first), or the
@@ -751,11 +755,7 @@ class Connection:
         # Not a schedule point unless the write waits for room: requests sent in a loop go out
         # back to back, so the peer reads them in a few chunks instead of one wake-up each.
         await trio.lowlevel.checkpoint_if_cancelled()
-        request_id = next(self._ids)
-        wire = unstructure(params) if params is not None else None
-        data = encode_frame(request_frame(request_id, method, wire))
-        del wire
-        self._pending[request_id] = target
+        request_id, data = self._new_request(method, params, target)
         try:
             await self._write(data)
         except BaseException:
