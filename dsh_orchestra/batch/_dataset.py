@@ -143,7 +143,8 @@ def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, 
     return item, None, sorted(set(raw) - KNOWN_KEYS)
 
 
-_Keys = tuple[str, str | None, BatchItem | None, list[str]]
+_Accepted = tuple[str, str | None, BatchItem | None, list[str]]
+"""(id, session_id, item or None, unknown keys) of one accepted dataset line."""
 
 
 def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | None]]:
@@ -158,7 +159,7 @@ def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | Non
                 yield number, None, f"not valid JSON ({exc})"
 
 
-def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> Iterator[_Keys]:
+def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> Iterator[_Accepted]:
     """(id, session_id, item, unknown keys) of each valid item of the dataset, in file order;
     at the end a ``DatasetError`` naming every bad line and repeated id, or the file holding
     no item. Without ``build`` a plain line is validated without making its item (None)."""
