@@ -20,7 +20,7 @@ import pytest
 from cdp import Browser, find_chromium
 from scored_runs import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRuns, run_scored
 from scored_runs import dataset_items as eval_dataset_items
-from report_support import POLICY, SCRIPT, SimRun, cli, dataset_items
+from report_support import HANG_TIMEOUT, POLICY, SCRIPT, SimRun, cli, dataset_items
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
     run = cli(
         "batch", dataset, "--out", "results.jsonl", "--runtime", "sim", "--script", "scenario.toml",
         "--policy", "policy.toml", "--audit", "audit.jsonl", "--summary", "summary.json",
-        "--transcripts", "transcripts", "--timeout", "1.5", "--retries", "0", "--no-progress",
+        "--transcripts", "transcripts", "--timeout", str(HANG_TIMEOUT), "--retries", "0", "--no-progress",
         cwd=directory,
     )
     assert run.returncode == 1, run.stderr  # fail-1 and hang-1 end in error

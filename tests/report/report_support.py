@@ -79,6 +79,10 @@ tools = "bash"
 
 XSS_ID = "<svg onload=window.pwned=5>"
 
+# The per-item --timeout of the simulator run: only hang-1 may reach it. A slow item needs 0.25 s
+# alone; on a loaded 2-core CI machine one took over 1.5 s (the bound before), so the margin is wide.
+HANG_TIMEOUT = 8
+
 
 def dataset_items() -> list[dict[str, Any]]:
     """The dataset of the simulator run: plain, slow, approvals, subagents, failures, markup."""

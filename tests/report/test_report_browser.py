@@ -14,6 +14,9 @@ import orjson
 from cdp import Browser
 from report_support import XSS_ID, SimRun
 
+from dsh_orchestra.batch._summary import percentile
+from dsh_orchestra.report._charts import seconds
+
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "report-screenshot.png"
 UPDATE_ENV = "DSH_ORCHESTRA_UPDATE_SCREENSHOT"
 
@@ -65,7 +68,8 @@ def test_report_in_the_browser(sim_run: SimRun, browser: Browser, tmp_path: Path
     assert bars and sum(count for count, _, _ in bars) == len(ids)
     assert all(width > 0 for _, width, _ in bars)
     assert max(height for _, _, height in bars) > 50
-    assert page.evaluate("document.querySelector('#percentiles td[data-key=p95]').textContent").endswith("ms")
+    durations = sorted(line["duration_s"] for line in sim_run.lines() if line.get("duration_s") is not None)
+    assert page.evaluate("document.querySelector('#percentiles td[data-key=p95]').textContent") == seconds(percentile(durations, 0.95))
 
     # counts and groups
     status_text = page.evaluate("document.getElementById('status-counts').textContent")
@@ -127,7 +131,7 @@ def test_report_in_the_browser(sim_run: SimRun, browser: Browser, tmp_path: Path
     page.click('th[data-col="duration_s"]')
     page.click('th[data-col="duration_s"]')
     page.wait_for("document.querySelector('th[data-col=duration_s]').getAttribute('aria-sort') === 'descending'")
-    assert page.evaluate(ROW_IDS)[0] == "hang-1"  # it ran into the 1.5 s timeout
+    assert page.evaluate(ROW_IDS)[0] == "hang-1"  # it ran into the timeout (HANG_TIMEOUT)
 
     assert page.problems() == []
     assert page.evaluate("typeof window.pwned") == "undefined"
