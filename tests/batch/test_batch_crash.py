@@ -62,10 +62,58 @@ def running(process: psutil.Process) -> bool:
         return False
 
 
+def open_turn_of(simulator: psutil.Process) -> str | None:
+    """A session whose turn the simulator has begun and not ended, read from its store
+    (docs/simulator.md, Persistence: a snapshot per session says whether a turn is open, and an
+    owner mark ``<name>.owner`` names the simulator's pid; the store is never behind what the
+    client saw, so the client has not seen that turn end either). None when it has none."""
+    store = Path(simulator.environ()["DSH_HOME"]) / "sim-sessions"
+    for mark in store.glob("*.json.owner"):
+        try:
+            if mark.read_text(encoding="ascii").strip() != str(simulator.pid):
+                continue
+            snapshot = json.loads(mark.with_suffix("").read_bytes())
+        except (OSError, ValueError):
+            continue  # a mark or snapshot of a session that just closed
+        if snapshot.get("open_turn"):
+            return str(snapshot["id"])
+    return None
+
+
+def kill_mid_turn(simulator: psutil.Process, orchestrator: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """SIGKILL ``simulator`` while it holds a turn the client is waiting for.
+
+    Killing "after N results" is not enough: on a loaded machine the orchestrator lags and the
+    simulator may have written every turn it held and be idle, so no item would be retried. So
+    the simulator is stopped (SIGSTOP: no turn of it can end any more), its store is read, and
+    it is killed only when a turn is open; else it continues and the check is made again.
+    Returns the id of the open session.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        assert orchestrator.poll() is None, "the batch ended before its runtime could be killed mid-turn"
+        simulator.suspend()
+        try:
+            held = open_turn_of(simulator)
+        except BaseException:
+            simulator.resume()
+            raise
+        if held is not None:
+            simulator.kill()  # SIGKILL works on a stopped process
+            return held
+        simulator.resume()
+        assert time.monotonic() < deadline, f"no open turn in the simulator's store within {timeout} s"
+        time.sleep(0.001)
+
+
 def test_resume_after_sigkill_at_random_points(tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    total = 300
+    # Each round kills at 5-50 results past the last, plus what is written before the kill lands
+    # (the 0-50 ms below, and the poll's lag: on a loaded machine up to a second, at up to 400
+    # results/s). With 300 items five rounds could use up the dataset before the fifth kill; 1000
+    # leave room for that lag (the final run does the rest in a few seconds).
+    total = 1000
     dataset = write_dataset(tmp_path / "ds.jsonl", items(total, "TICK"))
     out = tmp_path / "results.jsonl"
     args = [*cli_args(dataset, out, tmp_path), "--runtimes", "2", "--concurrency", "8", "--resume", "--no-progress"]
@@ -112,7 +160,7 @@ def test_runtime_killed_mid_run_costs_only_retries(tmp_path: Path) -> None:
                     if "dsh_orchestra.testing" in " ".join(p.cmdline())]
         assert len(runtimes) == 2
         victim = runtimes[0]
-        os.kill(victim.pid, signal.SIGKILL)
+        kill_mid_turn(victim, process)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
