@@ -125,6 +125,11 @@ class EvalRuns:
 
 SCORERS = ("exact", "includes", "f1")
 
+# No item of these runs hangs, so none may reach the per-item --timeout: it only stops a hang bug.
+# Items take milliseconds alone, but on a loaded machine the simulator's session-store writes
+# were measured stalling it for over a second each (disk contention); 5 s (before) was too close.
+ITEM_TIMEOUT = "60"
+
 
 def run_scored(directory: Path, name: str, scenario: str, dataset: Path, *, exit_status: int) -> EvalRun:
     """One real simulator batch of ``dataset``, scored by the batch itself (``--score exact
@@ -138,7 +143,7 @@ def run_scored(directory: Path, name: str, scenario: str, dataset: Path, *, exit
     run = cli(
         "batch", dataset, "--out", results, "--runtime", "sim", "--script", f"{name}.toml", "--policy", "policy.toml",
         *(arg for scorer in SCORERS for arg in ("--score", scorer)), "--group-by", "topic",
-        "--summary", f"{name}-summary.json", "--transcripts", f"{name}-transcripts", "--timeout", "5", "--retries", "0",
+        "--summary", f"{name}-summary.json", "--transcripts", f"{name}-transcripts", "--timeout", ITEM_TIMEOUT, "--retries", "0",
         "--no-progress", cwd=directory,
     )
     assert run.returncode == exit_status, run.stderr
