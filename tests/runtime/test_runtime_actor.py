@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
+import trio.testing
 from process_table import assert_gone, group_members
 
 from dsh_orchestra.protocol import RuntimeExitedError, RuntimeStartError, TransportClosedError
@@ -50,21 +51,26 @@ def recorded(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 async def test_ready_only_after_initialize(tmp_path: Path) -> None:
-    """nursery.start returns once initialize was answered, not when the process is up."""
-    actor = RuntimeActor(tiny(tmp_path, "ok", env={"TINY_INIT_DELAY": "0.4"}))
+    """nursery.start returns once initialize was answered, not when the process is up.
+
+    The runtime answers initialize only once the probe has looked (it opens the gate), so the
+    probe sees the in-between state however long the spawn takes (a fixed wait of 0.2 s, the
+    test before, assumed the spawn took less on a loaded machine)."""
+    gate = tmp_path / "answer-initialize"
+    actor = RuntimeActor(tiny(tmp_path, "ok", env={"TINY_INIT_GATE": str(gate)}))
     seen: list[tuple[bool, bool]] = []
 
     async def probe() -> None:
-        await trio.sleep(0.2)
+        while not (tmp_path / "record.jsonl").exists():  # polling the runtime's file: initialize came
+            await trio.sleep(0.01)
         seen.append((actor.process is not None, actor.connection is None))
+        await trio.Path(gate).touch()
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(probe)
-            start = trio.current_time()
             await nursery.start(actor.run)
-            assert trio.current_time() - start >= 0.4
-            assert seen == [(True, True)]  # spawned, but not yet usable
+            assert seen == [(True, True)]  # spawned, but not usable until initialize was answered
             assert actor.connection is not None and actor.server_info is not None
             assert actor.server_info.server_info.name == "tiny-runtime"
             pid = actor.pid
@@ -156,7 +162,9 @@ async def test_handshake_timeout(tmp_path: Path) -> None:
     start = trio.current_time()
     with trio.fail_after(30), pytest.raises(RuntimeStartError, match=r"initialize did not answer within 0\.5 s"):
         await actor.run()
-    assert 0.5 <= trio.current_time() - start < 3.0
+    # Given up at 0.5 s, then the runtime exits at stdin EOF. The upper bound only tells the
+    # 0.5 s from the 30 s default; 3 s (before) left a loaded machine's spawn and exit too little.
+    assert 0.5 <= trio.current_time() - start < 15.0
     assert actor.pid is not None
     assert_gone(actor.pid)
 
@@ -213,19 +221,22 @@ async def test_crash_fails_every_waiter_with_exit_status_and_stderr(tmp_path: Pa
         except TransportClosedError as exc:
             failures.append(exc)
 
+    # exit_wait 60: had the actor waited for it (instead of seeing the exit), fail_after fires
     with trio.fail_after(30):
-        async with open_runtime(tiny(tmp_path, "ok", api_key=API_KEY)) as runtime:
+        async with open_runtime(tiny(tmp_path, "ok", api_key=API_KEY, exit_wait=60.0)) as runtime:
             pid = runtime.actor.pid
             events = runtime.session("s1").events()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(pending, lambda: runtime.connection.request("test/hang-1"))
                 nursery.start_soon(pending, lambda: runtime.connection.request("test/hang-2"))
                 nursery.start_soon(pending, events.receive)
-                await trio.sleep(0.2)
+                await trio.testing.wait_all_tasks_blocked()  # both requests written, all three waiting
                 start = trio.current_time()
                 nursery.start_soon(pending, lambda: runtime.connection.request(
                     "test/crash", {"code": 7, "stderr": f"segfault near {API_KEY}"}))
-            assert trio.current_time() - start < 2.0
+            # at once, not after a timeout: the waits on this path are under a second (the stderr
+            # drain's); 2 s (before) left a loaded machine's child too little to exit
+            assert trio.current_time() - start < 10.0
             assert len(failures) == 4
             for failure in failures:
                 assert isinstance(failure, TransportClosedError)
@@ -242,14 +253,16 @@ async def test_crash_fails_every_waiter_with_exit_status_and_stderr(tmp_path: Pa
 
 async def test_crash_is_noticed_while_a_child_holds_stdout_open(tmp_path: Path) -> None:
     """No end of file (a grandchild inherited stdout): the exit itself still fails waiters."""
-    with trio.fail_after(30):
-        async with open_runtime(tiny(tmp_path, "ok")) as runtime:
+    with trio.fail_after(30):  # exit_wait 60: had the actor waited for it, fail_after fires
+        async with open_runtime(tiny(tmp_path, "ok", exit_wait=60.0)) as runtime:
             pid = runtime.actor.pid
             grandchild = (await runtime.connection.request("test/spawn"))["pid"]
             start = trio.current_time()
             with pytest.raises(TransportClosedError) as caught:
                 await runtime.connection.request("test/crash", {"code": 5, "stderr": "bye"})
-            assert trio.current_time() - start < 3.0
+            # the exit is seen after EOF_AFTER_EXIT (0.5 s) and the stderr drain's 0.5 s: about
+            # 1 s; 3 s (before) left a loaded machine too little
+            assert trio.current_time() - start < 10.0
             assert caught.value.returncode == 5
     assert pid is not None
     assert_gone(pid)
@@ -269,12 +282,17 @@ async def test_runtime_exiting_by_itself_stops_the_actor(tmp_path: Path) -> None
 
 
 async def test_close_ladder_shutdown_request(tmp_path: Path) -> None:
-    """A cooperative runtime answers shutdown and exits 0 at once."""
+    """A cooperative runtime answers shutdown and exits 0 at once.
+
+    shutdown_timeout 20: closing ends well before it only when the answer ends the wait (the
+    1 s default, with "< 1 s" as the check before, was crossed by a slow-but-correct child)."""
+    mark = tmp_path / "shutdown-answered"
     with trio.fail_after(30):
-        async with open_runtime(tiny(tmp_path, "ok")) as runtime:
+        async with open_runtime(tiny(tmp_path, "ok", shutdown_timeout=20.0, env={"TINY_SHUTDOWN_MARK": str(mark)})) as runtime:
             actor = runtime.actor
             start = trio.current_time()
-        assert trio.current_time() - start < 1.0
+        assert trio.current_time() - start < 10.0
+    assert mark.exists()  # it was asked, and answered
     assert actor.process is not None and actor.process.returncode == 0
     assert actor.pid is not None
     assert_gone(actor.pid)

@@ -4,7 +4,8 @@ Run as ``python tiny_runtime.py MODE``. It speaks newline-delimited JSON-RPC on 
 
 Modes:
 
-* ``ok``: answers ``initialize`` (after ``TINY_INIT_DELAY`` seconds), ``shutdown`` (then
+* ``ok``: answers ``initialize`` (once the file ``TINY_INIT_GATE`` exists, when that names
+  one; the ``initialize`` is recorded before), ``shutdown`` (then
   exits 0), ``test/crash`` (writes ``params.stderr`` to stderr, exits ``params.code``),
   ``test/spawn`` (starts a grandchild sleeper in its process group, answers its pid),
   ``test/stderr`` (writes ``params.text`` to stderr), ``test/hang*`` (never answered);
@@ -20,7 +21,8 @@ Modes:
   later ones like ``ok``.
 
 With ``TINY_RECORD=<path>`` every start appends one JSON line: the ``initialize`` params,
-the process cwd, argv and the environment variables named in ``TINY_ENV_NAMES``.
+the process cwd, argv and the environment variables named in ``TINY_ENV_NAMES``. With
+``TINY_SHUTDOWN_MARK=<path>`` the ``ok`` mode creates that file once it answered ``shutdown``.
 """
 
 from __future__ import annotations
@@ -88,13 +90,17 @@ def main() -> int:
                 send({"jsonrpc": "2.0", "id": request_id,
                       "error": {"code": -32603, "message": f"bad credentials {key}"}})
                 continue
-            time.sleep(float(os.environ.get("TINY_INIT_DELAY", "0")))
+            gate = os.environ.get("TINY_INIT_GATE")
+            while gate and not os.path.exists(gate):
+                time.sleep(0.01)
             send({"jsonrpc": "2.0", "id": request_id,
                   "result": {"serverInfo": {"name": "tiny-runtime", "version": "0"}}})
         elif method == "shutdown":
             if mode == "stubborn":
                 continue
             send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+            if mark := os.environ.get("TINY_SHUTDOWN_MARK"):
+                open(mark, "w").close()
             return 0
         elif method == "test/crash":
             sys.stderr.write(params.get("stderr", "") + "\n")
