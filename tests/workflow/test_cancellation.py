@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
@@ -24,7 +25,7 @@ hang = true
 """
 
 
-def hanging(seen: list[set[int]], running: trio.Event) -> Workflow:
+def hanging(seen: list[set[int]], running: trio.Event, before: set[int], runtimes: int) -> Workflow:
     wf = Workflow("hanging")
 
     @wf.step()
@@ -36,7 +37,10 @@ def hanging(seen: list[set[int]], running: trio.Event) -> Workflow:
 
     @wf.step(depends_on="items")
     async def watch(ctx: StepContext) -> None:
-        await trio.sleep(0.3)  # the prompts are in flight by now
+        # Waited for, not assumed after a fixed 0.3 s (a loaded machine may take longer to spawn):
+        while len(children_pids() - before) < runtimes:  # polling the process table
+            await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the prompts are out, waiting for answers
         seen.append(children_pids())
         running.set()
         await trio.sleep_forever()
@@ -56,7 +60,7 @@ async def test_cancelling_a_workflow_leaves_no_runtime_process(tmp_path: Path, r
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                await run_workflow(hanging(seen, running), spec=spec, runtimes=runtimes)
+                await run_workflow(hanging(seen, running, before, runtimes), spec=spec, runtimes=runtimes)
                 raise AssertionError("a workflow of hanging prompts returned")
 
             nursery.start_soon(run)
