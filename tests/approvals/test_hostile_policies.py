@@ -73,7 +73,9 @@ async def test_a_backtracking_reason_is_rejected_by_its_deadline_while_others_ru
                 nursery.start_soon(others)
     [record] = records
     assert record.outcome == REJECTED
-    assert record.latency_s < 1.0 + 0.5  # at its deadline at the latest, not when the regex would finish
+    # at its deadline, not when the regex would finish (minutes) nor at the unbounded match's 30 s;
+    # the slack is for a loaded machine (0.5 s, before, was little for a starved event loop)
+    assert record.latency_s < 1.0 + 5.0
     assert (record.error is not None) == engine_gives_up
     if record.error is not None:  # the engine gave up: failed closed at the deadline
         assert record.rule == "fail-closed" and "deadline" in record.error and record.latency_s >= 1.0
@@ -100,7 +102,7 @@ async def test_replay_bounds_the_regex_too() -> None:
                             outcome="allowed-once", rule="x", note="", latency_s=0.0)
     started = time.monotonic()
     report = await replay([record], first_match(Rule("r", "allowed-once", reason="(a|a)+$")), deadline=0.5)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 0.5 + 5.0  # not the 30 s of an unbounded match; slack for load
     assert report.changed[0].new_outcome == REJECTED and "deadline" in (report.changed[0].new_error or "")
 
 
