@@ -272,7 +272,10 @@ async def test_timeout_retries_audit_and_transcripts_work_in_actors(ray_cluster:
     items = [{"id": "hang", "prompt": "HANG forever"}, {"id": "deploy", "prompt": "DEPLOY now"},
              {"id": "tick", "prompt": "TICK once"}]
     dataset = write_dataset(tmp_path / "ds.jsonl", items)
-    options = BatchOptions(timeout=3.0, retries=1, retry_backoff=0.05, policy=load_policy(str(policy_file)),
+    # Only "hang" may reach the timeout. "deploy" and "tick" take milliseconds alone, but on a
+    # loaded machine the simulator's session-store writes were measured stalling it over a second
+    # (disk contention); 3 s (before) was too close for them, 8 s costs "hang" 10 s more.
+    options = BatchOptions(timeout=8.0, retries=1, retry_backoff=0.05, policy=load_policy(str(policy_file)),
                            audit=tmp_path / "audit.jsonl", transcripts=tmp_path / "transcripts", progress="none")
     summary = await run_batch_ray(dataset, tmp_path / "r.jsonl", sim_spec(tmp_path), options, actors=2)
     results = by_id(tmp_path / "r.jsonl")
