@@ -22,6 +22,7 @@ import attrs
 import h11
 import pytest
 import trio
+import trio.testing
 
 from dsh_orchestra.testing._fake_model import (
     Decision,
@@ -568,8 +569,13 @@ async def test_http_errors_and_keep_alive(script: Script) -> None:
         ]
 
 
-async def test_slow_request_does_not_hold_up_others(script: Script) -> None:
-    """A delayed answer and many quick ones in parallel: the quick ones finish first."""
+async def test_slow_request_does_not_hold_up_others(script: Script, mock_clock: trio.testing.MockClock) -> None:
+    """A delayed answer and many quick ones in parallel: the quick ones finish first.
+
+    The clock stands still (MockClock) until the test moves it, so the 0.6 s delay ends only
+    after the quick ones are done (real time, before, gave twenty requests 0.55 s, which a
+    loaded machine may not give them); had the server held them behind it, they would still be
+    waiting once every task is blocked."""
     finished: list[str] = []
     async with open_fake_model(script) as server:
 
@@ -580,12 +586,14 @@ async def test_slow_request_does_not_hold_up_others(script: Script) -> None:
             assert status == 200
             finished.append(prompt)
 
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(one, "SLOW", "slow")
-                await trio.sleep(0.05)
-                for i in range(20):
-                    nursery.start_soon(one, f"quick {i}", f"s{i}")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "SLOW", "slow")
+            await trio.testing.wait_all_tasks_blocked()  # the server holds it, in its delay
+            for i in range(20):
+                nursery.start_soon(one, f"quick {i}", f"s{i}")
+            await trio.testing.wait_all_tasks_blocked()  # nothing left to do but the delay
+            assert sorted(finished) == sorted(f"quick {i}" for i in range(20))
+            mock_clock.jump(0.6)
     assert finished[-1] == "SLOW" and len(finished) == 21
 
 
