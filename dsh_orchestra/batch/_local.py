@@ -22,7 +22,7 @@ import trio
 from .._scratch import scratch_dir
 from ..approvals import AuditLog
 from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
-from ..protocol import OrchestraError, RuntimeExitedError, SessionExistsError, SessionOwnedError
+from ..protocol import OrchestraError, RuntimeExitedError, SessionExistsError, SessionOwnedError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import Runtime, Session, TurnResult
 from ._dataset import BatchItem
@@ -79,6 +79,21 @@ def crash_of(runtime: Runtime) -> RuntimeCrash | None:
     return RuntimeCrash(runtime=incarnation(runtime), exit_status=error.returncode, stderr_tail=error.stderr_tail)
 
 
+async def death_under(runtime: Runtime, error: BaseException) -> RuntimeCrash | None:
+    """How ``runtime`` died under an attempt that failed with ``error`` (None: it did not).
+
+    A write to a runtime that has just died fails at once ("cannot write"), before its
+    connection closed with the exit status (the reader sees the end of the output, then the
+    actor reaps the process): that death is waited for, at most as long as the actor takes to
+    learn of it (its ``exit_wait``, and a second for the end of the output and stderr).
+    """
+    connection = runtime.actor.connection
+    if isinstance(error, TransportClosedError) and connection is not None and not connection.closed:
+        with trio.move_on_after(runtime.actor.spec.exit_wait + 1.0):
+            await connection.wait_closed()
+    return crash_of(runtime)
+
+
 async def attempt_on_pool(
     pool: RuntimePool,
     item: BatchItem,
@@ -122,7 +137,7 @@ async def attempt_on_pool(
         return Attempt.failed(session_id, TimeoutError(f"item {item.id!r} did not finish within {timeout:g} s"),
                               retryable=True)
     except (OrchestraError, OSError) as exc:
-        crash = crash_of(placed) if placed is not None else None
+        crash = await death_under(placed, exc) if placed is not None else None
         return Attempt.failed(session_id, exc, retryable=retryable(exc), crash=crash)
     if transcripts is not None:
         await transcripts.write(item.id, turn)

@@ -21,15 +21,19 @@ from typing import Any
 import psutil
 import pytest
 import trio
+import trio.testing
 from trio.testing import MockClock
 
 from dsh_orchestra.batch import (
     ALONE_AFTER, RUNTIME_CRASHED, Attempt, AttemptRunner, BatchItem, BatchOptions, RuntimeCrash, run_batch,
 )
+from dsh_orchestra.batch._local import attempt_on_pool
+from dsh_orchestra.pool import open_pool
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import TurnResult
+from dsh_orchestra.testing._simulator import open_simulator_stream
 
-from batch_support import by_id, cli_args, in_process, run_cli, sim_process, write_dataset
+from batch_support import by_id, cli_args, in_process, run_cli, script_of, sim_process, write_dataset
 from poison_support import POISON_SCRIPT, poison_rows
 
 QUIET: dict[str, Any] = {"progress": "none"}
@@ -222,3 +226,74 @@ def test_a_poison_item_fails_alone_cli(tmp_path: Path) -> None:
     results = check_outcome(out)
     assert "exit status 3" in results["poison"]["error"]["message"]
     assert "Traceback" not in done.stderr
+
+
+# ---- a death first seen by a write ------------------------------------------------------------
+
+
+class DyingStream(trio.abc.HalfCloseableStream):
+    """The in-process simulator's stream, dying in two steps as a pipe shows it: after ``die()``
+    every write fails at once (the runtime's stdin is closed), while the end of its output
+    reaches the reader only at ``eof.set()`` (the reader had not got there yet)."""
+
+    def __init__(self, inner: trio.abc.HalfCloseableStream) -> None:
+        self.inner = inner
+        self.dead = False
+        self.eof = trio.Event()
+        self._reading: trio.CancelScope | None = None
+
+    def die(self) -> None:
+        self.dead = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.dead:
+            raise trio.BrokenResourceError("the runtime's stdin is closed")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if not self.dead:
+            with trio.CancelScope() as self._reading:
+                return await self.inner.receive_some(max_bytes)
+        await self.eof.wait()
+        return b""
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_death_first_seen_by_a_write_still_counts_as_a_death() -> None:
+    """An attempt whose first write finds the runtime dead ("cannot write") learns of the death
+    as one in flight at it does, not as a plain failure: it was racing the reader, and on a loaded
+    machine a healthy item (test_a_poison_item_fails_alone_run_batch) spent a retry and a fourth
+    attempt on such deaths."""
+    streams: list[DyingStream] = []
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[trio.abc.Stream]:
+        async with open_simulator_stream(script_of(POISON_SCRIPT)) as inner:
+            streams.append(DyingStream(inner))  # type: ignore[arg-type]
+            yield streams[-1]
+
+    attempts: list[Attempt] = []
+    with trio.fail_after(30):
+        async with open_pool(RuntimeSpec(connect=connect, name="sim"), 1) as pool:
+            streams[0].die()
+            async with trio.open_nursery() as nursery:
+
+                async def attempt() -> None:
+                    attempts.append(await attempt_on_pool(pool, BatchItem(id="h00", prompt="HEALTHY 0"), "s-h00"))
+
+                nursery.start_soon(attempt)
+                await trio.testing.wait_all_tasks_blocked()  # its write failed; the reader has not seen the end
+                streams[0].eof.set()
+    (failed,) = attempts
+    assert failed.error is not None and failed.retryable
+    assert failed.crash is not None and failed.crash.runtime.startswith("sim#0@")
