@@ -371,7 +371,7 @@ approval = { tool = "bash", reason = "quick", timeout = 0.1 }
         result = await runtime.session().run("IMPATIENT")
         gave_up.set()
         with trio.fail_after(30):
-            while not all(wire.replies_to(r["id"]) for r in wire.server_requests("approval/request")):
-                await trio.sleep(0.01)  # polling the recorded wire for the late answer
+            while not all(wire.replies_to(r["id"]) for r in wire.server_requests("approval/request")):  # noqa: ASYNC110 - the recorded wire has no event to wait on
+                await trio.sleep(0.01)
     assert result.final_response == "outcome cancelled"
     assert [r["result"] for r in answered_once(wire)] == [{"outcome": "allowed-once"}]

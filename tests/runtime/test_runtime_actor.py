@@ -61,8 +61,8 @@ async def test_ready_only_after_initialize(tmp_path: Path) -> None:
     seen: list[tuple[bool, bool]] = []
 
     async def probe() -> None:
-        while not (tmp_path / "record.jsonl").exists():  # polling the runtime's file: initialize came
-            await trio.sleep(0.01)
+        while not (tmp_path / "record.jsonl").exists():  # noqa: ASYNC110 - another process's file: no event
+            await trio.sleep(0.01)  # it has received initialize
         seen.append((actor.process is not None, actor.connection is None))
         await trio.Path(gate).touch()
 

@@ -38,7 +38,7 @@ def hanging(seen: list[set[int]], running: trio.Event, before: set[int], runtime
     @wf.step(depends_on="items")
     async def watch(ctx: StepContext) -> None:
         # Waited for, not assumed after a fixed 0.3 s (a loaded machine may take longer to spawn):
-        while len(children_pids() - before) < runtimes:  # polling the process table
+        while len(children_pids() - before) < runtimes:  # noqa: ASYNC110 - the process table has no event
             await trio.sleep(0.01)
         await trio.testing.wait_all_tasks_blocked()  # the prompts are out, waiting for answers
         seen.append(children_pids())
