@@ -258,7 +258,9 @@ async def test_sigkill_mid_turn(dsh_spec: Callable[..., RuntimeSpec], fake_model
 async def test_cancelled_run_then_bounded_shutdown(dsh_spec: Callable[..., RuntimeSpec], fake_model: FakeModelServer) -> None:
     """A cancelled run abandons its session; closing with that turn in flight stays in bounds."""
     spec = dsh_spec()
-    bound = spec.shutdown_timeout + spec.eof_grace + spec.terminate_grace
+    # docs/runtime.md: the ladder's graces, half a second for the last stderr after SIGKILL, and
+    # 2 s of slack for a loaded machine's timers (a runtime slow to exit walks the whole ladder)
+    bound = spec.shutdown_timeout + spec.eof_grace + spec.terminate_grace + 0.5 + 2.0
     with trio.fail_after(START):
         async with open_runtime(spec) as runtime:
             pid = runtime.actor.pid
