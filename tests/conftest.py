@@ -112,7 +112,7 @@ async def dsh_spec(fake_model: FakeModelServer, dsh_home: Path, workspace: Path)
         env = {**BASE_ENV, **overrides.pop("env", {})}
         values: dict[str, Any] = dict(
             dsh_home=dsh_home, cwd=workspace, base_url=fake_model.base_url, api_key=TEST_API_KEY,
-            handshake_timeout=60.0,  # dsh took over 30 s to start under disk contention (measured)
+            handshake_timeout=120.0,  # dsh starts took 37-60+ s under disk contention (measured)
         )
         values.update(overrides)
         return RuntimeSpec(env=env, **values)

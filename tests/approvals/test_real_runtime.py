@@ -28,9 +28,8 @@ from dsh_orchestra.testing import Script, parse_script
 
 pytestmark = pytest.mark.integration
 
-# A hang guard around a start and a few turns of the real runtime: a start alone took over 30 s
-# under disk contention (measured), beside the suite's own load (30 and 40 s before).
-REAL_RUN = 120
+# A hang guard around a start and a few turns of the real runtime (30 and 40 s before): 8 dsh starting at once took 37 s each beside a disk-heavy load (7.7 s without it), and some over 60 s.
+REAL_RUN = 240
 
 ESCALATE = {"description": "x", "command": "echo hi", "sandbox_permissions": "danger-full-access", "justification": "test"}
 CHILD_ESCALATE = {**ESCALATE, "command": "echo from-child > child.txt"}

@@ -791,7 +791,7 @@ async def open_raw_runtime(tmp_path: Path, server: FakeModelServer) -> AsyncIter
             runtime = RawRuntime(process, workspace)
             nursery.start_soon(runtime.read_stdout)
             nursery.start_soon(runtime.read_stderr)
-            with trio.fail_after(60):  # the handshake: dsh took over 30 s to start under disk contention
+            with trio.fail_after(120):  # the handshake: dsh took 37-60+ s to start under disk contention
                 await runtime.request(
                     "initialize",
                     {
@@ -817,7 +817,7 @@ async def open_raw_runtime(tmp_path: Path, server: FakeModelServer) -> AsyncIter
 
 @pytest.mark.integration
 async def test_real_runtime_plain_reply(tmp_path: Path, script: Script) -> None:
-    with trio.fail_after(120):
+    with trio.fail_after(240):
         async with open_fake_model(script) as server, open_raw_runtime(tmp_path, server) as runtime:
             await runtime.prompt_and_wait("s-plain", "hello there")
             assert runtime.turn_ends("s-plain") == [{"kind": "completed"}]
@@ -833,7 +833,7 @@ async def test_real_runtime_plain_reply(tmp_path: Path, script: Script) -> None:
 @pytest.mark.integration
 async def test_real_runtime_spawns_two_children(tmp_path: Path, script: Script) -> None:
     """Two children answer inline; session/wait returns after the parent's after_subagents reply."""
-    with trio.fail_after(120):
+    with trio.fail_after(240):
         async with open_fake_model(script) as server, open_raw_runtime(tmp_path, server) as runtime:
             await runtime.prompt_and_wait("s-spawn", "please SPAWN the reviewers")
             finished = runtime.method("subagent.finished")
@@ -867,7 +867,7 @@ async def test_real_runtime_spawns_two_children(tmp_path: Path, script: Script) 
 
 @pytest.mark.integration
 async def test_real_runtime_tool_call_then_reply(tmp_path: Path, script: Script) -> None:
-    with trio.fail_after(120):
+    with trio.fail_after(240):
         async with open_fake_model(script) as server, open_raw_runtime(tmp_path, server) as runtime:
             await runtime.prompt_and_wait("s-read", "READ the file")
     calls = runtime.events("s-read", "tool/call")
@@ -894,7 +894,7 @@ async def test_real_runtime_failures_in_concurrent_sessions(tmp_path: Path, scri
         "s-cut": ("CUT please", "STREAM_CLOSED"),
         "s-max": ("MAX please", None),
     }
-    with trio.fail_after(120):
+    with trio.fail_after(240):
         async with open_fake_model(script) as server, open_raw_runtime(tmp_path, server) as runtime:
             async with trio.open_nursery() as nursery:
                 for session, (prompt, _) in cases.items():

@@ -33,7 +33,7 @@ async def test_code_review_recipe_on_the_real_runtime(
     dsh_spec: Callable[..., RuntimeSpec], fake_model: FakeModelServer
 ) -> None:
     recipe = load_recipe(RECIPES / "code_review")
-    with trio.fail_after(120):  # a start took over 30 s under disk contention
+    with trio.fail_after(240):  # a start took 37-60+ s under disk contention
         result = await run_workflow(recipe.workflow, spec=dsh_spec(), inputs=recipe.inputs, concurrency=3)
     assert result.ok, result.summary()
     reviews = result.output("review")
@@ -55,7 +55,7 @@ async def test_map_reduce_recipe_subagents_on_the_real_runtime(
 ) -> None:
     """Real subagents: each mapper's children report back, session/wait settles the tree."""
     recipe = load_recipe(RECIPES / recipe_name)
-    with trio.fail_after(120):  # a start took over 30 s under disk contention
+    with trio.fail_after(240):  # a start took 37-60+ s under disk contention
         result = await run_workflow(recipe.workflow, spec=dsh_spec(), inputs=recipe.inputs)
     assert result.ok, result.summary()
     step = result.steps["map"]
@@ -82,7 +82,7 @@ async def test_cancelling_a_workflow_on_the_real_runtime_leaves_no_process(dsh_s
             running.set()
 
     before = children_pids()
-    with trio.fail_after(120):  # a start took over 30 s under disk contention
+    with trio.fail_after(240):  # a start took 37-60+ s under disk contention
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
