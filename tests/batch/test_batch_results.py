@@ -76,7 +76,7 @@ def test_corrupt_complete_line_is_refused(tmp_path: Path, middle: bytes, message
         read_results(path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     ids=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=12, unique=True),
     cut=st.floats(min_value=0, max_value=1),
