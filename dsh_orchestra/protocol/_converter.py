@@ -51,6 +51,14 @@ def _float(value: Any, _: type) -> float:
     return float(value)
 
 
+def strict_scalars(conv: cattrs.Converter) -> None:
+    """Make ``conv``'s str, int and bool exact and its float any number but a bool (register
+    before the class hooks, which capture these); also the typed outputs' converter."""
+    for kind in (str, int, bool):
+        conv.register_structure_hook(kind, _exactly(kind))
+    conv.register_structure_hook(float, _float)
+
+
 def _block_hooks(conv: cattrs.Converter) -> None:
     def structure_block(raw: Any, _: Any) -> ContentBlock:
         if not isinstance(raw, dict):
@@ -104,9 +112,7 @@ def _event_hooks(conv: cattrs.Converter) -> None:
 def make_converter(*, forbid_extra_keys: bool = False) -> cattrs.Converter:
     """Build the wire converter; tests use the strict twin (``forbid_extra_keys=True``)."""
     conv = cattrs.Converter()
-    for kind in (str, int, bool):  # before the class hooks, which capture these
-        conv.register_structure_hook(kind, _exactly(kind))
-    conv.register_structure_hook(float, _float)
+    strict_scalars(conv)
 
     def list_factory(target: Any) -> Any:
         (item,) = getattr(target, "__args__", (Any,))

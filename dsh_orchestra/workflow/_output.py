@@ -16,24 +16,11 @@ import orjson
 from cattrs.errors import IterableValidationError, IterableValidationNote
 from cattrs.v import format_exception
 
+from ..protocol._converter import strict_scalars
+
 T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def _exactly(kind: type) -> Callable[[Any, type], Any]:
-    def check(value: Any, _: type) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, not {type(value).__name__} {value!r}")
-        return value
-
-    return check
-
-
-def _number(value: Any, _: type) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, not {type(value).__name__} {value!r}")
-    return float(value)
 
 
 _COLLECTIONS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet)
@@ -46,9 +33,7 @@ def _make_converter() -> cattrs.Converter:
     must be JSON arrays; extra keys are ignored.
     """
     conv = cattrs.Converter(forbid_extra_keys=False)
-    for kind in (str, int, bool):  # before the class hooks, which capture these
-        conv.register_structure_hook(kind, _exactly(kind))
-    conv.register_structure_hook(float, _number)
+    strict_scalars(conv)
 
     def collection(target: Any) -> Callable[[Any, Any], Any]:
         origin = get_origin(target) or target
