@@ -88,9 +88,15 @@ async def test_a_rule_called_outside_a_decision_is_still_bounded() -> None:
     """Direct calls and budget() use the same bounded matching (no deadline: a bound of its own)."""
     rule = Rule("r", "allowed-once", reason="(a|a)+$")
     request = ApprovalRequest(session_id="s", tool_name="bash", reason=REASON)
+    started = time.monotonic()
+    timed_out = False
     with trio.move_on_after(0.5) as scope:
-        await call_policy(rule, request)
-    assert scope.cancelled_caught
+        try:
+            await call_policy(rule, request)
+        except TimeoutError:  # the match's own bound (the deadline + 0.05 s) ran out first: a
+            timed_out = True  # loaded machine can deliver trio's cancellation later than that
+    assert scope.cancelled_caught or timed_out
+    assert time.monotonic() - started < 0.5 + 5.0  # not the 30 s of an unbounded match; slack for load
     quick = Rule("r", "allowed-once", reason="^a+!$")
     assert (await call_policy(quick, request)) is not None and quick(request) is not None
 
