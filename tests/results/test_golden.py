@@ -4,7 +4,6 @@ before the result line became typed), but for versions, times and session ids.""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
