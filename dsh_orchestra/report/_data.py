@@ -24,7 +24,7 @@ from ..approvals import DecisionRecord
 from ..results import read_results
 from ..eval import percentile
 from ..workflow import WorkflowResult
-from ..eval._compare import CompareInputError, compare_runs, scorer_names
+from ..eval import CompareInputError, compare_runs, scorer_names
 from ._common import DEFAULT_MAX_TEXT as DEFAULT_MAX_TEXT, clip as _clip, number as _number
 from ._comparison import comparison_payload
 from ._conversation import DEFAULT_MAX_CHARS
