@@ -94,8 +94,7 @@ def load_result_lines(path: str | os.PathLike[str], what: str = "results file", 
         raise ReportInputError(f"{what} {str(path)!r} does not exist")
     lines: list[dict[str, Any]] = []
     try:
-        for line in read_results(path):  # its rules: a string "status" ("ok" or "error") included
-            lines.append(line.to_json())
+        lines.extend(read_results(path).objects())  # its rules: a string "status" ("ok" or "error") included
     except OSError as exc:
         raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:

@@ -118,9 +118,14 @@ class ResultStream:
         self._check = check
 
     def __iter__(self) -> Iterator[ResultLine]:
-        return self._lines()
+        return (structure_line(value) for value in self._objects())
 
-    def _lines(self) -> Iterator[ResultLine]:
+    def objects(self) -> Iterator[dict[str, Any]]:
+        """The same lines, by the same rules, as the JSON objects decoded (no ``ResultLine``
+        made: for a reader that only passes the objects on, as the report's pages do)."""
+        return self._objects()
+
+    def _objects(self) -> Iterator[dict[str, Any]]:
         path, check = self.path, self._check
         if not path.exists():
             return
@@ -146,7 +151,7 @@ class ResultStream:
                 newline = last
                 self.number = number
                 self.count += 1
-                yield structure_line(value)
+                yield value
         self.torn = torn
         if self._repair and torn:
             with open(path, "r+b") as handle:
