@@ -15,9 +15,9 @@ import trio
 
 from .._params import Check, Param, ParamValueError, integer
 from ..approvals import AuditLog
-from ..pool import RuntimePool, open_pool
+from ..pool import RuntimePool, open_places
 from ..runtime import RuntimeSpec
-from ..session import Runtime, configuration_warnings, open_runtime, report_warnings, warnings_reported
+from ..session import Runtime
 from ._engine import FailurePolicy, RunState, Statistics, _Engine
 from ._events import EventChannel, EventHub
 from ._fingerprint import digest, fingerprint
@@ -95,19 +95,9 @@ async def _execute(
         )
         if target is not None:
             return await _run_engine(workflow, RunState(target, **options), inputs)
-        if runtimes == 1:
-            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit, approval_relay=approval_relay) as runtime:
-                return await _run_engine(workflow, RunState(runtime, **options), inputs)
-        assert spec is not None
-        if approval_relay is not None:
-            spec = spec.evolve(approval_relay=approval_relay)
-        report_warnings(configuration_warnings(spec, approvals=approvals is not None, answerer=answerer is not None))
-        stack.enter_context(warnings_reported())  # once for the pool, not once per runtime
-        log_: AuditLog | None = None
-        if audit is not None:
-            log_ = audit if isinstance(audit, AuditLog) else stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
-        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=log_) as pool:
-            return await _run_engine(workflow, RunState(pool, **options), inputs)
+        async with open_places(spec, runtimes, pooled=runtimes > 1, approvals=approvals, answerer=answerer,
+                               audit=audit, approval_relay=approval_relay) as places:
+            return await _run_engine(workflow, RunState(places.target, **options), inputs)
 
 
 async def _run_engine(workflow: Workflow, run: RunState, inputs: dict[str, Any]) -> WorkflowResult:
