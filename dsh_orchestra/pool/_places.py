@@ -77,7 +77,8 @@ async def open_places(
 ) -> AsyncIterator[Places]:
     """Open ``runtimes`` runtimes from ``spec`` for one job; yield its ``Places``; close them on exit.
 
-    ``spec`` None: the simulator, as processes in a scratch DSH_HOME (named after ``scratch``)
+    ``spec`` None: the simulator, as processes in a scratch DSH_HOME (named after ``scratch``,
+    lower-case letters)
     removed on exit. ``pooled=False`` with one runtime opens it alone (``open_runtime``: no
     pool, no restarts); otherwise a ``RuntimePool`` of ``runtimes`` (``pool_options``: the
     pool's own, e.g. ``max_sessions``, ``max_sessions_per_runtime``, ``max_runtime_rss_mib``).
