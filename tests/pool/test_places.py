@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from dsh_orchestra import open_places as root_open_places
-from dsh_orchestra.approvals import AuditLog, allow_tools
+from dsh_orchestra.approvals import allow_tools
 from dsh_orchestra.pool import Places, RuntimePool, job_warnings, open_places
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime
@@ -50,8 +50,8 @@ async def test_no_spec_runs_the_simulator_in_a_scratch_home_removed_afterwards()
         async with open_places(None, 1, scratch="placestest") as places:
             assert places.pool is not None
             home = places.pool.runtimes[0].actor.spec.dsh_home
-            assert home is not None and Path(home).is_dir() and "placestest" in str(home)
-    assert not Path(home).exists()
+            assert home is not None and await trio.Path(home).is_dir() and "placestest" in str(home)
+    assert not await trio.Path(home).exists()
 
 
 def test_job_warnings_are_reported_once_for_the_job(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
