@@ -23,7 +23,8 @@ from ..workflow import OutputParseError, parse_output, repair_prompt
 from .._scratch import scratch_dir
 from ._config import ScorerSpec, ScoringError
 from ._score import ItemLike, Score, targets_of
-from ._usage import Usage, turn_usage
+from ..results import Usage
+from ._usage import turn_usage
 
 GRADES = {"correct": 1.0, "partial": 0.5, "incorrect": 0.0}
 
