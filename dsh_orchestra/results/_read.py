@@ -1,6 +1,6 @@
 """The one reader of results files: ``read_results`` streams ``ResultLine``s, line by line.
 
-The rules are those of ``--resume``: a last line without its newline that is not valid JSON is
+The rules are those of a resume (``resume=True``): a last line without its newline that is not valid JSON is
 torn (a crash while writing) and skipped (with ``repair`` cut off; a valid last line without
 its newline gets it back); any other line that is not a result object of the documented schema
 (``result_problem``) raises ``ResultsFileError`` naming the line, and the file is left as it was.
@@ -168,7 +168,7 @@ def read_results(path: str | os.PathLike[str], *, repair: bool = False, check: C
     read line by line as the returned ``ResultStream`` is iterated (memory stays flat: only
     the line at hand is held). A missing file has no lines.
 
-    ``repair`` (what ``--resume`` does) cuts a torn last line off, or restores a valid last
+    ``repair`` (what a resume does) cuts a torn last line off, or restores a valid last
     line's newline, once every line was read and accepted. ``check`` (default
     ``result_problem``) says what is wrong with a decoded line (None: nothing).
 
