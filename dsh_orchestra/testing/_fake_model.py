@@ -266,6 +266,7 @@ class RequestRecord:
     rule: str | None
     prompt: str
     outcome: str  # the stop reason sent, or the fail mode
+    api_key: str | None = None  # the x-api-key header received (this is a test double: it keeps it)
 
 
 class FakeModelServer:
@@ -360,9 +361,11 @@ class FakeModelServer:
                            if name == SESSION_HEADER), None)
         decision = decide(self.script, payload, self.state, session_id=session_id)
         outcome = decision.fail or decision.stop_reason
+        api_key = next((value.decode(errors="replace") for name, value in request.headers
+                        if name == b"x-api-key"), None)
         self.requests.append(RequestRecord(session_id=session_id, kind=decision.kind,
                                            rule=decision.rule, prompt=decision.prompt,
-                                           outcome=outcome))
+                                           outcome=outcome, api_key=api_key))
         _log.debug("fake model: session %s, %s, rule %s -> %s",
                    session_id, decision.kind, decision.rule, outcome)
         await trio.sleep(decision.delay)
