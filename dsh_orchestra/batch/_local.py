@@ -192,6 +192,6 @@ class PoolExecutor:
                 spec, runtimes, max_sessions=max(1, math.ceil(in_flight / runtimes)),
                 approvals=options.policy, answerer=options.answerer, audit=audit,
                 max_sessions_per_runtime=options.max_sessions_per_runtime,
-                max_runtime_rss_mib=options.max_runtime_rss_mib,
+                max_runtime_rss_mib=options.max_runtime_rss_mib, gateway=options.gateway,
             ) as pool:
                 yield PoolRunner(pool, in_flight, options.timeout, transcripts)

@@ -23,6 +23,7 @@ import trio
 from .._redact import Redactor
 from .._params import Param
 from .._tracing import ITEM_SPAN, observed
+from ..gateway import Gateway, gateway_for
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
@@ -55,6 +56,7 @@ class _Run:
     backoff: Backoff
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
+    gateway: Gateway | None = None  # the run's model gateway (local pool, real dsh)
     deaths: Deaths = attrs.field(factory=Deaths)
     # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
     clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
@@ -94,6 +96,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         if evaluation.workspaces is not None:
             workspace = await evaluation.prepare(item, epoch)  # a fresh copy for every attempt
         session_id = item.session_id or run.new_session_id()
+        if run.gateway is not None:
+            run.gateway.tag(session_id, epoch=epoch)  # the epoch is part of its calls' cache key
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
         alone = crashes >= ALONE_AFTER
@@ -312,13 +316,16 @@ async def _run_locked(
     report_warnings(warnings)  # once for the batch, not once per runtime
     try:
         with ResultsWriter(out) as writer, warnings_reported():
+            local = isinstance(executor, PoolExecutor)  # Ray actors open their own (scale.RayExecutor)
             if todo:
-                async with executor.open(spec, options) as runner:
+                async with gateway_for(spec if local else None, options.gateway) as (gateway, routed), \
+                        executor.open(routed if local else spec, options) as runner:
                     server_version = _server_version(runner)
                     lease = runner.pool.lease if isinstance(runner, PoolRunner) else None
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=evaluation) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
-                        run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
+                        run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
+                                   gateway=gateway)
                         units = _Units(check, done, epochs, batch_eval)
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)

@@ -60,3 +60,7 @@ class GatewayOptions:
             raise ParamValueError(Param("upstream", self.upstream), " must be an http:// or https:// URL")
         if not self.api_key_env:
             raise ParamValueError(Param("api_key_env", self.api_key_env), " must name an environment variable")
+
+
+DEFAULT_GATEWAY = GatewayOptions()
+"""The default of every ``gateway=`` parameter: on, with the default options."""

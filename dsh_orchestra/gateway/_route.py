@@ -65,18 +65,23 @@ async def open_gateway(spec: RuntimeSpec, options: GatewayOptions | None = None)
     cache = ResponseCache(options.cache) if options.cache is not None else None
     gateway = Gateway(options, upstream=upstream_of(spec, options), api_key=api_key, cache=cache)
     register_secrets([v for v in (api_key, gateway.token) if v])
+    failure: BaseException | None = None  # of the block: raised bare, after the gateway closed
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(gateway.run)
             _LIVE.add(gateway.base_url)
             try:
                 yield gateway, routed(spec, gateway, api_key=api_key)
+            except BaseException as exc:  # noqa: B036 - re-raised below, outside the nursery
+                failure = exc
             finally:
                 _LIVE.discard(gateway.base_url)
                 nursery.cancel_scope.cancel()
     finally:
         if cache is not None:
             cache.close()
+    if failure is not None:
+        raise failure
 
 
 @asynccontextmanager

@@ -17,6 +17,7 @@ from .._params import Check, Param, ParamValueError, integer
 from ..approvals import AuditLog
 from ..pool import RuntimePool, open_pool
 from ..runtime import RuntimeSpec
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..session import Runtime, configuration_warnings, open_runtime, report_warnings, warnings_reported
 from ._engine import FailurePolicy, RunState, Statistics, _Engine
 from ._events import EventChannel, EventHub
@@ -65,6 +66,7 @@ async def _execute(
     answers: Answers | None,
     events: EventHub,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> WorkflowResult:
     _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
     if resume and checkpoint is None:
@@ -96,7 +98,8 @@ async def _execute(
         if target is not None:
             return await _run_engine(workflow, RunState(target, **options), inputs)
         if runtimes == 1:
-            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit, approval_relay=approval_relay) as runtime:
+            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit, approval_relay=approval_relay,
+                                    gateway=gateway) as runtime:
                 return await _run_engine(workflow, RunState(runtime, **options), inputs)
         assert spec is not None
         if approval_relay is not None:
@@ -106,7 +109,7 @@ async def _execute(
         log_: AuditLog | None = None
         if audit is not None:
             log_ = audit if isinstance(audit, AuditLog) else stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
-        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=log_) as pool:
+        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=log_, gateway=gateway) as pool:
             return await _run_engine(workflow, RunState(pool, **options), inputs)
 
 
@@ -168,6 +171,7 @@ async def run_workflow(
     resume: bool = False,
     answers: Answers | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> WorkflowResult:
     """Run ``workflow`` on a runtime or pool, or on runtimes it opens from ``spec``.
 
@@ -176,6 +180,8 @@ async def run_workflow(
     and ``audit`` applied to every session, and ``approval_relay`` (``auto``, ``on``, ``off``;
     None: the spec's, ``auto`` by default; see docs/approvals.md); close them on return. With a ``target`` those
     belong to the runtime or pool already (``open_runtime``/``open_pool`` take them).
+    ``gateway``: the real ``dsh``'s model calls go through a model gateway (docs/gateway.md);
+    ``None``: none.
 
     ``concurrency`` bounds sessions in flight in the workflow; ``runtime_limit`` per runtime;
     ``Step.concurrency`` per step. ``failure``: "fail-fast" cancels the rest at the first
@@ -201,7 +207,7 @@ async def run_workflow(
         workflow, target, spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit,
         inputs=inputs, concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
         statistics=statistics, checkpoint=checkpoint, resume=resume, answers=answers, events=EventHub(),
-        approval_relay=approval_relay,
+        approval_relay=approval_relay, gateway=gateway,
     )
 
 
@@ -265,6 +271,7 @@ async def open_workflow(
     resume: bool = False,
     answers: Answers | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> AsyncIterator[WorkflowRun]:
     """Start ``workflow`` (the arguments of ``run_workflow``) and yield its WorkflowRun.
 
@@ -279,7 +286,7 @@ async def open_workflow(
     options: dict[str, Any] = dict(
         spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit, inputs=inputs,
         concurrency=concurrency, runtime_limit=runtime_limit, failure=failure, statistics=statistics,
-        checkpoint=checkpoint, resume=resume, answers=answers, approval_relay=approval_relay,
+        checkpoint=checkpoint, resume=resume, answers=answers, approval_relay=approval_relay, gateway=gateway,
     )
     run = WorkflowRun(EventHub(turn_events=turn_events))
     async with trio.open_nursery() as nursery:

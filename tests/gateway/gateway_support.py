@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import trio
@@ -26,3 +27,11 @@ async def running_gateway(upstream: str, options: GatewayOptions | None = None, 
         await nursery.start(gateway.run)
         yield gateway
         nursery.cancel_scope.cancel()
+
+
+def write_dataset(path: Path, items: list[dict[str, Any]]) -> Path:
+    """A JSONL dataset of ``items``."""
+    import json
+
+    path.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    return path
