@@ -15,8 +15,9 @@ DEFAULT_UPSTREAM = "https://api.deepseek.com/anthropic"
 DEFAULT_API_KEY_ENV = "DEEPSEEK_API_KEY"
 CACHE_MODES = ("use", "record", "replay")
 CACHE_EPOCHS = ("independent", "shared")
-MAX_ATTEMPTS = 6
-"""Attempts per call when the provider answers 429/529/overloaded or cannot be reached."""
+MAX_ATTEMPTS = 8
+"""Attempts per call when the provider answers 429/529/overloaded or cannot be reached (the pauses
+between them: 1, 2, 4, 8, 16, 30, 30 s at most, each jittered to 50-100 %: about 90 s in all)."""
 
 
 def _concurrency(value: Any) -> int | str:

@@ -169,6 +169,14 @@ class Gateway:
             headers.append((b"x-api-key", self._api_key.encode()))
         return headers
 
+    def pause(self, attempt: int, retry_after: float | None) -> float:
+        """Before retry ``attempt``: :meth:`backoff`, or the provider's ``retry-after`` (plus up
+        to 10 %) when that is longer. The jitter spreads the retries of calls limited together."""
+        backoff = self.backoff(attempt)
+        if retry_after is not None:
+            return max(backoff, retry_after * (1.0 + self._rng.random() / 10))
+        return backoff
+
     def backoff(self, attempt: int) -> float:
         """The pause before retry ``attempt`` (1, 2, ...): BACKOFF_BASE doubling, at most
         BACKOFF_MAX, times a random 0.5-1.0."""
@@ -191,10 +199,11 @@ def retry_after(headers: httpx.Headers) -> float | None:
 class _Retry(Exception):
     """An attempt that was rate-limited (or could not reach the provider): try again."""
 
-    def __init__(self, reason: str, wait: float | None) -> None:
+    def __init__(self, reason: str, wait: float | None, *, limited: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
         self.wait = wait
+        self.limited = limited  # a rate-limit or overload answer (False: the provider was not reached)
 
 
 class _Call:
@@ -237,7 +246,7 @@ class _Call:
                 break
             except _Retry as retry:
                 self._count("retries")
-                pause = max(retry.wait or 0.0, gateway.backoff(attempt))
+                pause = gateway.pause(attempt, retry.wait)
                 log.info("gateway: %s; retry %d of %d in %.1f s", retry.reason, attempt, options.max_attempts - 1, pause)
                 await trio.sleep(pause)
         self._count("calls")
@@ -270,12 +279,15 @@ class _Call:
             except httpx.TransportError as exc:
                 reason = f"the model provider cannot be reached ({type(exc).__name__}: {exc})"
                 if not last:
-                    raise _Retry(reason, None) from None
+                    raise _Retry(reason, None, limited=False) from None
                 self._count("errors")
                 await self.peer.error(502, "api_error", reason)
                 return
             try:
                 outcome = await self._relay(response, last=last)
+            except _Retry as retry:
+                outcome = "limited" if retry.limited else "other"
+                raise
             finally:
                 await response.aclose()
         finally:
@@ -303,27 +315,24 @@ class _Call:
         held: list[bytes] = []
         sent_head = False
         stored: list[bytes] = []
-        complete, clean = False, True
-        async for chunk in response.aiter_raw():
-            events = reader.feed(chunk)
-            for event in events:
-                self.usage.update(event)
-                if overloaded_event(event) and not sent_head and not last:
-                    raise _Retry("the provider is overloaded (in-band error)", retry_after(response.headers))
-                if event.name == "error":
-                    clean = False
-                if event.name == "message_stop":
-                    complete = True
-                if self.first_token is None and event.name == "content_block_delta":
-                    self.first_token = trio.current_time()
-            stored.append(chunk)
-            if not sent_head:
-                held.append(chunk)
-                if any(e.name not in ("message_start", "ping") for e in events):
-                    await self._head(response, held)
-                    sent_head = True
-            else:
-                await self.peer.send(chunk)
+        stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
+        try:
+            async for chunk in response.aiter_raw():
+                if stop is not None:
+                    continue
+                try:
+                    sent_head = await self._pass(response, chunk, reader, held, stored, sent_head, last=last)
+                except (_Retry, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    stop = exc  # close the stream; its (nested) iterators then end instead of being dropped
+                    await response.aclose()
+        except httpx.HTTPError:
+            if stop is None:
+                raise
+        if stop is not None:
+            raise stop
+        events = SseReader().feed(b"".join(stored))
+        complete = any(e.name == "message_stop" for e in events)
+        clean = not any(e.name == "error" or (e.data is None and e.name != "ping") for e in events)
         if not sent_head:
             await self._head(response, held)
         await self.peer.end()
@@ -331,14 +340,35 @@ class _Call:
         self._count("input_tokens", self.usage.input_tokens)
         self._count("output_tokens", self.usage.output_tokens)
         body = b"".join(stored)
-        if reader.pending.strip() or any(e.data is None and e.name != "ping" for e in SseReader().feed(body)):
-            clean = False  # a malformed stream is passed on as it came, never stored
+        if reader.pending.strip():
+            clean = False  # a malformed (or cut) stream is passed on as it came, never stored
         cache = self.gateway.cache
         if cache is not None and complete and clean and self.gateway.options.cache_mode in ("use", "record"):
             headers = [(k.decode(), v.decode("latin-1")) for k, v in passed_headers(response.headers)]
             await cache.aput(self.key, Entry(body=body, headers=headers, input_tokens=self.usage.input_tokens,
                                              output_tokens=self.usage.output_tokens))
         return "ok" if clean else "limited" if self._overloaded(body) else "other"
+
+    async def _pass(self, response: httpx.Response, chunk: bytes, reader: SseReader, held: list[bytes],
+                    stored: list[bytes], sent_head: bool, *, last: bool) -> bool:
+        """Count and pass on one chunk (held back until the first event after ``message_start``);
+        returns whether the response head has been sent."""
+        events = reader.feed(chunk)
+        for event in events:
+            self.usage.update(event)
+            if overloaded_event(event) and not sent_head and not last:
+                raise _Retry("the provider is overloaded (in-band error)", retry_after(response.headers))
+            if self.first_token is None and event.name == "content_block_delta":
+                self.first_token = trio.current_time()
+        stored.append(chunk)
+        if sent_head:
+            await self.peer.send(chunk)
+            return True
+        held.append(chunk)
+        if any(e.name not in ("message_start", "ping") for e in events):
+            await self._head(response, held)
+            return True
+        return False
 
     async def _head(self, response: httpx.Response, held: list[bytes]) -> None:
         await self.peer.start(200, passed_headers(response.headers))
