@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -22,7 +23,11 @@ import trio
 
 VOLATILE_FIELDS: Final = ("dsh_session_log", "dsh_plugin_packages", "metadata")
 """Top-level request fields left out of the cache key: the DeepSeek session-log and plugin
-extensions (session ids, times, paths of this run) and ``metadata`` (the user id)."""
+extensions (session ids, times, event ids of this run) and ``metadata`` (the user id)."""
+VOLATILE_IDS: Final = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\bitem-[0-9a-f]{24}\b")
+"""Ids that differ between identical runs inside the messages: subagent session UUIDs ("started
+subagent <uuid>", "Background subagent <uuid> finished") and the batch's own session ids
+("Your parent agent id is "item-..."); each is replaced by its order of first appearance."""
 FILE_NAME: Final = "responses.sqlite3"
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -41,6 +46,8 @@ def cache_key(body: dict[str, Any], *, epoch: int | None) -> str:
     """SHA-256 of ``body`` without ``VOLATILE_FIELDS``, keys sorted, plus ``epoch`` (None: shared)."""
     kept = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
     canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    seen: dict[str, str] = {}
+    canonical = VOLATILE_IDS.sub(lambda m: seen.setdefault(m.group(0), f"<id{len(seen) + 1}>"), canonical)
     salt = "shared" if epoch is None else f"epoch={epoch}"
     return hashlib.sha256(f"{salt}\n{canonical}".encode()).hexdigest()
 

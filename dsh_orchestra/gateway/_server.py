@@ -35,7 +35,7 @@ BACKOFF_BASE: Final = 1.0
 BACKOFF_MAX: Final = 30.0
 _FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
                                   b"accept-encoding", b"transfer-encoding", b"keep-alive"})
-PARENT: Final = re.compile(r"Your parent agent id is (\S+?)[.\s]")
+PARENT: Final = re.compile(r'Your parent agent id is "([^"]+)"')
 
 log = logging.getLogger("dsh_orchestra.gateway")
 
@@ -126,6 +126,14 @@ class Gateway:
                     break
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError) as exc:
             log.debug("gateway: a runtime's connection ended: %s", type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - one call's failure (e.g. the provider cut its stream) never stops the gateway
+            log.warning("gateway: a model call failed: %s: %s", type(exc).__name__, exc)
+            if peer.connection.our_state is h11.SEND_RESPONSE:
+                with trio.move_on_after(5):
+                    try:
+                        await peer.error(502, "api_error", f"the call failed: {type(exc).__name__}: {exc}")
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
         finally:
             await stream.aclose()
 
@@ -157,7 +165,7 @@ class Gateway:
         if self.options.cache_epochs == "shared":
             return None
         if session not in self.epochs:  # a subagent: its first message names its parent
-            parent = PARENT.search(json.dumps(payload.get("messages", [])[:1]))
+            parent = PARENT.search(_first_text(payload))
             if parent is not None and parent.group(1) in self.epochs:
                 self.epochs[session] = self.epochs[parent.group(1)]
         return self.epochs.get(session, 0)
@@ -181,6 +189,15 @@ class Gateway:
         """The pause before retry ``attempt`` (1, 2, ...): BACKOFF_BASE doubling, at most
         BACKOFF_MAX, times a random 0.5-1.0."""
         return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** (attempt - 1)) * (0.5 + self._rng.random() / 2))
+
+
+def _first_text(payload: dict[str, Any]) -> str:
+    """The text blocks of the first message (where the runtime names a subagent's parent)."""
+    messages = payload.get("messages")
+    first = messages[0] if isinstance(messages, list) and messages and isinstance(messages[0], dict) else {}
+    content = first.get("content")
+    blocks = [{"text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+    return "\n".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
 def retry_after(headers: httpx.Headers) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,11 @@ import trio
 from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
-from dsh_orchestra.testing._fake_model import FakeModelServer
+from dsh_orchestra.gateway import GatewayOptions
+from dsh_orchestra.testing._fake_model import FakeModelServer, open_fake_model
+from dsh_orchestra.testing._script import parse_script
 
+from conftest import BASE_ENV
 from gateway_support import REAL_KEY, write_dataset
 
 pytestmark = pytest.mark.integration
@@ -94,3 +98,54 @@ async def test_a_batch_shares_one_gateway_and_writes_no_key_or_token(
     for path, data in files.items():
         assert REAL_KEY.encode() not in data and TOKEN_PREFIX.encode() not in data, path
     assert REAL_KEY not in caplog.text and TOKEN_PREFIX not in caplog.text
+
+
+CACHE_SCRIPT = parse_script({"default_reply": "real answer", "rules": [
+    {"name": "spawn", "match": "SPAWN", "reply": "spawning", "after_subagents": "children done",
+     "spawn": [{"description": "child task", "prompt": "CHILD: review", "reply": "child reviewed"}]},
+    {"name": "echo", "match": "ECHO", "reply": "you said: {prompt}"},
+]})
+
+
+def lines(path: Path) -> dict[tuple[str, int], dict[str, object]]:
+    return {(r["id"], r.get("epoch", 1)): r for r in map(json.loads, path.read_text().splitlines())}
+
+
+async def test_a_batch_recorded_once_replays_with_the_model_stopped(tmp_path: Path, workspace: Path) -> None:
+    """Record on the real runtime against the fake model; replay with the model stopped: the
+    same final responses and scores, and an item never recorded fails with a cache miss."""
+    items = [{"id": "plain", "prompt": "question one", "target": "real answer"},
+             {"id": "echo", "prompt": "ECHO this", "target": "you said: ECHO this"},
+             {"id": "spawn", "prompt": "SPAWN one child", "target": "children done"}]
+    dataset = write_dataset(tmp_path / "ds.jsonl", items)
+    cache = tmp_path / "cache"
+
+    def spec(base_url: str, home: str) -> RuntimeSpec:
+        (tmp_path / home).mkdir()
+        return RuntimeSpec(dsh_home=tmp_path / home, cwd=workspace, base_url=base_url, api_key=REAL_KEY,
+                           env={**BASE_ENV}, handshake_timeout=120.0)
+
+    options = dict(runtimes=1, progress="none", timeout=60, scorers=["exact"], epochs=2)
+    with trio.fail_after(START):
+        async with open_fake_model(CACHE_SCRIPT) as model:
+            recorded = await run_batch(dataset, tmp_path / "recorded.jsonl", spec(model.base_url, "h1"), BatchOptions(
+                **options, gateway=GatewayOptions(cache=str(cache), cache_mode="record")))
+            upstream = model.base_url
+            calls = len(model.requests)
+        assert recorded.ok == 6 and calls >= 8
+        replayed = await run_batch(dataset, tmp_path / "replayed.jsonl", spec(upstream, "h2"), BatchOptions(
+            **options, gateway=GatewayOptions(cache=str(cache), cache_mode="replay")))
+    assert replayed.ok == 6
+    before, after = lines(tmp_path / "recorded.jsonl"), lines(tmp_path / "replayed.jsonl")
+    assert set(before) == set(after) and len(after) == 6
+    for key in before:
+        assert after[key]["final_response"] == before[key]["final_response"], key
+        assert after[key]["scores"] == before[key]["scores"], key
+    assert after[("spawn", 2)]["final_response"] == "children done"
+    write_dataset(tmp_path / "new.jsonl", [{"id": "new", "prompt": "never recorded"}])
+    with trio.fail_after(START):
+        missing = await run_batch(tmp_path / "new.jsonl", tmp_path / "missing.jsonl", spec(upstream, "h3"), BatchOptions(
+            runtimes=1, progress="none", timeout=60, retries=0,
+            gateway=GatewayOptions(cache=str(cache), cache_mode="replay")))
+    [line] = lines(tmp_path / "missing.jsonl").values()
+    assert missing.error == 1 and "cache miss: request " in line["error"]["message"]  # type: ignore[index]
