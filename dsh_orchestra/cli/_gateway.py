@@ -50,11 +50,23 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
             raise UsageError(f"--model-concurrency must be an integer >= 1 or auto, not {args.model_concurrency!r}") from None
     if args.cache is not None and not args.cache.strip():
         raise UsageError(f"--cache needs a directory path, not {args.cache!r}")
+    if args.cache is not None:
+        _check_cache(args.cache, replay=args.cache_mode == "replay")
     try:
         return GatewayOptions(upstream=args.upstream, api_key_env=args.api_key_env, model_concurrency=concurrency,
                               cache=args.cache, cache_mode=args.cache_mode or "use", cache_epochs=args.cache_epochs)
     except (ParamError, ValueError) as exc:
         raise UsageError(message(exc)) from exc
+
+
+def _check_cache(directory: str, *, replay: bool) -> None:
+    if replay and not os.path.isfile(os.path.join(directory, FILE_NAME)):
+        raise UsageError(f"--cache {directory!r} holds no recorded answers ({FILE_NAME}) to replay; "
+                         "record them first (--cache-mode record or use)")
+    try:
+        ResponseCache(directory).close()
+    except CacheError as exc:
+        raise UsageError(f"--cache: {exc}") from None
 
 
 def register(sub: Any) -> None:
