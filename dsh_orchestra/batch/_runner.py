@@ -154,6 +154,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         metadata=item.metadata,
     )
     line.update(fields)
+    if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
+        line["model"] = run.gateway.take(attempt.session_id).to_json()
     _write(run, line)
 
 
@@ -308,6 +310,7 @@ async def _run_locked(
     progress = Progress(counters, mode=options.progress, clock=trio.current_time)
     started = trio.current_time()
     stopped: str | None = None
+    model_totals: dict[str, Any] | None = None
     server_version: str | None = None
     processed = 0
     if spec is not None and options.approval_relay is not None:
@@ -335,6 +338,8 @@ async def _run_locked(
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed = batch_eval.budget.lines
+                if gateway is not None:
+                    model_totals = gateway.summary()
     finally:
         progress.close()
     duration = trio.current_time() - started
@@ -345,7 +350,7 @@ async def _run_locked(
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
     summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped,
-                           results=os.path.abspath(out), warnings=tuple(warnings))  # noqa: ASYNC240 - a string op
+                           results=os.path.abspath(out), warnings=tuple(warnings), model=model_totals)  # noqa: ASYNC240 - a string op
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         await trio.Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

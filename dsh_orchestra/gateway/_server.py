@@ -56,7 +56,13 @@ class CallStats:
     duration_s: float = 0.0  # summed over calls
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """The ``model`` object of a result line: counts, tokens, and mean times per call."""
+        timed = self.upstream or 1
+        return {"calls": self.calls, "upstream_calls": self.upstream, "cache_hits": self.cache_hits,
+                "retries": self.retries, "errors": self.errors, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "saved_tokens": self.saved_tokens,
+                "time_to_first_token_s": round(self.first_token_s / timed, 6) if self.upstream else None,
+                "call_duration_s": round(self.duration_s / timed, 6) if self.upstream else None}
 
 
 class Gateway:
@@ -79,6 +85,7 @@ class Gateway:
         self.totals = CallStats()
         self.sessions: dict[str, CallStats] = {}
         self.epochs: dict[str, int] = {}  # session id -> epoch (batch items); children inherit
+        self.roots: dict[str, str] = {}  # subagent session id -> the session it was spawned from (at the top)
         self._rng = rng or random.Random()
         self._port: int | None = None
         self._client: httpx.AsyncClient | None = None
@@ -98,8 +105,23 @@ class Gateway:
         self.epochs[session_id] = epoch
 
     def stats_of(self, session_id: str) -> CallStats:
-        """The counters of one session (a fresh zero one if it made no call)."""
+        """The counters of a session and its subagents (a zero one if they made no call)."""
         return self.sessions.get(session_id, CallStats())
+
+    def take(self, session_id: str) -> CallStats:
+        """:meth:`stats_of`, forgotten here (an item's line is written once)."""
+        self.epochs.pop(session_id, None)
+        return self.sessions.pop(session_id, CallStats())
+
+    def summary(self) -> dict[str, Any]:
+        """Run totals: calls, hits, hit rate, tokens, tokens saved, 429s absorbed, the limit over time."""
+        totals = self.totals
+        start = self.limiter.history[0][0]
+        return {**totals.to_json(), "hit_rate": round(totals.cache_hits / totals.calls, 6) if totals.calls else None,
+                "concurrency": {"mode": "auto" if self.limiter.adaptive else "fixed", "final": self.limiter.limit,
+                                "min": min(limit for _, limit in self.limiter.history),
+                                "max": max(limit for _, limit in self.limiter.history),
+                                "changes": [[round(t - start, 3), limit] for t, limit in self.limiter.history[-100:]]}}
 
     async def run(self, *, task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
@@ -157,17 +179,21 @@ class Gateway:
             await peer.error(400, "invalid_request_error", "the request body must be a JSON object")
             return
         session = header(request, SESSION_HEADER) or ""
-        stats = self.sessions.setdefault(session, CallStats())
-        epoch = self._epoch(session, payload)
+        epoch = self._resolve(session, payload)
+        stats = self.sessions.setdefault(self.roots.get(session, session), CallStats())
         await _Call(self, peer, request, body, payload, session, stats, epoch).run()
 
-    def _epoch(self, session: str, payload: dict[str, Any]) -> int | None:
+    def _resolve(self, session: str, payload: dict[str, Any]) -> int | None:
+        """Map a subagent to its root session (its first message names its parent); its epoch."""
+        if session not in self.epochs and session not in self.roots:
+            parent = PARENT.search(_first_text(payload))
+            if parent is not None:
+                root = self.roots.get(parent.group(1), parent.group(1))
+                self.roots[session] = root
+                if root in self.epochs:
+                    self.epochs[session] = self.epochs[root]
         if self.options.cache_epochs == "shared":
             return None
-        if session not in self.epochs:  # a subagent: its first message names its parent
-            parent = PARENT.search(_first_text(payload))
-            if parent is not None and parent.group(1) in self.epochs:
-                self.epochs[session] = self.epochs[parent.group(1)]
         return self.epochs.get(session, 0)
 
     def forward_headers(self, request: h11.Request) -> list[tuple[bytes, bytes]]:

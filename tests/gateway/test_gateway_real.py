@@ -93,6 +93,13 @@ async def test_a_batch_shares_one_gateway_and_writes_no_key_or_token(
         handler.close()
     assert summary.ok == 4
     assert {r.api_key for r in fake_model.requests} == {REAL_KEY}
+    for line in lines(out).values():
+        model = line["model"]
+        assert isinstance(model, dict) and model["calls"] == model["upstream_calls"] >= 1 and model["cache_hits"] == 0
+        assert model["input_tokens"] == 10 * model["calls"] and model["output_tokens"] == 5 * model["calls"]
+        assert 0 <= model["time_to_first_token_s"] <= model["call_duration_s"]
+    assert summary.model is not None and summary.model["calls"] == len(fake_model.requests)
+    assert summary.model["concurrency"]["mode"] == "auto" and summary.model["hit_rate"] == 0
     files = written(tmp_path)
     assert log_file in files and out in files and len(files) > 5
     for path, data in files.items():
@@ -142,6 +149,10 @@ async def test_a_batch_recorded_once_replays_with_the_model_stopped(tmp_path: Pa
         assert after[key]["final_response"] == before[key]["final_response"], key
         assert after[key]["scores"] == before[key]["scores"], key
     assert after[("spawn", 2)]["final_response"] == "children done"
+    spawned = after[("spawn", 1)]["model"]  # the child's calls count for its item
+    assert isinstance(spawned, dict) and spawned["calls"] == spawned["cache_hits"] >= 4 and spawned["upstream_calls"] == 0
+    assert replayed.model is not None and replayed.model["hit_rate"] == 1.0 and recorded.model is not None
+    assert replayed.model["saved_tokens"] == recorded.model["input_tokens"] + recorded.model["output_tokens"]
     write_dataset(tmp_path / "new.jsonl", [{"id": "new", "prompt": "never recorded"}])
     with trio.fail_after(START):
         missing = await run_batch(tmp_path / "new.jsonl", tmp_path / "missing.jsonl", spec(upstream, "h3"), BatchOptions(
