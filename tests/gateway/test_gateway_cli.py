@@ -59,3 +59,9 @@ def test_cache_stats_and_prune(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert json.loads(capsys.readouterr().out)["entries"] == 0
     assert main(["cache", "stats", str(tmp_path / "nothing")]) == 2
     assert "holds no response cache" in capsys.readouterr().err
+
+
+def test_run_takes_the_gateway_flags_too(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "code_review")
+    assert main(["run", recipe, "--cache-mode", "replay"]) == 2
+    assert "--cache-mode replay needs --cache DIR" in capsys.readouterr().err
