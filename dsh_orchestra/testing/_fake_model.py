@@ -267,7 +267,7 @@ class RequestRecord:
     rule: str | None
     prompt: str
     outcome: str  # the stop reason sent, or the fail mode
-    api_key: str | None = None  # the x-api-key header received (this is a test double: it keeps it)
+    api_key: str | None = attrs.field(default=None, eq=False)  # the x-api-key header received (a test double keeps it)
 
 
 def parse_rate(text: str) -> float:
