@@ -95,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch, _compare, _gateway, _policy, _report, _run, _score
+    from . import _batch, _compare, _gateway, _merge, _policy, _report, _run, _score
 
-    return [_batch.register, _compare.register, _gateway.register, _policy.register, _report.register, _run.register,
+    return [_batch.register, _compare.register, _gateway.register, _merge.register, _policy.register, _report.register, _run.register,
             _score.register]
 
 
