@@ -15,11 +15,13 @@ gateway in this process, the client (httpx on trio) in this process too.
   wall time, and the share of the quota used (model answers / (20/s x wall time)).
 
     python bench/gateway.py latency throughput goodput
+    GATEWAY_BENCH_RATE=2 python bench/gateway.py goodput    # another quota (requests/s)
 """
 
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 import statistics
 import subprocess
@@ -148,10 +150,11 @@ def main() -> None:
         model.terminate()
         model.wait()
     if "goodput" in parts:
+        rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota
         for use_gateway in (True, False):
-            quota, quota_url = start_model("--rate-limit", "20/s")
+            quota, quota_url = start_model("--rate-limit", f"{rate}/s")
             try:
-                row = trio.run(partial(goodput, quota_url, use_gateway=use_gateway, rate=20.0))
+                row = trio.run(partial(goodput, quota_url, use_gateway=use_gateway, rate=rate))
             finally:
                 quota.terminate()
                 quota.wait()
