@@ -106,7 +106,7 @@ async def throughput(model_url: str) -> dict[str, Any]:
         await nursery.start(gateway.run)
         for name, url, key in (("direct", model_url, "k"), ("gateway", gateway.base_url, gateway.token)) * 2:
             start = time.perf_counter()
-            _, size = await load(url, key, 1, 5, body)
+            _, size = await load(url, key, 1, 2, body)
             rate = size / (time.perf_counter() - start) / 2**20
             out[f"{name}_MiB_s"] = max(out.get(f"{name}_MiB_s", 0.0), rate)
         nursery.cancel_scope.cancel()

@@ -11,6 +11,8 @@ import trio
 from dsh_orchestra.gateway import Gateway, GatewayOptions, ResponseCache
 
 REAL_KEY = "sk-real-key-for-gateway-tests-0123456789"
+BASE_ENV = {"DSH_TELEMETRY_MODE": "DISABLED", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+"""As tests/conftest.py's (not imported from there: another directory's conftest may own that name)."""
 
 
 def body(prompt: str = "hello", **extra: Any) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from dsh_orchestra.gateway import GatewayOptions
 from dsh_orchestra.testing._fake_model import FakeModelServer, open_fake_model
 from dsh_orchestra.testing._script import parse_script
 
-from conftest import BASE_ENV
-from gateway_support import REAL_KEY, write_dataset
+from gateway_support import BASE_ENV, REAL_KEY, write_dataset
 
 pytestmark = pytest.mark.integration
 START = 240.0
