@@ -43,13 +43,16 @@ def api_key_of(spec: RuntimeSpec, options: GatewayOptions) -> str | None:
 
 
 def routed(spec: RuntimeSpec, gateway: Gateway, *, api_key: str | None) -> RuntimeSpec:
-    """``spec`` pointed at ``gateway``: its token as the key, and an environment (ours if the
-    spec inherits, plus its own) without the key variables or any variable holding the key."""
-    names = {DEFAULT_API_KEY_ENV, gateway.options.api_key_env, "DEEPSEEK_BASE_URL"}
-    env = dict(os.environ) if spec.inherit_env else {}
-    env.update(spec.env)
-    kept = {k: v for k, v in env.items() if k not in names and (api_key is None or api_key not in v)}
-    return spec.evolve(env=kept, inherit_env=False, base_url=gateway.base_url, api_key=gateway.token)
+    """``spec`` pointed at ``gateway``, with its token as the key. The key variables, and any
+    variable (inherited or the spec's) whose value holds the key, are set empty in its env."""
+    names = {DEFAULT_API_KEY_ENV, gateway.options.api_key_env}
+    seen = {**(os.environ if spec.inherit_env else {}), **spec.env}
+    env = dict(spec.env)
+    for name, value in seen.items():
+        if name in names or (api_key is not None and api_key in value):
+            env[name] = ""
+    env.pop("DEEPSEEK_BASE_URL", None)  # base_url below wins in the process environment
+    return spec.evolve(env=env, base_url=gateway.base_url, api_key=gateway.token)
 
 
 @asynccontextmanager
