@@ -25,7 +25,7 @@ from ._cache import Entry, ResponseCache, cache_key
 from ._http import Peer, header, passed_headers
 from ._limiter import AUTO_START, AdaptiveLimiter
 from ._options import GatewayOptions
-from ._sse import SseReader, Usage, overloaded_event
+from ._sse import COUNTED, SseReader, Usage, overloaded_event
 
 LOOPBACK: Final = "127.0.0.1"
 SESSION_HEADER: Final = b"x-deepseek-harness-session-id"
@@ -302,7 +302,7 @@ class _Call:
         self._count("cache_hits")
         self._count("saved_tokens", entry.input_tokens + entry.output_tokens)
         await self.peer.start(200, [(k.encode(), v.encode()) for k, v in entry.headers])
-        reader = SseReader()
+        reader = SseReader(frozenset())  # passed on as stored: no data decoded
         for event in reader.feed(entry.body):
             await self.peer.send(event.raw)
         await self.peer.send(reader.pending)
@@ -354,7 +354,7 @@ class _Call:
     async def _stream(self, response: httpx.Response, *, last: bool) -> str:
         """Pass the SSE stream through; hold back ``message_start`` until the next event shows
         whether the provider is overloaded after all (then retry, nothing sent yet)."""
-        reader = SseReader()
+        reader = SseReader(COUNTED)
         held: list[bytes] = []
         sent_head = False
         stored: list[bytes] = []
@@ -373,9 +373,6 @@ class _Call:
                 raise
         if stop is not None:
             raise stop
-        events = SseReader().feed(b"".join(stored))
-        complete = any(e.name == "message_stop" for e in events)
-        clean = not any(e.name == "error" or (e.data is None and e.name != "ping") for e in events)
         if not sent_head:
             await self._head(response, held)
         await self.peer.end()
@@ -383,14 +380,16 @@ class _Call:
         self._count("input_tokens", self.usage.input_tokens)
         self._count("output_tokens", self.usage.output_tokens)
         body = b"".join(stored)
-        if reader.pending.strip():
-            clean = False  # a malformed (or cut) stream is passed on as it came, never stored
         cache = self.gateway.cache
-        if cache is not None and complete and clean and self.gateway.options.cache_mode in ("use", "record"):
+        storing = cache is not None and self.gateway.options.cache_mode in ("use", "record")
+        events = SseReader(None if storing else COUNTED).feed(body)  # every event decoded only to store it
+        complete = any(e.name == "message_stop" for e in events) and not reader.pending.strip()
+        clean = not any(e.name == "error" or (storing and e.data is None and e.name != "ping") for e in events)
+        if cache is not None and storing and complete and clean:
             headers = [(k.decode(), v.decode("latin-1")) for k, v in passed_headers(response.headers)]
             await cache.aput(self.key, Entry(body=body, headers=headers, input_tokens=self.usage.input_tokens,
                                              output_tokens=self.usage.output_tokens))
-        return "ok" if clean else "limited" if self._overloaded(body) else "other"
+        return "ok" if clean else "limited" if any(overloaded_event(e) for e in events) else "other"
 
     async def _pass(self, response: httpx.Response, chunk: bytes, reader: SseReader, held: list[bytes],
                     stored: list[bytes], sent_head: bool, *, last: bool) -> bool:
@@ -418,6 +417,3 @@ class _Call:
         await self.peer.send(b"".join(held))
         held.clear()
 
-    @staticmethod
-    def _overloaded(body: bytes) -> bool:
-        return any(overloaded_event(e) for e in SseReader().feed(body))

@@ -22,21 +22,35 @@ class Event:
     raw: bytes
 
 
-class SseReader:
-    """Splits bytes into events; ``feed`` returns the events completed by a chunk."""
+COUNTED = frozenset({"message_start", "message_delta", "error"})
+"""The events whose data the gateway reads while streaming (usage, in-band errors)."""
 
-    def __init__(self) -> None:
+
+class SseReader:
+    """Splits bytes into events; ``feed`` returns the events completed by a chunk. ``parse``:
+    the event names whose data is decoded (None: all; the others keep ``data`` None)."""
+
+    def __init__(self, parse: frozenset[str] | None = None) -> None:
         self._buffer = b""
+        self._parse = parse
 
     def feed(self, chunk: bytes) -> list[Event]:
-        self._buffer += chunk
+        buffer = self._buffer + chunk if self._buffer else chunk
         events: list[Event] = []
-        while True:
-            cut = _boundary(self._buffer)
-            if cut is None:
-                return events
-            raw, self._buffer = self._buffer[:cut], self._buffer[cut:]
-            events.append(_parse(raw))
+        start = 0
+        lf = buffer.find(b"\n\n")  # the next of each separator at or after ``start`` (-1: none)
+        crlf = buffer.find(b"\r\n\r\n") if b"\r" in buffer else -1
+        while lf >= 0 or crlf >= 0:
+            ends = [i + size for i, size in ((lf, 2), (crlf, 4)) if i >= 0]
+            end = min(ends)
+            events.append(_parse(buffer[start:end], self._parse))
+            start = end
+            if 0 <= lf < start:
+                lf = buffer.find(b"\n\n", start)
+            if 0 <= crlf < start:
+                crlf = buffer.find(b"\r\n\r\n", start)
+        self._buffer = buffer[start:]
+        return events
 
     @property
     def pending(self) -> bytes:
@@ -44,12 +58,7 @@ class SseReader:
         return self._buffer
 
 
-def _boundary(buffer: bytes) -> int | None:
-    found = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := buffer.find(sep)) >= 0]
-    return min(found) if found else None
-
-
-def _parse(raw: bytes) -> Event:
+def _parse(raw: bytes, names: frozenset[str] | None) -> Event:
     name = "message"
     data_lines: list[str] = []
     for line in raw.decode("utf-8", errors="replace").splitlines():
@@ -57,6 +66,8 @@ def _parse(raw: bytes) -> Event:
             name = line[6:].strip()
         elif line.startswith("data:"):
             data_lines.append(line[5:].lstrip(" "))
+    if names is not None and name not in names:
+        return Event(name=name, data=None, raw=raw)
     try:
         data = json.loads("\n".join(data_lines)) if data_lines else None
     except ValueError:
