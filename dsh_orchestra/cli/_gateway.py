@@ -9,9 +9,7 @@ import sys
 from typing import Any
 
 from .._params import ParamError
-from ..gateway import CacheError, GatewayOptions, ResponseCache
-from ..gateway._cache import FILE_NAME
-from ..gateway._options import CACHE_EPOCHS, CACHE_MODES
+from ..gateway import CACHE_EPOCHS, CACHE_FILE_NAME, CACHE_MODES, CacheError, GatewayOptions, ResponseCache
 from ._common import UsageError
 from ._errors import message
 
@@ -60,8 +58,8 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
 
 
 def _check_cache(directory: str, *, replay: bool) -> None:
-    if replay and not os.path.isfile(os.path.join(directory, FILE_NAME)):
-        raise UsageError(f"--cache {directory!r} holds no recorded answers ({FILE_NAME}) to replay; "
+    if replay and not os.path.isfile(os.path.join(directory, CACHE_FILE_NAME)):
+        raise UsageError(f"--cache {directory!r} holds no recorded answers ({CACHE_FILE_NAME}) to replay; "
                          "record them first (--cache-mode record or use)")
     try:
         ResponseCache(directory).close()
@@ -86,8 +84,8 @@ def register(sub: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """``cache stats|prune DIR``."""
-    if not os.path.isfile(os.path.join(args.dir, FILE_NAME)):
-        print(f"dsh-orchestra: {args.dir!r} holds no response cache ({FILE_NAME}); give the --cache DIR of a run",
+    if not os.path.isfile(os.path.join(args.dir, CACHE_FILE_NAME)):
+        print(f"dsh-orchestra: {args.dir!r} holds no response cache ({CACHE_FILE_NAME}); give the --cache DIR of a run",
               file=sys.stderr)
         return 2
     try:

@@ -29,6 +29,8 @@ VOLATILE_IDS: Final = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 subagent <uuid>", "Background subagent <uuid> finished") and the batch's own session ids
 ("Your parent agent id is "item-..."); each is replaced by its order of first appearance."""
 FILE_NAME: Final = "responses.sqlite3"
+CACHE_FILE_NAME: Final = FILE_NAME
+"""The cache file's name in a cache directory."""
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY, body BLOB NOT NULL, digest TEXT NOT NULL, headers TEXT NOT NULL,
