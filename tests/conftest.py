@@ -74,6 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in SHARED_RUNS:
             if name in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(name))
+        if "browser" in getattr(item, "fixturenames", ()):  # every test given a browser is a browser test
+            item.add_marker(pytest.mark.browser)
     try:
         bundled_dsh_command()
     except FileNotFoundError as exc:
