@@ -21,7 +21,7 @@ from dsh_orchestra._public import ROOT_EXPORTS
 
 PACKAGES = [
     "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "runtime", "scale",
-    "session", "testing", "transport", "workflow",
+    "session", "testing", "transport", "view", "workflow",
 ]
 SOURCE = Path(dsh_orchestra.__file__).parent
 
