@@ -64,7 +64,7 @@ LEAK_GRACE = 1.0
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
 
-SHARED_RUNS = ("sim_run", "eval_runs")
+SHARED_RUNS = ("sim_run", "eval_runs", "view_run")
 """Session-scoped fixtures that make a real run: their tests share one xdist worker (a group each)."""
 
 

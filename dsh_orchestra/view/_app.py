@@ -33,6 +33,7 @@ from ._query import QueryError, item_lines, query_items, run_stats
 from ._runs import Run, discover
 
 PREVIEW = 160
+CATCH_UP = 2000  # lines parsed while answering a request (more: the background task does it)
 MAX_TEXT = 20_000
 MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -96,7 +97,7 @@ class Viewer:
             if found is not None:
                 run.attach_summary(*found)
 
-    async def keep_indexed(self, *, interval: float = 0.5, step: int = 2000) -> None:
+    async def keep_indexed(self, *, interval: float = 0.25, step: int = 2000) -> None:
         """Forever: index what each run's file gained, its columns a step at a time."""
         while True:
             for run in list(self.runs):
@@ -109,6 +110,8 @@ class Viewer:
     def refresh(self, run: Run) -> None:
         try:
             run.index.refresh()
+            if len(run.index) - run.index.parsed <= CATCH_UP:  # a live run's new lines: counted at once
+                run.index.parse(CATCH_UP)
             run.problem = None
         except FileNotFoundError:
             run.problem = f"{run.results} is gone"
@@ -145,14 +148,15 @@ class Viewer:
     def page(self, kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
             boot = {"page": kind, "token": self.token, **{k: v for k, v in request.path_params.items()}}
-            token = escape(self.token)
+            token = str(escape(self.token))
             html = (
                 "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
                 "<meta name=viewport content='width=device-width, initial-scale=1'>"
+                "<link rel=icon href='data:,'>"
                 f"<title>dsh-orchestra view</title><link rel=stylesheet href='/assets/view.css?token={token}'></head>"
                 f"<body data-page={kind}><header class=top><a id=home href='/?token={token}'>dsh-orchestra view</a>"
                 "<span id=crumbs></span></header><main id=main><p class=muted>Loading…</p></main>"
-                "<script type='application/json' id=boot>" + embed_json(boot) + "</script>"
+                "<script type='application/json' id=boot>" + str(embed_json(boot)) + "</script>"
                 f"<script src='/assets/view.js?token={token}'></script></body></html>"
             )
             return HTMLResponse(html, headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store",
@@ -244,6 +248,8 @@ class Viewer:
             return ORJSONResponse({"error": str(exc)}, status_code=400)
         except ResultsRewrittenError as exc:
             return ORJSONResponse({"error": str(exc), "retry": True}, status_code=409)
+        except OSError as exc:
+            return ORJSONResponse({"error": f"cannot read {run.results}: {exc.strerror or exc}"}, status_code=409)
         page["items"] = rows
         page["scorers"] = list(run.index.scores)
         page["lines"] = len(run.index)
@@ -289,6 +295,8 @@ class Viewer:
             lines = [(i, line) for i, line in zip(indexes, run.index.lines(indexes), strict=True) if line.get("id") == item_id]
         except ResultsRewrittenError as exc:
             return ORJSONResponse({"error": str(exc), "retry": True}, status_code=409)
+        except OSError as exc:
+            return ORJSONResponse({"error": f"cannot read {run.results}: {exc.strerror or exc}"}, status_code=409)
         if not lines:
             return _missing(f"no item {item_id!r} in {run.results.name} (yet)")
         dataset = run.dataset()

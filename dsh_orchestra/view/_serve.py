@@ -66,7 +66,7 @@ async def serve(
     token = token or new_token()
     viewer = Viewer(paths, token, control)
     config = Config()
-    config.bind = [f"fd://{sock.fileno()}"]
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]  # Hypercorn closes the socket it makes of the fd: a copy of ours
     config.accesslog = None
     config.errorlog = "-"
     config.graceful_timeout = 1.0

@@ -5,7 +5,7 @@
   var TOKEN = boot.token;
   var main = document.getElementById("main");
   var crumbs = document.getElementById("crumbs");
-  var POLL_MS = 1000;
+  var POLL_MS = 500;
 
   function el(name, attrs, text) {
     var node = document.createElement(name);
@@ -48,9 +48,10 @@
   }
   function problem(message) { return el("p", { "class": "problem", role: "alert" }, message); }
   function badge(status) { return el("span", { "class": "badge s-" + String(status).replace(/[^a-z0-9-]/gi, "") }, status); }
+  function fixed(v) { return v === null || v === undefined || !isFinite(v) ? "—" : Number(v).toFixed(4); }
   function interval(s) {
     if (!s || s.mean === null || s.mean === undefined) return "—";
-    return num(s.mean, 4) + (s.ci95 ? " [" + num(s.ci95[0], 4) + ", " + num(s.ci95[1], 4) + "]" : "");
+    return fixed(s.mean) + (s.ci95 ? " [" + fixed(s.ci95[0]) + ", " + fixed(s.ci95[1]) + "]" : "");
   }
 
   // ---- runs ---------------------------------------------------------------------------------
@@ -83,7 +84,7 @@
         Object.keys(run.scores || {}).forEach(function (name) {
           add(scores, el("div", { "data-scorer": name }, name + ": " + interval(run.scores[name])));
         });
-        add(tr, add(el("td"), pick), add(el("td"), add(el("a", { href: url("/run/" + run.n), "class": "run-link" }, run.name),
+        add(tr, add(el("td"), pick), add(el("td"), el("a", { href: url("/run/" + run.n), "class": "run-link" }, run.name),
           el("div", { "class": "muted small" }, run.results)),
           add(el("td", { "class": "state" }, run.live ? "live" : "finished"), run.problem ? problem(run.problem) : null),
           el("td", { "class": "num items" }, num(run.items)), el("td", { "class": "num ok" }, num(run.ok)),
@@ -196,8 +197,8 @@
         var tb = el("tbody");
         names.forEach(function (name) {
           var sc = run.scores[name];
-          add(tb, add(el("tr", { "data-scorer": name }), el("td", null, name), el("td", { "class": "num mean" }, num(sc.mean, 4)),
-            el("td", { "class": "ci" }, sc.ci95 ? "[" + num(sc.ci95[0], 4) + ", " + num(sc.ci95[1], 4) + "]" : "—"), el("td", { "class": "num" }, num(sc.n))));
+          add(tb, add(el("tr", { "data-scorer": name }), el("td", null, name), el("td", { "class": "num mean" }, fixed(sc.mean)),
+            el("td", { "class": "ci" }, sc.ci95 ? "[" + fixed(sc.ci95[0]) + ", " + fixed(sc.ci95[1]) + "]" : "—"), el("td", { "class": "num" }, num(sc.n))));
         });
         add(head, add(t, tb), el("p", { "class": "muted small" }, run.scores_source === "summary" ?
           "From the run's summary (" + (summary.run && summary.run.reducer || "mean") + " over epochs, bootstrap intervals)." :
@@ -324,7 +325,7 @@
     var filtersDrawn = false;
     function poll(once) {
       return api("/api/run/" + n).then(function (run) {
-        var mark = [run.lines, run.parsed, run.generation, run.live, run.summary].join("/");
+        var mark = [run.lines, run.parsed, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
         if (mark !== seen) {
           seen = mark;
           drawHead(run);
@@ -435,14 +436,14 @@
       add(top, el("h2", null, "Base " + data.base.name + " → candidate " + data.candidate.name),
         el("p", { "class": "muted" }, doc.pairs + " items in both runs · " + doc.only_in_base.length + " only in base · " + doc.only_in_candidate.length + " only in candidate"));
       var t = add(el("table", { "class": "plain", id: "compare-scores" }), add(el("thead"), add(el("tr"), el("th", null, "scorer"), el("th", { "class": "num" }, "n"),
-        el("th", { "class": "num" }, "base"), el("th", { "class": "num" }, "candidate"), el("th", { "class": "num" }, "difference"), el("th", null, "95% interval"),
+        el("th", { "class": "num" }, "base"), el("th", { "class": "num" }, "candidate"), el("th", { "class": "num" }, "difference"), el("th", null, "95% interval"), el("th", { "class": "num" }, "p"),
         el("th", { "class": "num" }, "regressions"), el("th", { "class": "num" }, "improvements"))));
       var tb = el("tbody");
       Object.keys(doc.scorers).forEach(function (name) {
         var s = doc.scorers[name];
-        add(tb, add(el("tr", { "data-scorer": name }), el("td", null, name), el("td", { "class": "num" }, num(s.n)), el("td", { "class": "num" }, num(s.base_mean, 4)),
-          el("td", { "class": "num" }, num(s.candidate_mean, 4)), el("td", { "class": "num" }, num(s.difference, 4)),
-          el("td", null, s.ci95 ? "[" + num(s.ci95[0], 4) + ", " + num(s.ci95[1], 4) + "]" : "—"),
+        add(tb, add(el("tr", { "data-scorer": name }), el("td", null, name), el("td", { "class": "num" }, num(s.n)), el("td", { "class": "num" }, fixed(s.mean_base)),
+          el("td", { "class": "num" }, fixed(s.mean_candidate)), el("td", { "class": "num" }, fixed(s.diff)),
+          el("td", null, s.ci95 ? "[" + fixed(s.ci95[0]) + ", " + fixed(s.ci95[1]) + "]" : "—"), el("td", { "class": "num" }, fixed(s.p_value)),
           el("td", { "class": "num" }, (s.regressions || []).length), el("td", { "class": "num" }, (s.improvements || []).length)));
       });
       add(top, add(t, tb));
