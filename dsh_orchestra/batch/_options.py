@@ -86,6 +86,7 @@ class BatchOptions:
     # long runs: recycle a runtime after this many sessions / past this resident memory (None: never)
     max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=_optional_count)
     max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
+    control: bool = False  # listen on a control socket (pause, resume, stop, status, concurrency: `dsh-orchestra ctl`)
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..batch._control import ControlError, send_command
 from ..batch._transcripts import read_transcript, transcript_name
 from ..eval._compare import CompareInputError, compare_runs
 from ..report._common import clip
@@ -229,7 +230,7 @@ class Viewer:
             return None
         try:
             status = await self.control(run, "status", None)
-        except (OSError, ValueError):
+        except (OSError, ValueError, ControlError):
             return None
         return status
 
@@ -342,7 +343,7 @@ class Viewer:
             return ORJSONResponse({"error": "send {\"command\": pause|resume|stop|status|concurrency, \"value\": N}"}, status_code=400)
         try:
             answer = await self.control(run, str(body["command"]), body.get("value"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ControlError) as exc:
             return ORJSONResponse({"error": str(exc)}, status_code=409)
         return ORJSONResponse(answer)
 
@@ -369,6 +370,15 @@ class Viewer:
             flipped.setdefault(change["id"], []).append(f"status {change['base']} → {change['candidate']}")
         return ORJSONResponse({"doc": doc, "base": self._overview(base), "candidate": self._overview(candidate),
                                "flipped": [{"id": k, "why": v} for k, v in flipped.items()]})
+
+
+async def batch_control(run: Run, command: str, value: Any) -> dict[str, Any]:
+    """Send a command to the batch writing ``run``'s results (its control socket).
+
+    Raises:
+        ControlError: the run is not running, or it refused the command.
+    """
+    return await trio.to_thread.run_sync(functools.partial(send_command, run.results, command, value))
 
 
 def run_lines(run: Run) -> list[dict[str, Any]]:

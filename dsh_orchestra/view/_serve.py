@@ -53,7 +53,8 @@ async def serve(
     on_ready: Callable[[str], None] | None = None, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the runs under ``paths`` on the bound ``sock`` until cancelled; the URL (with the
-    token) goes to ``on_ready`` and ``task_status``.
+    token) goes to ``on_ready`` and ``task_status``. ``control`` sends a live run's buttons'
+    commands (default: to its batch's control socket).
 
     Raises:
         ViewInputError: a path is unusable.
@@ -61,10 +62,10 @@ async def serve(
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
-    from ._app import Viewer
+    from ._app import Viewer, batch_control
 
     token = token or new_token()
-    viewer = Viewer(paths, token, control)
+    viewer = Viewer(paths, token, batch_control if control is None else control)
     config = Config()
     config.bind = [f"fd://{os.dup(sock.fileno())}"]  # Hypercorn closes the socket it makes of the fd: a copy of ours
     config.accesslog = None

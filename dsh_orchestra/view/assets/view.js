@@ -219,23 +219,28 @@
       add(head, files);
       drawControl(run);
     }
+    var controlBuilt = false;
     function drawControl(run) {
-      if (!run.control) { controls.hidden = true; return; }
+      if (!run.control) { controls.hidden = true; controlBuilt = false; return; }
       controls.hidden = false;
-      clear(controls);
       var p = run.progress || {};
-      add(controls, el("h2", null, "Control"), el("p", { id: "control-state", "class": "muted" },
-        (p.paused ? "paused" : "running") + " · limit " + (p.concurrency === undefined ? "—" : p.concurrency) + " · in flight " + (p.in_flight === undefined ? "—" : p.in_flight)));
-      var row = el("div", { "class": "controls" });
-      [["pause", "Pause"], ["resume", "Resume"], ["stop", "Stop"]].forEach(function (pair) {
-        var b = el("button", { type: "button", id: "ctl-" + pair[0] }, pair[1]);
-        b.addEventListener("click", function () { send(pair[0]); });
-        add(row, b);
-      });
-      var limit = el("input", { type: "number", id: "ctl-limit", min: 1, value: p.concurrency || 1, style: "width:5em", "aria-label": "concurrency" });
-      var set = el("button", { type: "button", id: "ctl-concurrency" }, "Set concurrency");
-      set.addEventListener("click", function () { send("concurrency", parseInt(limit.value, 10)); });
-      add(controls, add(row, limit, set));
+      if (!controlBuilt) {  // built once: a poll only updates the state line (a typed limit stays)
+        clear(controls);
+        add(controls, el("h2", null, "Control"), el("p", { id: "control-state", "class": "muted" }));
+        var row = el("div", { "class": "controls" });
+        [["pause", "Pause"], ["resume", "Resume"], ["stop", "Stop"]].forEach(function (pair) {
+          var b = el("button", { type: "button", id: "ctl-" + pair[0] }, pair[1]);
+          b.addEventListener("click", function () { send(pair[0]); });
+          add(row, b);
+        });
+        var limit = el("input", { type: "number", id: "ctl-limit", min: 1, max: p.capacity || null, value: p.concurrency || 1, "class": "limit", "aria-label": "concurrency" });
+        var set = el("button", { type: "button", id: "ctl-concurrency" }, "Set concurrency");
+        set.addEventListener("click", function () { send("concurrency", parseInt(limit.value, 10)); });
+        add(controls, add(row, limit, set));
+        controlBuilt = true;
+      }
+      controls.querySelector("#control-state").textContent = (p.state || "running") + " · limit " + (p.concurrency === undefined ? "—" : p.concurrency) +
+        " of " + (p.capacity === undefined ? "—" : p.capacity) + " · in flight " + (p.in_flight === undefined ? "—" : p.in_flight);
     }
     function send(command, value) {
       if (command === "stop" && !confirm("Stop the run? It ends as Ctrl-C does; --resume finishes it later.")) return;
