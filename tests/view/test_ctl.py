@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from report_support import cli
 
