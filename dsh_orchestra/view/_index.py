@@ -81,9 +81,9 @@ class ResultsIndex:
         self.status = array("H")
         self.errors = array("H")
         self.finish = array("H")
-        self.epochs = array("i")
-        self.durations = array("d")
-        self.tokens = array("d")
+        self.epochs = array("H")
+        self.durations = array("f")  # float32: 7 digits are plenty for seconds and token counts
+        self.tokens = array("f")
         self.costs = array("d")
         self.scores: dict[str, array[float]] = {}
         self.status_codes, self.error_codes, self.finish_codes = Codes(), Codes(), Codes()
@@ -192,7 +192,7 @@ class ResultsIndex:
         self.errors.append(self.error_codes.code(error.get("type")) if isinstance(error, dict) else 0)
         self.finish.append(self.finish_codes.code(line.get("finish_reason")))
         epoch = line.get("epoch")
-        self.epochs.append(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and 0 < epoch < 1 << 31 else 0)
+        self.epochs.append(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and 0 < epoch < 1 << 16 else 0)
         self.durations.append(_number(line.get("duration_s")))
         usage = line.get("usage")
         self.tokens.append(_number(usage.get("total_tokens")) if isinstance(usage, dict) else math.nan)
@@ -263,12 +263,14 @@ class ResultsIndex:
     # ---- columns --------------------------------------------------------------------------
 
     def column(self, name: str) -> npt.NDArray[Any]:
-        """A column of the parsed lines as a numpy array (a copy)."""
+        """A column of the parsed lines as a numpy array: a view of the index, no copy. Use it
+        and drop it before the next ``parse`` (which cannot grow a column while a view exists:
+        BufferError); the viewer's queries are synchronous, in the thread that parses."""
         value: array[Any] = getattr(self, name)
-        dtype = {"q": np.int64, "H": np.uint16, "i": np.int32, "d": np.float64}[value.typecode]
-        return np.array(value, dtype=dtype) if len(value) else np.zeros(0, dtype=dtype)
+        dtype = {"q": np.int64, "H": np.uint16, "i": np.int32, "d": np.float64, "f": np.float32}[value.typecode]
+        return np.frombuffer(value, dtype=dtype) if len(value) else np.zeros(0, dtype=dtype)
 
     def score(self, name: str) -> npt.NDArray[np.float64]:
-        """A scorer's values of the parsed lines (NaN: none)."""
+        """A scorer's values of the parsed lines (NaN: none); a view, as ``column``."""
         column = self.scores.get(name)
-        return np.array(column, dtype=np.float64) if column else np.full(self.parsed, np.nan)
+        return np.frombuffer(column, dtype=np.float64) if column else np.full(self.parsed, np.nan)

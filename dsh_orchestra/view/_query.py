@@ -36,10 +36,11 @@ class Groups:
     """Which lines make each item: ``inverse[line]`` is its item; items in file order."""
 
     state: tuple[int, int]
-    inverse: npt.NDArray[np.int64]
-    first: npt.NDArray[np.int64]  # first line of each item
-    order: npt.NDArray[np.int64]  # lines sorted by item
+    inverse: npt.NDArray[np.int32]
+    first: npt.NDArray[np.int32]  # first line of each item
+    order: npt.NDArray[np.int32]  # lines sorted by item
     bounds: npt.NDArray[np.int64]  # item i's lines: order[bounds[i]:bounds[i+1]]
+    trivial: bool = False  # every item has one line: item i is line i
 
     @property
     def items(self) -> int:
@@ -56,22 +57,33 @@ def groups(index: ResultsIndex, cache: dict[str, Any]) -> Groups:
     if isinstance(found, Groups) and found.state == state:
         return found
     keys = index.column("keys")
+    ordered = np.sort(keys)
+    if not (ordered[1:] == ordered[:-1]).any():  # one line per item (no epochs): no grouping to do
+        del ordered, keys
+        line = np.arange(index.parsed, dtype=np.int32)
+        trivial = Groups(state, line, line, line, np.arange(index.parsed + 1, dtype=np.int64), trivial=True)
+        cache["groups"] = trivial
+        return trivial
+    del ordered
     _, first_of_key, inverse_key = np.unique(keys, return_index=True, return_inverse=True)
     # number the items in file order (by their first line)
     rank = np.empty(len(first_of_key), dtype=np.int64)
     by_first = np.argsort(first_of_key, kind="stable")
     rank[by_first] = np.arange(len(first_of_key))
-    inverse = rank[inverse_key.reshape(-1)]
-    first = first_of_key[by_first].astype(np.int64)
-    order = np.argsort(inverse, kind="stable").astype(np.int64)
+    inverse = rank[inverse_key.reshape(-1)].astype(np.int32)  # int32: half the memory (< 2**31 lines)
+    del rank, inverse_key, keys
+    first = first_of_key[by_first].astype(np.int32)
+    order = np.argsort(inverse, kind="stable").astype(np.int32)
     counts = np.bincount(inverse, minlength=len(first))
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    result = Groups(state, inverse.astype(np.int64), first, order, bounds)
+    result = Groups(state, inverse, first, order, bounds)
     cache["groups"] = result
     return result
 
 
-def _per_item_mean(values: npt.NDArray[np.float64], g: Groups) -> npt.NDArray[np.float64]:
+def _per_item_mean(values: npt.NDArray[Any], g: Groups) -> npt.NDArray[Any]:
+    if g.trivial:
+        return values
     present = ~np.isnan(values)
     sums = np.bincount(g.inverse, weights=np.where(present, values, 0.0), minlength=g.items)
     counts = np.bincount(g.inverse, weights=present.astype(np.float64), minlength=g.items)
@@ -93,7 +105,19 @@ def score_stats(values: npt.NDArray[np.float64]) -> dict[str, Any]:
 
 
 def run_stats(index: ResultsIndex, cache: dict[str, Any]) -> dict[str, Any]:
-    """Counts, latency, tokens, cost and each scorer's running mean over the parsed lines."""
+    """Counts, latency, tokens, cost and each scorer's running mean over the parsed lines
+    (computed once per state of the index)."""
+    state = (index.generation, index.parsed, len(index))
+    found = cache.get("stats")
+    if isinstance(found, tuple) and found[0] == state:
+        value: dict[str, Any] = found[1]
+        return value
+    stats = _run_stats(index, cache)
+    cache["stats"] = (state, stats)
+    return stats
+
+
+def _run_stats(index: ResultsIndex, cache: dict[str, Any]) -> dict[str, Any]:
     g = groups(index, cache)
     status = index.column("status")
     names = index.status_codes.names
@@ -112,7 +136,7 @@ def run_stats(index: ResultsIndex, cache: dict[str, Any]) -> dict[str, Any]:
         "ok": ok, "error": index.parsed - ok, "status": counts, "errors": error_counts, "finish_reasons": finish_counts,
         "p50_s": float(np.percentile(durations, 50)) if len(durations) else None,
         "p95_s": float(np.percentile(durations, 95)) if len(durations) else None,
-        "tokens": float(np.nansum(tokens)) if not np.isnan(tokens).all() else None,
+        "tokens": float(np.nansum(tokens, dtype=np.float64)) if len(tokens) and not np.isnan(tokens).all() else None,
         "cost_usd": float(np.nansum(costs)) if len(costs) and not np.isnan(costs).all() else None,
         "scores": {name: score_stats(_per_item_mean(index.score(name), g)) for name in index.scores},
         "epochs": sorted({int(e) for e in np.unique(index.column("epochs")) if e}),
