@@ -332,15 +332,17 @@
       return api("/api/run/" + n).then(function (run) {
         var mark = [run.lines, run.parsed, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
         if (mark !== seen) {
+          var first = seen === null;
           seen = mark;
           drawHead(run);
           if (!filtersDrawn || (run.stats && Object.keys(run.stats.scores).length !== scorers.length)) { drawFilters(run.stats); filtersDrawn = true; }
-          loadItems();
+          if (!first) loadItems();  // the first page was asked for at once, beside the summary
         }
         if (!once && (run.live || run.parsed < run.lines || run.pending_bytes)) setTimeout(poll, POLL_MS);
         else if (!once) document.body.dataset.finished = "1";
       }).catch(function (e) { clear(head); add(head, problem(e.message)); });
     }
+    loadItems();
     poll();
   }
 
