@@ -9,7 +9,7 @@ find it. One JSON line asks (``{"command": "pause"}``, ``{"command": "concurrenc
 "..."}``).
 
 Pause stops starting items (those in flight finish); resume starts them again; stop ends the
-run as SIGINT does (the process interrupts itself: results kept, exit 130, ``--resume``
+run as SIGINT does (the process interrupts itself: results kept, exit 130, ``resume=True``
 finishes it); concurrency sets how many items may be in flight (1 to the pool's capacity).
 """
 
