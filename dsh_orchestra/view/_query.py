@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+import time
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -21,6 +22,8 @@ import orjson
 from ._index import ResultsIndex, id_key
 
 MAX_LIMIT = 500
+BACKLOG = 20_000  # lines still to read above which counts and groups may be STALE_S old
+STALE_S = 2.0
 OPS: dict[str, Callable[[Any, Any], Any]] = {
     "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "=": operator.eq,
 }
@@ -50,11 +53,21 @@ class Groups:
         return sorted(self.order[self.bounds[item]:self.bounds[item + 1]].tolist())
 
 
-def groups(index: ResultsIndex, cache: dict[str, Any]) -> Groups:
-    """The items of the parsed lines (cached until the index changes)."""
+def _fresh(index: ResultsIndex, state: tuple[int, ...], cached: tuple[int, ...], at: float) -> bool:
+    """Whether a cached result for ``cached`` serves ``state``: the same, or, while a large
+    backlog of lines is still being read (the first read of a big file), at most STALE_S old."""
+    if state == cached:
+        return True
+    reading = len(index) - index.parsed > BACKLOG
+    return reading and cached[0] == state[0] and time.monotonic() - at < STALE_S
+
+
+def groups(index: ResultsIndex, cache: dict[str, Any], *, stale_ok: bool = False) -> Groups:
+    """The items of the parsed lines (cached until the index changes; with ``stale_ok``, those
+    of the first ``len(inverse)`` lines, while a large backlog is read)."""
     state = (index.generation, index.parsed)
     found = cache.get("groups")
-    if isinstance(found, Groups) and found.state == state:
+    if isinstance(found, Groups) and (found.state == state or (stale_ok and _fresh(index, state, found.state, cache.get("groups_at", 0.0)))):
         return found
     keys = index.column("keys")
     ordered = np.sort(keys)
@@ -62,7 +75,7 @@ def groups(index: ResultsIndex, cache: dict[str, Any]) -> Groups:
         del ordered, keys
         line = np.arange(index.parsed, dtype=np.int32)
         trivial = Groups(state, line, line, line, np.arange(index.parsed + 1, dtype=np.int64), trivial=True)
-        cache["groups"] = trivial
+        cache["groups"], cache["groups_at"] = trivial, time.monotonic()
         return trivial
     del ordered
     _, first_of_key, inverse_key = np.unique(keys, return_index=True, return_inverse=True)
@@ -77,7 +90,7 @@ def groups(index: ResultsIndex, cache: dict[str, Any]) -> Groups:
     counts = np.bincount(inverse, minlength=len(first))
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     result = Groups(state, inverse, first, order, bounds)
-    cache["groups"] = result
+    cache["groups"], cache["groups_at"] = result, time.monotonic()
     return result
 
 
@@ -109,11 +122,11 @@ def run_stats(index: ResultsIndex, cache: dict[str, Any]) -> dict[str, Any]:
     (computed once per state of the index)."""
     state = (index.generation, index.parsed, len(index))
     found = cache.get("stats")
-    if isinstance(found, tuple) and found[0] == state:
-        value: dict[str, Any] = found[1]
+    if isinstance(found, tuple) and _fresh(index, state, found[0], found[2]):
+        value: dict[str, Any] = {**found[1], "lines": len(index), "parsed": index.parsed}
         return value
     stats = _run_stats(index, cache)
-    cache["stats"] = (state, stats)
+    cache["stats"] = (state, stats, time.monotonic())
     return stats
 
 
@@ -194,7 +207,7 @@ def _text_match(index: ResultsIndex, mask: npt.NDArray[np.bool_], needle: str, p
     raw_needle = lowered.encode("utf-8")
     plain = raw_needle == orjson.dumps(lowered)[1:-1]  # nothing JSON would escape: the raw bytes hold it as is
     out = np.zeros(len(mask), dtype=bool)
-    keys = index.column("keys")
+    keys = index.column("keys")[:len(mask)]
     if prompt_keys:
         out |= mask & np.isin(keys, np.fromiter(prompt_keys, dtype=np.int64))
     for line, raw in index.iter_raw(np.flatnonzero(mask & ~out)):
@@ -244,19 +257,19 @@ def query_items(
     Raises:
         QueryError: a parameter is malformed.
     """
-    g = groups(index, cache)
+    g = groups(index, cache, stale_ok=True)
     offset = _int(params, "offset", 0, 0, 1 << 62)
     limit = _int(params, "limit", 50, 1, MAX_LIMIT)
-    n = index.parsed
+    n = len(g.inverse)  # the lines the groups cover (all parsed ones, but while a big file is read)
     mask = np.ones(n, dtype=bool)
     if params.get("status"):
-        mask &= _code_mask(index.column("status"), index.status_codes.names, params["status"])
+        mask &= _code_mask(index.column("status")[:n], index.status_codes.names, params["status"])
     if params.get("error"):
-        mask &= _code_mask(index.column("errors"), index.error_codes.names, params["error"])
+        mask &= _code_mask(index.column("errors")[:n], index.error_codes.names, params["error"])
     if params.get("finish_reason"):
-        mask &= _code_mask(index.column("finish"), index.finish_codes.names, params["finish_reason"])
+        mask &= _code_mask(index.column("finish")[:n], index.finish_codes.names, params["finish_reason"])
     if params.get("epoch"):
-        mask &= index.column("epochs") == _int(params, "epoch", 0, 0, 1 << 30)
+        mask &= index.column("epochs")[:n] == _int(params, "epoch", 0, 0, 1 << 30)
     metadata = {}
     for key, value in params.items():
         if key.startswith("score."):
@@ -264,7 +277,7 @@ def query_items(
             if name not in index.scores:
                 raise QueryError(f"no scorer {name!r} in this run (scorers: {', '.join(index.scores) or 'none'})")
             if value:
-                mask &= _score_filter(value)(index.score(name))
+                mask &= _score_filter(value)(index.score(name)[:n])
         elif key.startswith("meta.") and value:
             metadata[key[len("meta."):]] = value
     if metadata:
@@ -291,10 +304,10 @@ def _sort_order(index: ResultsIndex, g: Groups, chosen: npt.NDArray[np.int64], p
     elif sort.startswith("score:"):
         if sort[6:] not in index.scores:
             raise QueryError(f"no scorer {sort[6:]!r} to sort by")
-        key = _per_item_mean(index.score(sort[6:]), g)[chosen]
+        key = _per_item_mean(index.score(sort[6:])[:len(g.inverse)], g)[chosen]
     elif sort in ("duration_s", "tokens", "cost_usd"):
         column = {"duration_s": "durations", "tokens": "tokens", "cost_usd": "costs"}[sort]
-        key = _per_item_mean(index.column(column), g)[chosen]
+        key = _per_item_mean(index.column(column)[:len(g.inverse)], g)[chosen]
     elif sort == "epochs":
         key = np.diff(g.bounds)[chosen].astype(np.float64)
     elif sort in ("status", "error", "finish_reason"):

@@ -140,3 +140,23 @@ def test_running_stats(tmp_path: Path) -> None:
     assert stats["scores"]["exact"]["mean"] == pytest.approx(sum(per_item) / 10)
     assert stats["scores"]["exact"]["n"] == 10
     assert stats["metadata_keys"] == ["topic"]
+
+
+def test_while_a_big_file_is_read_pages_use_the_lines_read_so_far(tmp_path: Path) -> None:
+    """Above a backlog of 20,000 lines, the groups and counts may be up to 2 s old (a request
+    does not regroup a million lines at each step of the first read); a page stays consistent."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(line(f"i{n:05d}", epoch=1 + n % 2, status="ok" if n % 5 else "error") for n in range(30_000)))
+    index = ResultsIndex(path)
+    index.refresh()
+    cache: dict[str, Any] = {}
+    index.parse(4000)
+    first = query_items(index, {"limit": "3", "status": "error", "sort": "duration_s"}, cache)
+    assert first["total"] == 800 and len(first["items"]) == 3
+    index.parse(4000)  # still a large backlog: the groups of the first 4,000 lines serve
+    assert query_items(index, {"limit": "3", "status": "error"}, cache)["total"] == 800
+    assert run_stats(index, cache)["parsed"] == 8000
+    while index.parse(5000):
+        pass
+    assert query_items(index, {"status": "error"}, cache)["total"] == 6000
+    assert run_stats(index, cache)["error"] == 6000
