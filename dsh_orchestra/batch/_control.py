@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +28,6 @@ import orjson
 import trio
 
 from .._scratch import scratch_path
-from ..session._relay import peer_pid
 from ._progress import Counters
 
 SOCKET_NAME = "control.sock"
@@ -131,8 +131,8 @@ class RunControl:
 
     async def _answer(self, connection: trio.socket.SocketType) -> None:
         with connection:
-            if peer_pid(connection) is None and hasattr(socket, "SO_PEERCRED"):
-                return  # another user (or unknown): nothing said
+            if not _same_user(connection):
+                return  # another user: nothing said
             data = b""
             with trio.move_on_after(CLIENT_TIMEOUT):
                 while b"\n" not in data and len(data) < MAX_REQUEST:
@@ -156,6 +156,20 @@ class RunControl:
                     reply = reply[sent:]
         if stop:
             self.on_stop()
+
+
+def _same_user(connection: Any) -> bool:
+    """Whether the peer runs as our user (Linux ``SO_PEERCRED``); True where it cannot be told
+    (the 0700 directory is then the only fence, as for the approval relay)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return True
+    try:
+        raw = connection.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:
+        return False
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return bool(uid == os.getuid())
 
 
 def _interrupt_self() -> None:

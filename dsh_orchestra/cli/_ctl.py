@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..batch._control import ControlError, send_command
+from ..batch import ControlError, send_command
 from ._common import fail
 from ._paths import Paths
 

@@ -22,13 +22,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..batch._control import ControlError, send_command
-from ..batch._transcripts import read_transcript, transcript_name
-from ..eval._compare import CompareInputError, compare_runs
-from ..report._common import clip
-from ..report._conversation import line_entries, transcript_entries
-from ..report._data import prompt_text
-from ..report._markup import embed_json, escape
+from markupsafe import escape
+
+from ..batch import ControlError, read_transcript, send_command, transcript_name
+from ..eval import CompareInputError, compare_runs
+from ..report import embed_json, line_entries, prompt_text, transcript_entries
 from ._index import ResultsRewrittenError
 from ._query import QueryError, item_lines, query_items, run_stats
 from ._runs import Run, discover
@@ -40,6 +38,14 @@ MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 Control = Callable[[Run, str, Any], Awaitable[dict[str, Any]]]
+
+
+def clip(text: Any, limit: int) -> tuple[str | None, int]:
+    """``text`` cut to ``limit`` characters, and how many were cut."""
+    if text is None:
+        return None, 0
+    text = text if isinstance(text, str) else str(text)
+    return (text, 0) if len(text) <= limit else (text[:limit], len(text) - limit)
 
 
 def _finite(value: Any) -> Any:

@@ -183,7 +183,7 @@ class DatasetIndex:
 
     def search(self, needle: str) -> set[int]:
         """Id keys of the items whose prompt holds ``needle`` (any case)."""
-        from ..report._data import prompt_text
+        from ..report import prompt_text
 
         lowered = needle.lower()
         found: set[int] = set()
