@@ -89,6 +89,7 @@ class BatchOptions:
     max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
     # the real dsh's model calls go through one model gateway of the run (docs/gateway.md); None: none
     gateway: GatewayOptions | None = DEFAULT_GATEWAY
+    control: bool = False  # listen on a control socket (pause, resume, stop, status, concurrency: `dsh-orchestra ctl`)
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

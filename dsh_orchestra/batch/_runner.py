@@ -27,6 +27,7 @@ from ..gateway import Gateway, gateway_for
 from ..pool import Backoff, job_warnings
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
+from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan
@@ -58,6 +59,7 @@ class _Run:
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
     gateway: Gateway | None = None  # the run's model gateway (local pool, real dsh)
+    control: RunControl | None = None
     deaths: Deaths = attrs.field(factory=Deaths)
     # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
     clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
@@ -180,8 +182,22 @@ async def _worker(run: _Run, units: _Units) -> None:
     # rendezvous per item (two task steps each). ``next`` never waits, so the workers
     # cannot interleave inside it. The item's coroutine is awaited directly: every level between
     # a worker and the session is resumed at each of the turn's wake-ups.
-    for item, epoch in units:
-        await _run_item(run, item, epoch)
+    control = run.control
+    if control is None:
+        for item, epoch in units:
+            await _run_item(run, item, epoch)
+        return
+    me, iterator = object(), iter(units)
+    while True:  # with a control socket: a place under its limit (and not paused) before each item
+        await control.acquire(me)
+        try:
+            unit = next(iterator, None)
+            if unit is None:
+                return
+            control.in_flight[me] = f"{unit[0].id}#{unit[1]}" if run.options.epochs > 1 else unit[0].id
+            await _run_item(run, *unit)
+        finally:
+            control.release(me)
 
 
 def _check_paths(out: Path, options: BatchOptions) -> None:
@@ -322,13 +338,17 @@ async def _run_locked(
                     lease = runner_lease(runner)
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
+                        workers = min(max(1, runner.capacity), todo)
+                        control = RunControl(workers, workers, counters, out) if options.control else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
-                                   gateway=gateway)
+                                   gateway=gateway, control=control)
                         units = _Units(check, done, epochs, batch_eval)
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
+                            if control is not None:
+                                note_control(out, await outer.start(control.serve))
                             async with trio.open_nursery() as nursery:
-                                for _ in range(min(max(1, runner.capacity), todo)):
+                                for _ in range(workers):
                                     nursery.start_soon(_worker, run, units)
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")

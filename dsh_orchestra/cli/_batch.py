@@ -131,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
                 keep_workspaces=args.keep_workspaces,
                 argv=sys.argv,
                 gateway=gateway_options(args),
+                control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             start_warnings(spec, policy=options.policy, answerer=options.answerer)
