@@ -337,8 +337,11 @@ async def _run_locked(
     )
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
-    summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped,
-                           results=os.path.abspath(out), warnings=tuple(warnings))  # noqa: ASYNC240 - a string op
+    scored = evaluation.to_json()
+    warnings = [*warnings, *evaluation.warnings(scored)]
+    summary = attrs.evolve(summary, evaluation=scored, run=redactor.value(info), stopped=stopped,
+                           results=os.path.abspath(out),  # noqa: ASYNC240 - a string op
+                           warnings=tuple(warnings), scorers_without_value=tuple(evaluation.scorers_without_value(scored)))
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         await trio.Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

@@ -97,6 +97,7 @@ class BatchSummary:
         return value
     results: str | None = None
     warnings: tuple[str, ...] = ()
+    scorers_without_value: tuple[str, ...] = ()  # scorers that failed on every item that ran (exit 1)
 
     @property
     def note(self) -> str | None:

@@ -131,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
                 argv=sys.argv,
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
-            start_warnings(spec, policy=options.policy, answerer=options.answerer)
+            printed = start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
             return fail(exc)
         try:
@@ -169,8 +169,11 @@ def main(args: argparse.Namespace) -> int:
             return 130
     if summary.note is not None:
         print(f"dsh-orchestra: {summary.note}", file=sys.stderr)
+    for line in summary.warnings:
+        if line not in printed:
+            say(f"warning: {line}")
     print(redact(json.dumps(summary.to_json(), indent=2)))
-    return 0 if summary.error == 0 and summary.stopped is None else 1
+    return 0 if summary.error == 0 and summary.stopped is None and not summary.scorers_without_value else 1
 
 
 

@@ -90,6 +90,14 @@ def render_text(doc: dict[str, Any]) -> str:
                    f"diff {diff}   95% CI {interval}   p {_fmt(s['p_value'], 4)}")
         out.append(f"  regressions ({len(s['regressions'])}): {_ids(s['regressions'])}")
         out.append(f"  improvements ({len(s['improvements'])}): {_ids(s['improvements'])}")
+        strict = s.get("strict")
+        if isinstance(strict, dict) and strict.get("n") != s["n"]:  # an item ended in error in a run
+            interval = "—" if strict["ci95"] is None else f"[{_fmt(strict['ci95'][0])}, {_fmt(strict['ci95'][1])}]"
+            diff = "—" if strict["diff"] is None else f"{strict['diff']:+.3f}"
+            out.append(f"  strict (an error scores 0): n {strict['n']}   base {_fmt(strict['mean_base'])}   candidate "
+                       f"{_fmt(strict['mean_candidate'])}   diff {diff}   95% CI {interval}   p {_fmt(strict['p_value'], 4)}")
+            out.append(f"    regressions ({len(strict['regressions'])}): {_ids(strict['regressions'])}")
+            out.append(f"    improvements ({len(strict['improvements'])}): {_ids(strict['improvements'])}")
     for what, key, unit in (("tokens per item", "usage", ""), ("latency per item", "latency", " s")):
         side = doc[key]
         b, c, r = side["base"], side["candidate"], side["ratio"]

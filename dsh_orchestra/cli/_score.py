@@ -26,7 +26,7 @@ from ..eval import (
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
-from ._common import UsageError, add_runtime_options, build_spec, fail
+from ._common import UsageError, add_runtime_options, build_spec, fail, say
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -107,5 +107,7 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
         except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
             return fail(f"the judge's runtime failed: {exc}")
+    for line in summary.get("warnings", ()):
+        say(f"warning: {line}")
     print(json.dumps(summary, indent=2))
     return 0

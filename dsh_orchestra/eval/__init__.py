@@ -45,9 +45,13 @@ from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
     Reducer as Reducer,
+    Reduced as Reduced,
     ScoreTally as ScoreTally,
     bootstrap_ci as bootstrap_ci,
+    MISSING_GROUP as MISSING_GROUP,
     group_key as group_key,
+    group_names as group_names,
+    group_value as group_value,
     mean as mean,
     metrics as metrics,
     parse_reducer as parse_reducer,
@@ -73,6 +77,7 @@ from ._tally import (
     scorer_specs as scorer_specs,
     sha256_file as sha256_file,
 )
+from ._warnings import excluded_warnings as excluded_warnings, failure_warnings as failure_warnings
 from ._usage import (
     Price as Price,
     Prices as Prices,

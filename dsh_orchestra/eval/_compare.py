@@ -111,6 +111,21 @@ def reduce_items(
     The first line of an (id, epoch) counts. An item's status is ``ok`` when every epoch is
     ``ok``, else the first other status of its epochs.
     """
+    values, status, _ = reduce_items_strict(lines, names, reducer)
+    return values, status
+
+
+def _failed(line: Mapping[str, Any], record: Any) -> bool:
+    return line.get("status") == "error" or (isinstance(record, dict) and record.get("error") is True)
+
+
+def reduce_items_strict(
+    lines: Iterable[Mapping[str, Any]], names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
+) -> tuple[dict[str, dict[str, float | None]], dict[str, str], dict[str, dict[str, float | None]]]:
+    """``reduce_items``, and the strict values of the items where something failed: per item
+    id and scorer, the epochs reduced with every failed epoch (the line ended in error, or the
+    scorer failed: ``"error": true``) counted as 0. Items where nothing failed are not in it:
+    their strict value is their value."""
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
     epochs: dict[str, dict[int, Mapping[str, Any]]] = {}
     for line in lines:
@@ -119,18 +134,25 @@ def reduce_items(
         epochs.setdefault(str(line.get("id")), {}).setdefault(key, line)
     values: dict[str, dict[str, float | None]] = {}
     status: dict[str, str] = {}
+    strict: dict[str, dict[str, float | None]] = {}
     for item_id, by_epoch in epochs.items():
         ordered = [by_epoch[e] for e in sorted(by_epoch)]
         values[item_id] = {}
         for name in names:
             per_epoch = []
+            failed = []
             for line in ordered:
                 scores = line.get("scores")
-                per_epoch.append(_value(scores.get(name)) if isinstance(scores, dict) else None)
+                record = scores.get(name) if isinstance(scores, dict) else None
+                value = _value(record)
+                per_epoch.append(value)
+                failed.append(value is None and _failed(line, record))
             values[item_id][name] = chosen(per_epoch)
+            if any(failed):
+                strict.setdefault(item_id, {})[name] = chosen([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
         statuses = [str(line.get("status")) for line in ordered]
         status[item_id] = next((s for s in statuses if s != "ok"), "ok")
-    return values, status
+    return values, status, strict
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -165,6 +187,26 @@ def compare_scorer(
         "regressions": sorted(i for i, b, c in pairs if c < b),
         "improvements": sorted(i for i, b, c in pairs if c > b),
     }
+
+
+_Side = tuple[dict[str, dict[str, float | None]], dict[str, dict[str, float | None]]]
+
+
+def _strict_entry(entry: dict[str, Any], name: str, common: Sequence[str], base: _Side, candidate: _Side,
+                  seed: int) -> dict[str, Any]:
+    """The strict view of one scorer: the same fields over the pairs where an item that ended
+    in error (or whose scorer failed) scores 0; an ok <-> error pair is a regression or an
+    improvement there. The entry itself when nothing failed in either run."""
+    if not any(name in base[1].get(i, ()) or name in candidate[1].get(i, ()) for i in common):
+        return {key: value for key, value in entry.items() if key != "strict"}
+    pairs = []
+    for item_id in common:
+        b_over, c_over = base[1].get(item_id, {}), candidate[1].get(item_id, {})
+        b = b_over[name] if name in b_over else base[0][item_id][name]
+        c = c_over[name] if name in c_over else candidate[0][item_id][name]
+        if b is not None and c is not None:
+            pairs.append((item_id, b, c))
+    return compare_scorer(pairs, seed=seed)
 
 
 # ---- usage and latency --------------------------------------------------------------------
@@ -253,8 +295,8 @@ def compare_runs(
         if missing:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
             raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
-    base_values, base_status = reduce_items(base, names, reducer)
-    candidate_values, candidate_status = reduce_items(candidate, names, reducer)
+    base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)
+    candidate_values, candidate_status, candidate_strict = reduce_items_strict(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
         raise CompareInputError("the two runs have no item id in common: nothing to pair")
@@ -265,7 +307,10 @@ def compare_runs(
             b, c = base_values[item_id][name], candidate_values[item_id][name]
             if b is not None and c is not None:
                 pairs.append((item_id, b, c))
-        out_scorers[name] = compare_scorer(pairs, seed=seed)
+        entry = compare_scorer(pairs, seed=seed)
+        entry["strict"] = _strict_entry(entry, name, common, (base_values, base_strict),
+                                        (candidate_values, candidate_strict), seed)
+        out_scorers[name] = entry
     return {
         "pairs": len(common),
         "only_in_base": sorted(i for i in base_values if i not in candidate_values),

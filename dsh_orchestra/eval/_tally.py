@@ -18,6 +18,7 @@ from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
 from ._usage import Price, Prices, Usage, _count
+from ._warnings import excluded_warnings, failure_warnings, no_value
 
 
 _AT_LEAST_ONE = integer(1)
@@ -131,6 +132,7 @@ class EvalTally:
         self.judge_usage = Usage()
         self.cost_usd = 0.0
         self.judge_cost_usd = 0.0
+        self.failures: dict[str, tuple[int, str | None]] = {}  # scorer -> (items that ran where it failed, first error)
 
     @property
     def usage(self) -> Usage:
@@ -152,6 +154,26 @@ class EvalTally:
             self.judge_cost_usd += _number(line.get("judge_cost_usd")) or 0.0
         if self.scores is not None:
             self.scores.add_line(line)
+            if line.get("status") == "ok":
+                self._count_failures(line.get("scores"))
+
+    def _count_failures(self, scores: Any) -> None:
+        if not isinstance(scores, dict):
+            return
+        for name, record in scores.items():
+            if type(record) is dict and record.get("error") is True:
+                count, first = self.failures.get(name, (0, None))
+                self.failures[name] = (count + 1, first if first is not None else record.get("explanation"))
+
+    def warnings(self, evaluation: dict[str, Any]) -> list[str]:
+        """The summary's warnings about ``evaluation`` (``to_json()``): the items each scorer's
+        mean leaves out, the scorers that failed (with the first error)."""
+        scores = evaluation.get("scores") or {}
+        return excluded_warnings(scores) + failure_warnings(self.failures, scores)
+
+    def scorers_without_value(self, evaluation: dict[str, Any]) -> list[str]:
+        """The scorers that failed on every item that ran (the run exits 1)."""
+        return no_value(evaluation.get("scores") or {}, self.failures)
 
     def to_json(self) -> dict[str, Any]:
         """The summary's evaluation fields: ``scores`` and ``groups`` (with scorers),

@@ -148,8 +148,9 @@ def test_a_scorer_of_one_run_only_has_no_pairs() -> None:
     base = [line("a", {"s": 1.0})]
     cand = [line("a", {"t": 1.0})]
     doc = compare_runs(base, cand)
-    assert doc["scorers"]["s"] == {"n": 0, "mean_base": None, "mean_candidate": None, "diff": None, "ci95": None,
-                                   "p_value": None, "regressions": [], "improvements": []}
+    empty = {"n": 0, "mean_base": None, "mean_candidate": None, "diff": None, "ci95": None,
+             "p_value": None, "regressions": [], "improvements": []}
+    assert doc["scorers"]["s"] == {**empty, "strict": empty}
     assert compare_runs(base, cand, scorers=["t"])["scorers"]["t"]["n"] == 0
 
 

@@ -35,7 +35,7 @@ def test_eval_qa_recipe(tmp_path: Path) -> None:
     assert by[("math-3", 1)]["scores"]["numeric"]["value"] == 1.0  # 1.41421 within 0.1 % (scoring.toml)
     assert summary["scores"]["exact"]["mean"] == pytest.approx(2 / 8)  # geo-1 "Paris" and geo-4 "pacific   ocean"
     assert summary["scores"]["includes"]["mean"] == pytest.approx(6 / 8)
-    assert summary["scores"]["numeric"] == {**summary["scores"]["numeric"], "mean": 1.0, "n": 4, "n_error": 4}
+    assert summary["scores"]["numeric"] == {**summary["scores"]["numeric"], "mean": 1.0, "n": 4, "n_error": 0, "n_na": 4}
     assert set(summary["groups"]) == {"arithmetic", "geography"}
     assert summary["usage"]["total_tokens"] == sum(line["usage"]["total_tokens"] for line in lines) > 0
     assert summary["cost_usd"] == pytest.approx(sum(line["cost_usd"] for line in lines))
