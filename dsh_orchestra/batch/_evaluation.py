@@ -28,8 +28,8 @@ from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
-    check_scorers, error_scores, line_fields, load_prices, load_scoring, make_plan, open_judges, score_attempt,
-    sha256_file, turn_usage,
+    NO_TEMPLATE, check_scorers, error_scores, line_fields, load_prices, load_scoring, make_plan, open_judges,
+    render_prompt, score_attempt, sha256_file, turn_usage,
 )
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
@@ -190,6 +190,13 @@ class BatchEval:
     budget: Budget
     workspaces: Workspaces | None = None
 
+    def sent_item(self, item: BatchItem) -> BatchItem:
+        """``item`` as it is sent: with ``choices``, its prompt rendered by the plan's
+        multiple-choice template (``render_prompt``; ``"none"``: as written)."""
+        if not item.choices or self.plan.prompt_template == NO_TEMPLATE:
+            return item
+        return attrs.evolve(item, prompt=render_prompt(self.plan.prompt_template, item.prompt, item.choices))
+
     async def prepare(self, item: BatchItem, epoch: int) -> Path | None:
         """Before an attempt: a fresh workspace copy (None without a template)."""
         if self.workspaces is None:
@@ -313,6 +320,7 @@ def run_info(
         "policy_sha256": _file_sha(options.policy),
         "scoring_sha256": sha256_file(options.scoring) if options.scoring is not None else None,
         "scorers": plan.names,
+        "prompt_template": plan.prompt_template,
         "epochs": plan.epochs,
         "reducer": plan.reducer.name,
         "seed": plan.seed,

@@ -89,13 +89,14 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     started = clock.current_time()
     attempts = retried = lost = crashes = crashes_alone = 0
     workspace = None
+    sent = evaluation.sent_item(item)  # with choices: the multiple-choice prompt
     while True:
         attempts += 1
         if evaluation.workspaces is not None:
             workspace = await evaluation.prepare(item, epoch)  # a fresh copy for every attempt
         session_id = item.session_id or run.new_session_id()
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
-        unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
+        unit = attrs.evolve(sent, id=f"{item.id}#{epoch}") if options.epochs > 1 else sent
         alone = crashes >= ALONE_AFTER
         if workspace is None and not alone:  # the common attempt: no keyword dict to unpack
             attempt = await run.runner.attempt(unit, session_id)

@@ -59,6 +59,13 @@ from ._metrics import (
     reduce_epochs as reduce_epochs,
     stderr as stderr,
 )
+from ._prompt import (
+    DEFAULT_TEMPLATE as DEFAULT_TEMPLATE,
+    NO_TEMPLATE as NO_TEMPLATE,
+    TemplateError as TemplateError,
+    check_template as check_template,
+    render_prompt as render_prompt,
+)
 from ._rescore import RescoreError as RescoreError, read_result_lines as read_result_lines, rescore as rescore
 from ._score import (
     EvalItem as EvalItem,

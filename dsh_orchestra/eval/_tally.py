@@ -16,6 +16,7 @@ import attrs
 
 from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
+from ._prompt import DEFAULT_TEMPLATE
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
 from ._usage import Price, Prices, Usage, _count
 from ._warnings import excluded_warnings, failure_warnings, no_value
@@ -55,7 +56,8 @@ def scorer_specs(values: Sequence[str | ScorerSpec | Callable[..., Any]], scorin
 class EvalPlan:
     """How a run is scored: ``scorers``, ``epochs`` (K sessions per item), ``reducer``,
     ``group_by`` (a metadata key), ``seed`` (the bootstrap's), ``prices`` and ``route``
-    (``(provider, model)`` of the handshake, for cost)."""
+    (``(provider, model)`` of the handshake, for cost), ``prompt_template`` (how an item with
+    choices is sent: ``render_prompt``; ``"none"`` as written)."""
 
     scorers: tuple[ScorerSpec, ...] = ()
     epochs: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
@@ -64,6 +66,7 @@ class EvalPlan:
     seed: int = attrs.field(default=0, validator=_AT_LEAST_ZERO)
     prices: Prices | None = None
     route: tuple[str, str] | None = None
+    prompt_template: str = DEFAULT_TEMPLATE
 
     def __attrs_post_init__(self) -> None:
         if self.reducer.k is not None and self.reducer.k > self.epochs:
@@ -103,7 +106,9 @@ def make_plan(
     specs = scorer_specs(scorers, scoring) if scorers or scoring is None else resolve_scorers((), scoring)
     _AT_LEAST_ONE.check("epochs", epochs)
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer, epochs)
-    return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route)
+    template = scoring.prompt_template if scoring is not None and scoring.prompt_template is not None else DEFAULT_TEMPLATE
+    return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route,
+                    prompt_template=template)
 
 
 def sha256_file(path: str | os.PathLike[str] | None) -> str | None:
