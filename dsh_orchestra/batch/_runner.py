@@ -21,15 +21,15 @@ import orjson
 import trio
 
 from .._redact import Redactor
-from .._params import Param
+from .._params import Param, rewrap
 from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
-from ..eval import EvalPlan, EvalTally
-from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
+from ..eval import EvalPlan, EvalTally, ScoringError, check_plan_inputs
+from ._evaluation import BatchEval, check_fingerprint, check_workspace_template, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor
 from ._local import PoolExecutor, PoolRunner
 from ._options import BatchOptions, BatchUsageError
@@ -284,6 +284,7 @@ async def run_batch(
     except BaseException:
         if not existed and out.exists() and out.stat().st_size == 0:
             out.unlink()  # nothing was written (e.g. no runtime started): leave no empty results file
+            fingerprint_path(out).unlink(missing_ok=True)
         raise
     finally:
         lock.release()
@@ -296,6 +297,7 @@ async def _run_locked(
     started_at = now_iso()
     evaluation = EvalTally(plan)
     check, tally, done = _prepare_resume(dataset, out, options, lock, evaluation.add_line)
+    check_fingerprint(out, fingerprint(options=options, plan=plan, spec=spec, dataset=check), resumed=out.stat().st_size > 0)  # noqa: ASYNC240 - one stat
     redactor = Redactor(spec.secrets() if spec is not None else ())
     epochs = options.epochs
     total = len(check.ids) * epochs
@@ -310,6 +312,11 @@ async def _run_locked(
     if spec is not None and options.approval_relay is not None:
         spec = spec.evolve(approval_relay=options.approval_relay)
     warnings = configuration_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None)
+    try:
+        warnings += check_plan_inputs(plan, where=str(check.path), items=check.items, targets=check.targets,
+                                      metadata_keys=check.metadata_keys)
+    except ScoringError as exc:
+        raise rewrap(BatchUsageError, exc) from exc
     report_warnings(warnings)  # once for the batch, not once per runtime
     try:
         with ResultsWriter(out) as writer, warnings_reported():

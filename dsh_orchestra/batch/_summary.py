@@ -114,6 +114,8 @@ class BatchSummary:
             out["items_per_s"] = None
         out["results"] = self.results
         out["warnings"] = list(self.warnings)
+        if self.evaluation.get("scores") is not None:
+            out["scorers_without_value"] = list(self.scorers_without_value)
         if self.note is not None:
             out["note"] = self.note
         return out

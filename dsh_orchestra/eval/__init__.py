@@ -41,6 +41,7 @@ from ._config import (
     parse_scoring as parse_scoring,
     resolve_scorers as resolve_scorers,
 )
+from ._inputs import TARGET_KINDS as TARGET_KINDS, check_plan_inputs as check_plan_inputs
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,

@@ -174,6 +174,7 @@ async def rescore(
         "error": len(lines) - ok,
         **evaluation,
         "warnings": tally.warnings(evaluation),
+        "scorers_without_value": tally.scorers_without_value(evaluation),
         "run": {
             "dsh_orchestra_version": __version__,
             "results": {"path": str(results), "sha256": sha256_file(results)},

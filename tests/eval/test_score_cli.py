@@ -178,7 +178,7 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path, files: tuple[Path, 
         ([str(results), "--dataset", str(tmp_path / "none.jsonl"), "--out", str(out)], "none.jsonl"),
         ([str(results), "--dataset", str(dataset), "--out", str(tmp_path / "missing" / "o.jsonl")], "does not exist; create it first"),
     ]
-    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "zz", "prompt": "p"}])
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "zz", "prompt": "p", "target": "x"}])
     cases.append(([str(results), "--dataset", str(other), "--out", str(out)], "is not in the dataset"))
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"id": "q1"}\nnot json\n{"id": "q2"}\n')
