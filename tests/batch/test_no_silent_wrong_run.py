@@ -109,7 +109,7 @@ def test_resume_refuses_another_configuration_and_allows_more_epochs(tmp_path: P
     captured = capsys.readouterr()
     assert status == 0, captured.err
     lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    assert out.read_bytes().startswith(before) and sorted((l["id"], l.get("epoch", 1)) for l in lines) == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
+    assert out.read_bytes().startswith(before) and sorted((r["id"], r.get("epoch", 1)) for r in lines) == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
     changed = write_dataset(tmp_path / "ds.jsonl", [{"id": "a", "prompt": "x", "target": "9"}, {"id": "b", "prompt": "y", "target": "2"}])
     status = main(cli_args(changed, out, tmp_path, "--score", "exact", "--epochs", "2", "--resume", "--no-progress"))
     assert status == 2 and "the dataset (dataset_sha256)" in capsys.readouterr().err
