@@ -353,8 +353,8 @@ FINGERPRINT_PARTS = {
     "scorers": "the scorers", "scoring_sha256": "the scoring file", "provider": "the provider", "model": "the model",
     "prompt_template": "the prompt template",
 }
-"""What a results file's run was made with (``RESULTS.run.json``): ``--resume`` refuses
-another. ``--epochs`` and the reducer may change (a new epoch is what a resume adds)."""
+"""What a results file's run was made with (``RESULTS.run.json``): ``resume`` refuses
+another. ``epochs`` and the reducer may change (a new epoch is what a resume adds)."""
 
 
 def fingerprint(*, options: BatchOptions, plan: EvalPlan, spec: RuntimeSpec | None, dataset: DatasetCheck) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from ._local import PoolExecutor, PoolRunner
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
+from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter, result_line, scan_results
 from ._summary import BatchSummary, Tally
 
@@ -219,6 +220,10 @@ def _prepare_resume(
         )
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
+    if options.retry_errors:
+        dropped = drop_error_lines(out, lock)
+        if dropped:
+            log.warning("retry_errors: %d error line(s) removed from %s; their items run again", dropped, out)
     tally = Tally()
     done: set[tuple[str, int]] = set()
 

@@ -319,7 +319,7 @@ def compare_runs(
         for what, lines in (("base", base), ("candidate", candidate)):
             epochs = max((e for e in (line.get("epoch", 1) for line in lines) if isinstance(e, int) and not isinstance(e, bool)), default=1)
             if chosen.k > epochs:
-                raise CompareInputError(f"--epoch-reducer {chosen.name} needs k <= the epochs of each run, but the "
+                raise CompareInputError(f"the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
                                         f"{what} run has {epochs} epoch(s): lower k, or compare runs with more epochs")
     reducer = chosen
     base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)

@@ -199,7 +199,7 @@ def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> d
 
 
 MISSING_GROUP = "(missing)"
-"""The name of the group of the items whose metadata lacks the ``--group-by`` key."""
+"""The name of the group of the items whose metadata lacks the ``group_by`` key."""
 
 
 class _Missing:
