@@ -93,11 +93,15 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
         return float(np.count_nonzero(sums >= threshold)) / float(2**m)
     rng = np.random.default_rng(seed)
     count = 0
+    m = len(moving)
+    total = float(moving.sum())
     chunk = max(1, (1 << 21) // max(n, 1))
     for start in range(0, permutations, chunk):
         size = min(permutations, start + chunk) - start
-        signs = rng.integers(0, 2, size=(size, len(moving))) * 2.0 - 1.0
-        count += int(np.count_nonzero(np.abs(signs @ moving) >= threshold))
+        # One random bit per difference (bytes unpacked): a set bit keeps its sign, a clear one
+        # flips it, so the permuted sum is 2 * (kept differences) - (all of them).
+        bits = np.unpackbits(rng.integers(0, 256, size=(size, (m + 7) // 8), dtype=np.uint8), axis=1, count=m)
+        count += int(np.count_nonzero(np.abs(2.0 * (bits @ moving) - total) >= threshold))
     return (count + 1) / (permutations + 1)
 
 
