@@ -24,6 +24,7 @@ from ._executor import (
     Executor as Executor,
     RuntimeCrash as RuntimeCrash,
 )
+from ._merge import MergeError as MergeError, MergeReport as MergeReport, merge_results as merge_results
 from ._local import PoolExecutor as PoolExecutor, attempt_on_pool as attempt_on_pool
 from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._results import (

@@ -10,17 +10,34 @@ import math
 import operator
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import attrs
 
 from .._params import Param, ParamValueError
+
+from ..results import score_value
+
+if TYPE_CHECKING:
+    from ..results import ResultLine
 
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
 DEFAULT_REDUCER = "mean"
 _FEW_LEVELS = 64
 _CHUNK_CELLS = 1 << 21  # resampled values held at once by the bootstrap (16 MiB of int64 indices)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    if low == high:
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -280,39 +297,42 @@ class ScoreTally:
         self._failed: dict[str, dict[int, tuple[bool, ...]]] = {}  # only (item, epoch) rows with a failure
         self._groups: dict[str, Any] = {}
 
-    def add_line(self, line: dict[str, Any]) -> None:
+    def add(self, line: ResultLine) -> None:
         """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
+        scores = line.scores
+        row: list[float | None] = []
+        if scores:
+            for name in self.names:  # (a loop, not a comprehension: one function call less)
+                record = scores.get(name)
+                value = record.get("value") if type(record) is dict else None
+                row.append(value if type(value) is float else score_value(record))
+        else:
+            row = [None] * len(self.names)
+        epoch = line.epoch
+        flags = _failures(row, scores, line.status == "error", self.names) if None in row else None
+        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata, flags)
+
+    def add_line(self, line: Mapping[str, Any]) -> None:
+        """Count one result line given as its JSON object."""
         item_id = str(line.get("id"))
         epoch = line.get("epoch", 1)
         scores = line.get("scores")
         scores = scores if isinstance(scores, dict) else {}
-        line_failed = line.get("status") == "error"
-        row: list[float | None] = []
-        flags: list[bool] | None = None
-        for index, name in enumerate(self.names):
-            record = scores.get(name)
-            value = record.get("value") if type(record) is dict or isinstance(record, dict) else None
-            if type(value) is float:
-                row.append(value)
-                continue
-            number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-            if number is not None and not math.isfinite(number):
-                number = None
-            row.append(number)
-            if number is None and (line_failed or (type(record) is dict and record.get("error") is True)):
-                if flags is None:
-                    flags = [False] * len(self.names)
-                flags[index] = True
+        row = [score_value(scores.get(name)) for name in self.names]
+        flags = _failures(row, scores, line.get("status") == "error", self.names) if None in row else None
+        self._keep(item_id, epoch if isinstance(epoch, int) else 1, row, line.get("metadata"), flags)
+
+    def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any,
+              flags: tuple[bool, ...] | None) -> None:
         epochs = self._values.get(item_id)
         if epochs is None:
             self._values[item_id] = epochs = {}
-        key = epoch if isinstance(epoch, int) else 1
-        if key not in epochs:  # the first line of an (id, epoch) wins
-            epochs[key] = row
+        if epoch not in epochs:  # the first line of an (id, epoch) wins
+            epochs[epoch] = row
             if flags is not None:
-                self._failed.setdefault(item_id, {})[key] = tuple(flags)
+                self._failed.setdefault(item_id, {})[epoch] = flags
         if self.group_by is not None and item_id not in self._groups:
-            self._groups[item_id] = group_value(line.get("metadata"), self.group_by)
+            self._groups[item_id] = group_value(metadata, self.group_by)
 
     def reduced(self) -> Reduced:
         """Each scorer's reduced value per item, in the order items were first seen (a
@@ -382,6 +402,17 @@ class ScoreTally:
     def group_counts(self) -> tuple[int, int]:
         """(items, items whose metadata lacks the ``group_by`` key)."""
         return len(self._values), sum(1 for item_id in self._values if self._groups.get(item_id, MISSING) is MISSING)
+
+
+def _failures(row: list[float | None], scores: Any, line_failed: bool, names: Sequence[str]) -> tuple[bool, ...] | None:
+    """Per scorer, whether its missing value is a failure (the line ended in error, or the
+    record says ``"error": true``); None when none is."""
+    flags = [
+        value is None and (line_failed or (isinstance(scores, dict) and type(record := scores.get(name)) is dict
+                                           and record.get("error") is True))
+        for value, name in zip(row, names, strict=True)
+    ]
+    return tuple(flags) if any(flags) else None
 
 
 def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int) -> dict[str, Any]:
