@@ -144,3 +144,15 @@ def test_compare_text_shows_the_strict_view_and_the_report_warns(tmp_path: Path)
     html = page.read_text()
     assert 'id="errors-warning"' in html and "exact: 1 item excluded from the mean" in html
     assert "strict mean" in html and 'data-key="strict_mean" data-value="0.25"' in html
+
+
+def test_compare_prints_a_verdict_per_scorer_first(tmp_path: Path) -> None:
+    base = [_line(f"q{i}", "ok", {"exact": _ok(1.0 if i % 2 else 0.0)}) for i in range(8)]
+    cand = [_line(f"q{i}", "ok", {"exact": _ok(1.0)}) for i in range(7)] + [_line("q7", "error", {"exact": FAILED})]
+    done = run_cli(["compare", str(_results(tmp_path / "b.jsonl", base)), str(_results(tmp_path / "c.jsonl", cand))], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    doc = compare_runs(base, cand)["scorers"]["exact"]
+    lo, hi = doc["ci95"]
+    assert first == (f"exact: candidate +0.571 [{lo:+.3f}, {hi:+.3f}], p = {doc['p_value']:.3g}, 0 regressions, 4 improvements; "
+                     "strict (an error scores 0) +0.375, 1 regressions, 4 improvements")
