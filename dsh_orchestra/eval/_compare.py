@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from .._params import Param, ParamError
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
 
 PERMUTATIONS = 10_000
@@ -28,8 +29,9 @@ _EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
 
 
-class CompareInputError(ValueError):
-    """The two runs cannot be compared (no common item, a scorer in neither); the message says why."""
+class CompareInputError(ParamError, ValueError):
+    """The two runs cannot be compared (no common item, a scorer in neither); the message says
+    why and names the parameter (``.param``: ``base``, or ``scorers``)."""
 
 
 # ---- the tests ----------------------------------------------------------------------------
@@ -346,20 +348,23 @@ def compare_runs(
         missing = [n for n in names if n not in base_names and n not in candidate_names]
         if missing:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
-            raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
+            raise CompareInputError(Param("scorers", missing[0], spelled="scorers"),
+                                    f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
     if chosen.k is not None:
         for what, lines in (("base", base), ("candidate", candidate)):
             epochs = max((e for e in (line.get("epoch", 1) for line in lines) if isinstance(e, int) and not isinstance(e, bool)), default=1)
             if chosen.k > epochs:
-                raise CompareInputError(f"the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
+                raise CompareInputError(Param("reducer", chosen.name, spelled="reducer"),
+                                        f": the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
                                         f"{what} run has {epochs} epoch(s): lower k, or compare runs with more epochs")
     reducer = chosen
     base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)
     candidate_values, candidate_status, candidate_strict = reduce_items_strict(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
-        raise CompareInputError("the two runs have no item id in common: nothing to pair")
+        raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
+                                ": the two runs have no item id in common: nothing to pair")
     out_scorers: dict[str, Any] = {}
     for name in names:
         pairs = []
