@@ -9,7 +9,8 @@ import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Container, Iterator
+from collections import Counter
+from typing import Any, Container, Iterator, Mapping
 
 import attrs
 import cattrs
@@ -123,6 +124,43 @@ def _plain(raw: dict[str, Any]) -> bool:
             and (choices is None or (type(choices) is list and all(type(c) is str for c in choices))))
 
 
+def _edits(a: str, b: str) -> int:
+    """The optimal string alignment distance: insertions, deletions, substitutions and swaps
+    of two neighbours (``traget`` is one edit from ``target``)."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j, y in enumerate(b, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def near_key(key: str) -> str | None:
+    """The dataset key ``key`` is a likely typo of: one or two edits from a known key (one for
+    keys of up to four letters, ``id``), or None."""
+    best: tuple[int, str] | None = None
+    for known in sorted(KNOWN_KEYS):
+        limit = 1 if len(known) <= 4 else 2
+        if abs(len(key) - len(known)) > limit or len(key) < 2:
+            continue
+        distance = _edits(key.lower(), known)
+        if distance <= limit and (best is None or distance < best[0]):
+            best = (distance, known)
+    return best[1] if best is not None else None
+
+
+def _typos(keys: Any) -> str | None:
+    """The problem of a line whose unknown keys look like typos of known ones, or None."""
+    found = [(key, near) for key in keys if key not in KNOWN_KEYS and (near := near_key(key)) is not None]
+    if not found:
+        return None
+    return "; ".join(f"unknown key {key!r}: did you mean `{near}`? (rename it, or move it into metadata)" for key, near in found)
+
+
 def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, list[str]]:
     if type(raw) is dict:
         if _plain(raw):
@@ -131,6 +169,9 @@ def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, 
                              line=line), None, []
     elif not isinstance(raw, dict):
         return None, f"expected a JSON object, not {type(raw).__name__}", []
+    typo = _typos(raw)
+    if typo is not None:
+        return None, (f"item {raw['id']!r}: " if isinstance(raw.get("id"), str) and raw["id"] else "") + typo, []
     try:
         item = _CONVERTER.structure(raw, BatchItem)
     except cattrs.ClassValidationError as exc:
@@ -143,8 +184,6 @@ def _check_item(raw: Any, line: int = 0) -> tuple[BatchItem | None, str | None, 
     return item, None, sorted(set(raw) - KNOWN_KEYS)
 
 
-_Accepted = tuple[str, str | None, BatchItem | None, list[str]]
-"""(id, session_id, item or None, unknown keys) of one accepted dataset line."""
 
 
 def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | None]]:
@@ -159,10 +198,11 @@ def _lines(path: Path, data: bytes | None) -> Iterator[tuple[int, Any, str | Non
                 yield number, None, f"not valid JSON ({exc})"
 
 
-def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> Iterator[_Accepted]:
-    """(id, session_id, item, unknown keys) of each valid item of the dataset, in file order;
-    at the end a ``DatasetError`` naming every bad line and repeated id, or the file holding
-    no item. Without ``build`` a plain line is validated without making its item (None)."""
+def _accepted(path: Path, data: bytes | None = None, *, build: bool = True, fields: bool = False) -> Iterator[Any]:
+    """(id, session_id, item, unknown keys) of each valid item of the dataset, in file order
+    (with ``fields``, also whether it has a target and its metadata); at the end a
+    ``DatasetError`` naming every bad line and repeated id, or the file holding no item.
+    Without ``build`` a plain line is validated without making its item (None)."""
     problems: list[tuple[int, str]] = []
     first_line: dict[str, int] = {}
     for number, raw, problem in _lines(path, data):
@@ -170,6 +210,7 @@ def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> I
         extra: list[str] = []
         if problem is None and not build and type(raw) is dict and _plain(raw):
             item_id, session_id = raw["id"], raw.get("session_id")
+            target, metadata = raw.get("target") is not None, raw.get("metadata")
         else:
             if problem is None:
                 item, problem, extra = _check_item(raw, number)
@@ -177,11 +218,12 @@ def _accepted(path: Path, data: bytes | None = None, *, build: bool = True) -> I
                 problems.append((number, problem or "invalid item"))
                 continue
             item_id, session_id = item.id, item.session_id
+            target, metadata = item.target is not None, item.metadata
         if item_id in first_line:
             problems.append((number, f"duplicate id {item_id!r} (first on line {first_line[item_id]})"))
             continue
         first_line[item_id] = number
-        yield item_id, session_id, item, extra
+        yield (item_id, session_id, item, extra, target, metadata) if fields else (item_id, session_id, item, extra)
     if problems:
         raise DatasetError(str(path), problems)
     if not first_line:
@@ -215,6 +257,8 @@ class DatasetCheck:
     fingerprint: tuple[int, int, int]  # (inode, size, mtime in ns) when checked
     data: bytes | None = attrs.field(default=None, repr=False)  # a pipe's content: it cannot be read twice
     session_ids: int = 0  # items (of the whole file) with their own session_id
+    targets: int = 0  # items (of the whole file) with a target
+    metadata_keys: Mapping[str, int] = attrs.field(factory=dict)  # items (of the whole file) per metadata key
 
 
 def _fingerprint(path: Path) -> tuple[int, int, int]:
@@ -237,16 +281,20 @@ def check_dataset(path: str | os.PathLike[str], shard: tuple[int, int] | None = 
     data = None if path.is_file() else path.read_bytes()  # a pipe or a device: keep what was read
     ids: set[str] = set()
     unknown: set[str] = set()
-    count = own = 0
-    for item_id, session_id, _, extra in _accepted(path, data, build=False):
+    count = own = targets = 0
+    keys: Counter[str] = Counter()
+    for item_id, session_id, _, extra, target, metadata in _accepted(path, data, build=False, fields=True):
         count += 1
         if extra:
             unknown.update(extra)
         own += session_id is not None
+        targets += target
+        if metadata:
+            keys.update(metadata.keys())
         if shard is None or in_shard(item_id, shard):
             ids.add(item_id)
     return DatasetCheck(path=path, ids=frozenset(ids), items=count, unknown=tuple(sorted(unknown)),
-                        fingerprint=fingerprint, data=data, session_ids=own)
+                        fingerprint=fingerprint, data=data, session_ids=own, targets=targets, metadata_keys=dict(keys))
 
 
 def iter_dataset(check: DatasetCheck, *, skip: Container[str] = frozenset()) -> Iterator[BatchItem]:

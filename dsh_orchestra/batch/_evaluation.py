@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import json
 import logging
 import math
 import os
@@ -28,8 +29,8 @@ from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
-    check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, open_judges, score_attempt,
-    sha256_file, turn_usage,
+    NO_TEMPLATE, check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, open_judges,
+    render_prompt, score_attempt, sha256_file, turn_usage,
 )
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
@@ -179,6 +180,13 @@ class BatchEval:
     budget: Budget
     workspaces: Workspaces | None = None
 
+    def sent_item(self, item: BatchItem) -> BatchItem:
+        """``item`` as it is sent: with ``choices``, its prompt rendered by the plan's
+        multiple-choice template (``render_prompt``; ``"none"``: as written)."""
+        if not item.choices or self.plan.prompt_template == NO_TEMPLATE:
+            return item
+        return attrs.evolve(item, prompt=render_prompt(self.plan.prompt_template, item.prompt, item.choices))
+
     async def prepare(self, item: BatchItem, epoch: int) -> Path | None:
         """Before an attempt: a fresh workspace copy (None without a template)."""
         if self.workspaces is None:
@@ -298,6 +306,7 @@ def run_info(
         "policy_sha256": _file_sha(options.policy),
         "scoring_sha256": sha256_file(options.scoring) if options.scoring is not None else None,
         "scorers": plan.names,
+        "prompt_template": plan.prompt_template,
         "epochs": plan.epochs,
         "reducer": plan.reducer.name,
         "seed": plan.seed,
@@ -322,3 +331,62 @@ def _redacted(text: str, secrets: Sequence[str]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+FINGERPRINT_PARTS = {
+    "dataset_sha256": "the dataset", "scenario_sha256": "the scenario (--script)", "policy_sha256": "the policy",
+    "scorers": "the scorers", "scoring_sha256": "the scoring file", "provider": "the provider", "model": "the model",
+    "prompt_template": "the prompt template",
+}
+"""What a results file's run was made with (``RESULTS.run.json``): ``resume`` refuses
+another. ``epochs`` and the reducer may change (a new epoch is what a resume adds)."""
+
+
+def fingerprint(*, options: BatchOptions, plan: EvalPlan, spec: RuntimeSpec | None, dataset: DatasetCheck) -> dict[str, Any]:
+    """The configuration a run's results depend on (``FINGERPRINT_PARTS``)."""
+    _, command = _runtime_kind(spec)
+    scenario = _option_after(command, "--script")
+    return {
+        "dataset_sha256": _dataset_sha(dataset),
+        "scenario_sha256": sha256_file(scenario) if scenario is not None and os.path.isfile(scenario) else None,
+        "policy_sha256": _file_sha(options.policy),
+        "scorers": plan.names,
+        "scoring_sha256": sha256_file(options.scoring) if options.scoring is not None else None,
+        "provider": spec.provider if spec is not None else _default_route()[0],
+        "model": spec.model if spec is not None else _default_route()[1],
+        "prompt_template": plan.prompt_template,
+    }
+
+
+def fingerprint_path(out: Path) -> Path:
+    """``RESULTS.run.json``: the fingerprint of the run that wrote RESULTS."""
+    return out.with_name(out.name + ".run.json")
+
+
+def check_fingerprint(out: Path, current: dict[str, Any], *, resumed: bool) -> None:
+    """Write ``current`` beside a new results file; on a resume, refuse a different one.
+
+    Raises:
+        BatchUsageError: ``resumed`` and the recorded fingerprint differs: the message names
+            every part that differs.
+    """
+    path = fingerprint_path(out)
+    if resumed and path.is_file():
+        try:
+            recorded = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise BatchUsageError(f"{path}: cannot read the configuration of the run that wrote {out} ({exc}); "
+                                  "remove it to resume anyway") from exc
+        differ = [part for part in FINGERPRINT_PARTS if isinstance(recorded, dict) and recorded.get(part) != current.get(part)]
+        if differ:
+            described = ", ".join(f"{FINGERPRINT_PARTS[p]} ({p})" for p in differ)
+            raise BatchUsageError(
+                Param("resume", spelled="resume=True"), f": {out} was written by a run with another configuration: "
+                f"{described} differ(s) (recorded in {path.name}). Resume with the same configuration, write to another ",
+                Param("out"), ", or re-score the results with `dsh-orchestra score`")
+        return
+    if resumed:
+        log.warning("%s: no record of the configuration that wrote it (an earlier version): resuming as asked", out)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(json.dumps(current, indent=2).encode() + b"\n")
+    os.replace(temporary, path)

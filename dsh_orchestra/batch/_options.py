@@ -63,6 +63,7 @@ class BatchOptions:
     retry_backoff_max: float = attrs.field(default=30.0, validator=_non_negative)
     retry_jitter: float = attrs.field(default=0.1, validator=_non_negative)
     resume: bool = False
+    retry_errors: bool = False  # with resume: run again the items whose line is an error (the file rewritten without them)
     shard: tuple[int, int] | None = None
     policy: Any = None
     answerer: Any = None
@@ -92,6 +93,9 @@ class BatchOptions:
     control: bool = False  # listen on a control socket (pause, resume, stop, status, concurrency: `dsh-orchestra ctl`)
 
     def __attrs_post_init__(self) -> None:
+        if self.retry_errors and not self.resume:
+            raise BatchUsageError(Param("retry_errors", spelled="retry_errors=True"), " needs ", Param("resume", spelled="resume=True"),
+                                  " (it runs again the error lines of an existing results file)")
         if self.retry_jitter > 1:
             raise BatchUsageError(Param("retry_jitter", self.retry_jitter, spelled="retry_jitter"),
                                   f" must be a fraction between 0 and 1, not {self.retry_jitter!r}")

@@ -148,6 +148,13 @@ class ResultsLock:
             log.warning("cannot write the lock note %s: %s", self.note, exc)
         return self
 
+    def adopt(self, fd: int) -> None:
+        """Hold the lock through ``fd`` (a locked descriptor of the file now at the results
+        path, renamed over the old one) instead of the old file's."""
+        old, self._fd = self._fd, fd
+        if old >= 0:
+            os.close(old)
+
     def release(self) -> None:
         """Remove the note and drop the lock. Idempotent."""
         if self._fd < 0:

@@ -21,7 +21,7 @@ import orjson
 import trio
 
 from .._redact import Redactor
-from .._params import Param
+from .._params import Param, rewrap
 from .._tracing import ITEM_SPAN, observed
 from ..gateway import Gateway, gateway_for
 from ..pool import Backoff, job_warnings
@@ -30,14 +30,15 @@ from ..session import OK_FINISH_REASONS
 from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
-from ..eval import EvalPlan
+from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine, read_results
-from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
+from ._evaluation import BatchEval, check_fingerprint, check_workspace_template, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor, runner_lease, runner_server_version
 from ._local import PoolExecutor, default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
+from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
 
@@ -94,6 +95,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     started = clock.current_time()
     attempts = retried = lost = crashes = crashes_alone = 0
     workspace = None
+    sent = evaluation.sent_item(item)  # with choices: the multiple-choice prompt
     while True:
         attempts += 1
         if evaluation.workspaces is not None:
@@ -102,7 +104,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         if run.gateway is not None:
             run.gateway.tag(session_id, epoch=epoch)  # the epoch is part of its calls' cache key
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
-        unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
+        unit = attrs.evolve(sent, id=f"{item.id}#{epoch}") if options.epochs > 1 else sent
         alone = crashes >= ALONE_AFTER
         if workspace is None and not alone:  # the common attempt: no keyword dict to unpack
             attempt = await run.runner.attempt(unit, session_id)
@@ -241,6 +243,10 @@ def _prepare_resume(
         )
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
+    if options.retry_errors:
+        dropped = drop_error_lines(out, lock)
+        if dropped:
+            log.warning("retry_errors: %d error line(s) removed from %s; their items run again", dropped, out)
     done: set[tuple[str, int]] = set()
     lines = read_results(out, repair=True)
     try:
@@ -301,6 +307,7 @@ async def run_batch(
     except BaseException:
         if not existed and out.exists() and out.stat().st_size == 0:
             out.unlink()  # nothing was written (e.g. no runtime started): leave no empty results file
+            fingerprint_path(out).unlink(missing_ok=True)
         raise
     finally:
         lock.release()
@@ -313,6 +320,7 @@ async def _run_locked(
     started_at = now_iso()
     tally = Tally(plan)
     check, done = _prepare_resume(dataset, out, options, lock, tally)
+    check_fingerprint(out, fingerprint(options=options, plan=plan, spec=spec, dataset=check), resumed=out.stat().st_size > 0)  # noqa: ASYNC240 - one stat
     redactor = Redactor(spec.secrets() if spec is not None else ())
     epochs = options.epochs
     total = len(check.ids) * epochs
@@ -327,6 +335,13 @@ async def _run_locked(
     processed = 0
     if spec is not None and options.approval_relay is not None:
         spec = spec.evolve(approval_relay=options.approval_relay)
+    try:
+        plan_warnings = check_plan_inputs(plan, where=str(check.path), items=check.items, targets=check.targets,
+                                          metadata_keys=check.metadata_keys)
+    except ScoringError as exc:
+        raise rewrap(BatchUsageError, exc) from exc
+    for line in plan_warnings:
+        log.warning("%s", line)
     try:  # warnings once for the batch, not once per runtime
         with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
                 ResultsWriter(out) as writer:
@@ -364,8 +379,12 @@ async def _run_locked(
     )
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
-    summary = attrs.evolve(summary, evaluation=tally.to_json(), run=redactor.value(info), stopped=stopped,
-                           results=os.path.abspath(out), warnings=tuple(warnings), model=model_totals)  # noqa: ASYNC240 - a string op
+    scored = tally.to_json()
+    warnings = [*warnings, *plan_warnings, *tally.warnings(scored)]
+    summary = attrs.evolve(summary, evaluation=scored, run=redactor.value(info), stopped=stopped,
+                           results=os.path.abspath(out),  # noqa: ASYNC240 - a string op
+                           warnings=tuple(warnings), model=model_totals,
+                           scorers_without_value=tuple(tally.scorers_without_value(scored)))
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         await trio.Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

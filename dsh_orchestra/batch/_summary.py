@@ -87,6 +87,7 @@ class BatchSummary:
     results: str | None = None
     warnings: tuple[str, ...] = ()
     model: dict[str, Any] | None = None  # the model gateway's totals (calls, hits, 429s absorbed, ...), when one ran
+    scorers_without_value: tuple[str, ...] = ()  # scorers that failed on every item that ran (exit 1)
 
     @property
     def note(self) -> str | None:
@@ -105,6 +106,8 @@ class BatchSummary:
         out["warnings"] = list(self.warnings)
         if self.model is not None:
             out["model"] = self.model
+        if self.evaluation.get("scores") is not None:
+            out["scorers_without_value"] = list(self.scorers_without_value)
         if self.note is not None:
             out["note"] = self.note
         return out

@@ -31,6 +31,7 @@ from ._common import (
 )
 from ._errors import message
 from ._gateway import add_gateway_options, gateway_options
+from ._exit import EXIT_BUDGET, EXIT_TEMPFAIL
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
@@ -52,8 +53,10 @@ def register(sub: Any) -> None:
         "batch",
         help="run every prompt of a JSON Lines dataset in its own session; results as JSON Lines",
         description="Run a dataset (JSONL: id, prompt, optional session_id, metadata, target, choices) over a "
-        "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status: 0 every item ok, "
-        "1 some item ended in error or a budget stopped the run, 2 bad arguments or input.",
+        "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status (docs/batch.md#exit-status): 0 every item ok, "
+        "1 some item ended in error (or a scorer failed on every item), 2 bad arguments or input (a runtime that cannot "
+        "start included), 4 a budget stopped the run, 75 stopped part-way by trouble that may pass (--resume continues), "
+        "130 interrupted.",
     )
     parser.add_argument("dataset", help="the dataset (JSON Lines)")
     parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
@@ -70,6 +73,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--audit", default=None, metavar="FILE", help="append every approval decision to this JSONL file")
     parser.add_argument("--answerer", default=None, metavar="first-option|FILE|module:attr", help="answers user questions")
     parser.add_argument("--resume", action="store_true", help="skip ids already in RESULTS (repairing a torn last line)")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="with --resume: run again the items whose line is an error (RESULTS rewritten without them, atomically)")
     parser.add_argument("--shard", default=None, metavar="I/N", help="only items whose stable id hash falls in shard I of N (0 <= I < N)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per-item timeout (retried)")
     parser.add_argument("--retries", type=int, default=2, metavar="N", help="retries for retryable failures (default 2)")
@@ -80,8 +85,8 @@ def register(sub: Any) -> None:
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
     add_scoring_options(parser, epochs=True)  # --score --scoring --epochs --epoch-reducer --group-by --seed --prices
     budget = parser.add_argument_group("budgets and workspaces")
-    budget.add_argument("--max-total-tokens", type=int, default=None, metavar="N", help="start no new item once this run's items used N tokens (exit 1; --resume continues)")
-    budget.add_argument("--max-total-cost", type=float, default=None, metavar="USD", help="start no new item once this run's items cost USD (needs --prices; exit 1)")
+    budget.add_argument("--max-total-tokens", type=int, default=None, metavar="N", help="start no new item once this run's items used N tokens (exit 4; --resume continues)")
+    budget.add_argument("--max-total-cost", type=float, default=None, metavar="USD", help="start no new item once this run's items cost USD (needs --prices; exit 4)")
     budget.add_argument("--workspace-template", default=None, metavar="DIR", help="give each item's session a fresh copy of DIR as its working directory")
     budget.add_argument("--keep-workspaces", action="store_true", help="keep the copies (in RESULTS.workspaces/) instead of removing them after scoring")
     parser.set_defaults(func=main, paths=paths)
@@ -111,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
                 retries=args.retries,
                 resume=args.resume,
+                retry_errors=args.retry_errors,
                 shard=parse_shard(args.shard) if args.shard else None,
                 policy=policy_option(args.policy),
                 answerer=answerer_option(args.answerer),
@@ -134,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
                 control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
-            start_warnings(spec, policy=options.policy, answerer=options.answerer)
+            printed = start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
             return fail(exc)
         try:
@@ -163,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
             if not isinstance(cause, (OrchestraError, OSError)):
                 raise
             say(f"the batch stopped: {message(cause)}; results written so far are kept: run again with --resume")
-            return 1
+            return EXIT_TEMPFAIL
         except (KeyboardInterrupt, BaseExceptionGroup) as exc:
             if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is None:
                 raise
@@ -172,8 +178,13 @@ def main(args: argparse.Namespace) -> int:
             return 130
     if summary.note is not None:
         print(f"dsh-orchestra: {summary.note}", file=sys.stderr)
+    for line in summary.warnings:
+        if line not in printed:
+            say(f"warning: {line}")
     print(redact(json.dumps(summary.to_json(), indent=2)))
-    return 0 if summary.error == 0 and summary.stopped is None else 1
+    if summary.stopped == "budget":
+        return EXIT_BUDGET
+    return 0 if summary.error == 0 and not summary.scorers_without_value else 1
 
 
 

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -92,7 +93,38 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
         check_script(args.script)
     spec = _build(args, kind, home, workspace, route)
     register_secrets(spec.secrets())  # every message the CLI prints is redacted with them
+    check_startable(spec, "--runtime dsh" if kind == "dsh" else "--runtime-command" if kind == "command" else "--runtime sim")
     return spec
+
+
+def check_startable(spec: RuntimeSpec, flag: str) -> None:
+    """Refuse, before the first item, a runtime that cannot start: a program that is not
+    there, the bundled ``dsh`` not installed, or ``dsh`` on ``deepseek-official`` without
+    ``DEEPSEEK_API_KEY`` (every item would fail on its first model call).
+
+    Raises:
+        UsageError: naming the flag and what to fix.
+    """
+    if spec.connect is not None:
+        return
+    if spec.command is None:
+        from ..runtime import bundled_dsh_command
+
+        try:
+            bundled_dsh_command()
+        except FileNotFoundError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
+        key = spec.api_key or spec.env.get("DEEPSEEK_API_KEY") or (os.environ.get("DEEPSEEK_API_KEY") if spec.inherit_env else None)
+        if spec.provider == "deepseek-official" and not key:
+            raise UsageError(f"{flag} on the provider deepseek-official needs a credential: set DEEPSEEK_API_KEY in the "
+                             "environment (checked before the first item; nothing ran)")
+        return
+    program = spec.command[0]
+    if os.path.isabs(program):
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise UsageError(f"{flag}: {program!r} is not an executable file; check the path")
+    elif os.sep not in program and shutil.which(program) is None:
+        raise UsageError(f"{flag}: program {program!r} is not on PATH; install it or give its full path")
 
 
 def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, route: dict[str, Any]) -> RuntimeSpec:

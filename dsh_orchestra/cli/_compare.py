@@ -75,9 +75,29 @@ def _ids(ids: list[str], limit: int = 10) -> str:
     return shown + (f", … {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+def verdict(name: str, s: dict[str, Any]) -> str:
+    """One line per scorer, what a reader wants first: ``exact: candidate +0.120 [0.050, 0.190],
+    p = 0.003, 4 regressions, 12 improvements`` (and the strict difference when an item ended
+    in error in either run)."""
+    if s["diff"] is None:
+        line = f"{name}: no pair to compare (n 0)"
+    else:
+        interval = "" if s["ci95"] is None else f" [{s['ci95'][0]:+.3f}, {s['ci95'][1]:+.3f}]"
+        p = "—" if s["p_value"] is None else f"{s['p_value']:.3g}"
+        line = (f"{name}: candidate {s['diff']:+.3f}{interval}, p = {p}, {len(s['regressions'])} regressions, "
+                f"{len(s['improvements'])} improvements")
+    strict = s.get("strict")
+    if isinstance(strict, dict) and strict.get("n") != s["n"] and strict.get("diff") is not None:
+        line += (f"; strict (an error scores 0) {strict['diff']:+.3f}, {len(strict['regressions'])} regressions, "
+                 f"{len(strict['improvements'])} improvements")
+    return line
+
+
 def render_text(doc: dict[str, Any]) -> str:
-    """The comparison as plain text, for a terminal."""
-    out = [
+    """The comparison as plain text, for a terminal: a verdict line per scorer first."""
+    out = [verdict(name, s) for name, s in doc["scorers"].items()]
+    out += [
+        "",
         f"pairs: {doc['pairs']}   only in base: {len(doc['only_in_base'])}   only in candidate: "
         f"{len(doc['only_in_candidate'])}   status changes: {len(doc['status_changes'])}",
     ]
@@ -90,6 +110,14 @@ def render_text(doc: dict[str, Any]) -> str:
                    f"diff {diff}   95% CI {interval}   p {_fmt(s['p_value'], 4)}")
         out.append(f"  regressions ({len(s['regressions'])}): {_ids(s['regressions'])}")
         out.append(f"  improvements ({len(s['improvements'])}): {_ids(s['improvements'])}")
+        strict = s.get("strict")
+        if isinstance(strict, dict) and strict.get("n") != s["n"]:  # an item ended in error in a run
+            interval = "—" if strict["ci95"] is None else f"[{_fmt(strict['ci95'][0])}, {_fmt(strict['ci95'][1])}]"
+            diff = "—" if strict["diff"] is None else f"{strict['diff']:+.3f}"
+            out.append(f"  strict (an error scores 0): n {strict['n']}   base {_fmt(strict['mean_base'])}   candidate "
+                       f"{_fmt(strict['mean_candidate'])}   diff {diff}   95% CI {interval}   p {_fmt(strict['p_value'], 4)}")
+            out.append(f"    regressions ({len(strict['regressions'])}): {_ids(strict['regressions'])}")
+            out.append(f"    improvements ({len(strict['improvements'])}): {_ids(strict['improvements'])}")
     for what, key, unit in (("tokens per item", "usage", ""), ("latency per item", "latency", " s")):
         side = doc[key]
         b, c, r = side["base"], side["candidate"], side["ratio"]

@@ -12,11 +12,8 @@ from typing import Any, Callable, Sequence
 
 from .._logging import configure_cli_logging
 from .._version import __version__
+from ._exit import EXIT_INTERRUPTED, EXIT_USAGE
 from ._paths import check_command_paths
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 Command = Callable[[argparse.Namespace], int]
 GLOBAL_VALUE_OPTIONS = ("--log-level", "--log-file")
@@ -128,7 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"dsh-orchestra: {message(failure)}", file=sys.stderr)
         return EXIT_USAGE
-    return func(args)
+    try:
+        return func(args)
+    except KeyboardInterrupt:  # a command that does not say more (batch and run keep their results and say so)
+        print("dsh-orchestra: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

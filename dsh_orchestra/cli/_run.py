@@ -6,8 +6,9 @@ The recipe convention is ``dsh_orchestra.workflow.load_recipe``'s (docs/workflow
 ``--checkpoint PATH [--resume]`` journals the run and continues it; ``--answer ID=VALUE``
 answers interrupts (the terminal asks too, when stdin is a TTY).
 
-Exit status: 0 the workflow succeeded, 1 it failed (or its runtime did not start), 2 bad
-arguments or a recipe that cannot be loaded, 3 it ended with interrupts waiting for answers.
+Exit status (docs/batch.md#exit-status): 0 the workflow succeeded, 1 it failed, 2 bad
+arguments, a recipe that cannot be loaded or a runtime that cannot start, 3 it ended with
+interrupts waiting for answers, 75 it could not run (trouble that may pass), 130 interrupted.
 Holds no logic of its own: ``load_recipe``, ``checkpoint_changes`` and ``open_workflow`` are
 what a Python user would call.
 """
@@ -25,7 +26,7 @@ from typing import Any
 import trio
 
 from .._scratch import scratch_dir
-from ..protocol import OrchestraError
+from ..protocol import OrchestraError, RuntimeStartError
 from ..workflow import (
     RECIPE_FILE,
     CheckpointError,
@@ -61,7 +62,7 @@ from ._gateway import add_gateway_options, gateway_options
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
-EXIT_PENDING = 3
+from ._exit import EXIT_PENDING, EXIT_TEMPFAIL
 
 def parse_inputs(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; a VALUE that parses as JSON is used as JSON, else as text.
@@ -117,7 +118,8 @@ def register(sub: Any) -> None:
         "With --runtime sim (the default) the simulator plays the recipe's SCRIPT. Prints a readable "
         "summary, or the whole result as JSON with --json. With --checkpoint the run is journaled as it "
         "goes; --resume continues it after a crash or an interrupt, running only what did not complete. "
-        "Exit status: 0 ok, 1 the workflow failed, 2 bad arguments or recipe, 3 interrupts wait for answers.",
+        "Exit status: 0 ok, 1 the workflow failed, 2 bad arguments, recipe or runtime, 3 interrupts wait for answers, "
+        "75 it could not run part-way (trouble that may pass), 130 interrupted.",
     )
     parser.add_argument("recipe", help=f"the recipe: a Python file, or a directory holding {RECIPE_FILE}")
     add_runtime_options(parser)
@@ -184,8 +186,10 @@ def main(args: argparse.Namespace) -> int:
                 return fail(cause)
             if not isinstance(cause, OrchestraError):
                 raise
+            if isinstance(cause, RuntimeStartError):  # bad input: the runtime cannot start at all
+                return fail(f"the runtime could not start: {cause}")
             print(f"dsh-orchestra: the workflow could not run: {cause}", file=sys.stderr)
-            return 1
+            return EXIT_TEMPFAIL
     if args.mermaid:
         Path(args.mermaid).write_text(result.mermaid(), encoding="utf-8")
     if args.json:

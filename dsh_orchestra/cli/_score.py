@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..eval import (
     ScoringError,
     load_prices,
     load_scoring,
+    check_plan_inputs,
     make_plan,
     parse_reducer,
     rescore,
@@ -26,7 +28,7 @@ from ..eval import (
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
-from ._common import UsageError, add_runtime_options, build_spec, fail
+from ._common import UsageError, add_runtime_options, build_spec, fail, say
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -74,7 +76,7 @@ def register(sub: Any) -> None:
         help="re-score finished batch results without running the items again",
         description="Score the lines of RESULTS (a batch's results) against DATASET and write them, with the new "
         "scores, to RESCORED; print the summary. RESULTS is never modified. Only judge scorers start a runtime "
-        "(the runtime options, or [judge] runtime). Exit status: 0 done, 2 bad arguments or input.",
+        "(the runtime options, or [judge] runtime). Exit status: 0 done, 1 a scorer produced no value on any item that ran, 2 bad arguments or input.",
     )
     parser.add_argument("results", metavar="RESULTS", help="a batch results file (JSON Lines)")
     parser.add_argument("--dataset", required=True, metavar="DATASET", help="the dataset the results came from")
@@ -96,6 +98,11 @@ def main(args: argparse.Namespace) -> int:
             plan = scoring_plan(args, route)
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
             items, _ = load_dataset(args.dataset)
+            keys: Counter[str] = Counter(key for item in items for key in item.metadata)
+            warnings = check_plan_inputs(plan, where=args.dataset, items=len(items), metadata_keys=keys,
+                                         targets=sum(1 for item in items if item.target is not None))
+            for line in warnings:
+                say(f"warning: {line}")
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
             summary = trio.run(partial(
                 rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
@@ -107,5 +114,7 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
         except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
             return fail(f"the judge's runtime failed: {exc}")
+    for line in summary.get("warnings", ()):
+        say(f"warning: {line}")
     print(json.dumps(summary, indent=2))
-    return 0
+    return 1 if summary.get("scorers_without_value") else 0

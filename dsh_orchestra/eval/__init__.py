@@ -43,14 +43,19 @@ from ._config import (
     parse_scoring as parse_scoring,
     resolve_scorers as resolve_scorers,
 )
+from ._inputs import TARGET_KINDS as TARGET_KINDS, check_plan_inputs as check_plan_inputs
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
     DEFAULT_REDUCER as DEFAULT_REDUCER,
     Reducer as Reducer,
+    Reduced as Reduced,
     ScoreTally as ScoreTally,
     bootstrap_ci as bootstrap_ci,
+    MISSING_GROUP as MISSING_GROUP,
     group_key as group_key,
+    group_names as group_names,
+    group_value as group_value,
     mean as mean,
     metrics as metrics,
     parse_reducer as parse_reducer,
@@ -58,6 +63,13 @@ from ._metrics import (
     percentile as percentile,
     reduce_epochs as reduce_epochs,
     stderr as stderr,
+)
+from ._prompt import (
+    DEFAULT_TEMPLATE as DEFAULT_TEMPLATE,
+    NO_TEMPLATE as NO_TEMPLATE,
+    TemplateError as TemplateError,
+    check_template as check_template,
+    render_prompt as render_prompt,
 )
 from ._rescore import RescoreError as RescoreError, read_result_lines as read_result_lines, rescore as rescore
 from ._score import (
@@ -78,6 +90,7 @@ from ._tally import (
     scorer_specs as scorer_specs,
     sha256_file as sha256_file,
 )
+from ._warnings import excluded_warnings as excluded_warnings, failure_warnings as failure_warnings
 from ..results import Usage as Usage
 from ._usage import (
     Price as Price,

@@ -136,8 +136,9 @@ async def _call(scorer: BoundScorer, item: ItemLike, result: Any) -> tuple[Any, 
 
 
 def error_scores(names: Sequence[str], explanation: str | None = "the item ended in error") -> dict[str, ScoreRecord]:
-    """Every scorer's key with a null value (an item that ended in error is not scored)."""
-    return {name: null_record(explanation) for name in names}
+    """Every scorer's key with a null value and ``"error": true`` (an item that ended in error
+    is not scored)."""
+    return {name: null_record(explanation, error=True) for name in names}
 
 
 async def score_attempt(scorers: Sequence[BoundScorer], item: ItemLike, result: Any) -> AttemptScores:
@@ -168,5 +169,5 @@ async def score_attempt(scorers: Sequence[BoundScorer], item: ItemLike, result: 
             if isinstance(exc, JudgeError):
                 judge_usage = judge_usage + exc.usage
             log.warning("scorer %r failed on item %r: %s: %s", scorer.name, getattr(item, "id", None), type(exc).__name__, exc)
-            records[scorer.name] = null_record(f"{type(exc).__name__}: {exc}")
+            records[scorer.name] = null_record(f"{type(exc).__name__}: {exc}", error=True)
     return AttemptScores(records, judge_usage)

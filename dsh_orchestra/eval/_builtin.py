@@ -9,6 +9,7 @@ once, and no ``Score`` is built).
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import re
@@ -58,6 +59,7 @@ class _Builtin:
 
 
 _NONE: _Found = (None, None, _NO_TARGET)
+_EMPTY = "the response is empty"
 
 
 @attrs.frozen
@@ -68,6 +70,8 @@ class Exact(_Builtin):
         if not targets:
             return _NONE
         response = normalize(text)
+        if not response:  # an empty response never matches (not even an empty target)
+            return 0, None, _EMPTY
         for target in targets:
             if normalize(target) == response:
                 return 1, None, None
@@ -82,27 +86,58 @@ class Includes(_Builtin):
         if not targets:
             return _NONE
         response = normalize(text)
+        if not response:
+            return 0, None, _EMPTY
         for target in targets:
-            if normalize(target) in response:
+            wanted = normalize(target)
+            if wanted and wanted in response:  # an empty target is in every text: it matches nothing
                 return 1, None, None
         return 0, None, None
 
 
-_ANSWER = re.compile(r"answer\s*:\s*[(\[*]*\s*([a-z])", re.IGNORECASE)
+_ANSWER = re.compile(r"answer\s*:", re.IGNORECASE)
+# After the last ANSWER:, one letter standing alone: (C), [C], *C*, C., C), C, then a word boundary.
+_ONE_LETTER = re.compile(r"\s*[(\[*]*\s*([A-Za-z])(?![A-Za-z0-9])[)\].*]*")
+# ... and another letter after it (A, B / A or B / A and B / A/B / A & B): no answer.
+_ANOTHER = re.compile(r"\s*(?:,|/|&|\+|;|\b[oO][rR]\b|\b[aA][nN][dD]\b)\s*[(\[*]*\s*([A-Za-z])(?![A-Za-z0-9])")
+# ... or letters run together (AB, ABD): each a capital, no repeats, in range.
+_RUN = re.compile(r"\s*[(\[*]*\s*([A-Z]{2,26})(?![A-Za-z0-9])")
 _STANDALONE = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
 
 
-def choice_answer(text: str, choices: int) -> str | None:
-    """The letter after the last ``ANSWER:`` (any case, even out of range), else the last
-    standalone capital letter among the first ``choices`` letters, else None."""
-    found = _ANSWER.findall(text)
+def read_choice(text: str, choices: int) -> tuple[str | None, str | None]:
+    """(the answer letter, None), or (None, the text after ``ANSWER:``) when that text names
+    more than one letter (``A, B``, ``AB``, ``A or B``: a hedge is no answer), or (None, None).
+
+    The letter after the last ``ANSWER:`` (any case) must stand alone: a word boundary after
+    it (``(C)``, ``C.``, ``C)`` count; ``ANSWER: definitely B`` names no letter there). Without
+    such a letter, the last standalone capital letter among the first ``choices`` letters."""
+    found = list(_ANSWER.finditer(text))
     if found:
-        return str(found[-1]).upper()
+        rest = text[found[-1].end():]
+        line = rest.split("\n", 1)[0] if rest.strip() else rest
+        line = line if line.strip() else rest.lstrip().split("\n", 1)[0]
+        span = max(0, min(choices, 26)) or 26
+        run = _RUN.match(line)
+        if run is not None and len(set(run.group(1))) == len(run.group(1)) and all(
+                ord(c) - 65 < span for c in run.group(1)):
+            return None, line.strip()
+        one = _ONE_LETTER.match(line)
+        if one is not None:
+            another = _ANOTHER.match(line, one.end())
+            if another is not None and another.group(1).isupper() == one.group(1).isupper():
+                return None, line.strip()
+            return one.group(1).upper(), None
     last = string.ascii_uppercase[: max(0, min(choices, 26))]
     for letter in reversed(_STANDALONE.findall(text)):
         if letter in last:
-            return str(letter)
-    return None
+            return str(letter), None
+    return None, None
+
+
+def choice_answer(text: str, choices: int) -> str | None:
+    """The answer letter of ``text`` (``read_choice``; None for no answer or more than one)."""
+    return read_choice(text, choices)[0]
 
 
 def choice_letter(target: str, choices: list[str]) -> str | None:
@@ -139,7 +174,9 @@ class Choice(_Builtin):
             letters = tuple(choice_letter(t, list(choices)) for t in targets)
         if not any(letters):  # letters are None or one capital letter
             return None, None, f"target {targets[0]!r} is neither a letter nor the text of one of the choices"
-        answer = choice_answer(text, len(choices))
+        answer, hedged = read_choice(text, len(choices))
+        if hedged is not None:
+            return 0, hedged, "more than one letter after ANSWER: (no answer)"
         if answer is None:
             return 0, None, "no answer letter found"
         return (1 if answer in letters else 0), answer, None
@@ -156,8 +193,17 @@ _LAST_DIGIT = re.compile(r".*\d", re.DOTALL)  # greedy: backtracks from the end 
 _IN_NUMBER = frozenset(",.eE+-")
 
 
+DASHES = "\u2212\u2012\u2013\ufe63\uff0d"
+"""Read as ``-`` in numbers: minus sign, figure dash, en dash, small and full-width hyphen-minus."""
+_AS_HYPHEN = str.maketrans({c: "-" for c in DASHES})
+
+
 def last_number(text: str) -> tuple[str, float] | None:
-    """The last number of ``text`` as (its text, its value); commas are thousands separators."""
+    """The last number of ``text`` as (its text, its value); commas are thousands separators,
+    and the signs of ``DASHES`` are minus signs (``−42`` is -42)."""
+    original = text
+    if not text.isascii():
+        text = text.translate(_AS_HYPHEN)  # one character for one: the positions stay
     last = _LAST_DIGIT.match(text)
     if last is None:  # every number holds a digit
         return None
@@ -167,12 +213,12 @@ def last_number(text: str) -> tuple[str, float] | None:
     start = last.end() - 1
     while start > 0 and (text[start - 1] in _IN_NUMBER or text[start - 1].isdecimal()):
         start -= 1
-    found = _NUMBER.findall(text, start)
+    found = collections.deque(_NUMBER.finditer(text, start), maxlen=1)  # the last match
     if not found:
         return None
-    written: str = found[-1]
-    value = float(written.replace(",", ""))
-    return (written, value) if math.isfinite(value) else None
+    match = found[0]
+    value = float(match.group(0).replace(",", ""))
+    return (original[match.start():match.end()], value) if math.isfinite(value) else None
 
 
 @functools.lru_cache(maxsize=1024)  # targets recur across epochs
@@ -273,6 +319,8 @@ class F1(_Builtin):
     def find(self, text: str, targets: tuple[str, ...], item: Any) -> _Found:
         if not targets:
             return _NONE
+        if not text.strip():
+            return 0, None, _EMPTY
         response = _squad_tokens(text)
         counted = _counts(response)
         best = 0.0
@@ -295,5 +343,7 @@ class Regex(_Builtin):
         object.__setattr__(self, "_compiled", re.compile(self.pattern))
 
     def find(self, text: str, targets: tuple[str, ...], item: Any) -> _Found:
+        if not text.strip():
+            return 0, None, _EMPTY
         match = self._compiled.fullmatch(text) if self.fullmatch else self._compiled.search(text)
         return (1, match.group(0), None) if match else (0, None, None)

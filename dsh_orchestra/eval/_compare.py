@@ -17,7 +17,6 @@ each run's epochs are reduced per item (as in the summary). The tests:
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 from .._params import Param, ParamError
@@ -25,6 +24,8 @@ from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_c
 
 PERMUTATIONS = 10_000
 _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignment
+_LOG2 = math.log(2.0)
+_EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
 
 
@@ -48,8 +49,25 @@ def mcnemar_exact(b: int, c: int) -> float:
     n = b + c
     if n == 0:
         return 1.0
-    tail = Fraction(sum(math.comb(n, i) for i in range(min(b, c) + 1)), 2**n)
-    return float(min(Fraction(1), 2 * tail))
+    k = min(b, c)
+    if 2 * k >= n - 1:  # the tail holds half the mass or more: p = 1
+        return 1.0
+    # In log space, linear in k: the largest term C(n, k) / 2**n, then the smaller ones by the
+    # ratio C(n, i - 1) / C(n, i) = i / (n - i + 1), summed relative to it until they no longer
+    # count. log C(n, k) is math.log of the exact integer up to n = 5,000 (correct to the last
+    # bit), lgamma's beyond (relative error of p below 1e-9; the exact integer costs seconds).
+    if n <= _EXACT_COMB:
+        log_top = math.log(math.comb(n, k)) - n * _LOG2
+    else:
+        log_top = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * _LOG2
+    total = term = 1.0
+    for i in range(k, 0, -1):
+        term *= i / (n - i + 1)
+        total += term
+        if term < total * 1e-17:
+            break
+    log_p = _LOG2 + log_top + math.log(total)
+    return 1.0 if log_p >= 0.0 else math.exp(log_p)
 
 
 def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations: int = PERMUTATIONS) -> float | None:
@@ -77,11 +95,24 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
         return float(np.count_nonzero(sums >= threshold)) / float(2**m)
     rng = np.random.default_rng(seed)
     count = 0
+    m = len(moving)
+    total = float(moving.sum())
     chunk = max(1, (1 << 21) // max(n, 1))
+    # One random bit per difference, eight to a random byte (most significant bit first, as
+    # numpy's unpackbits): a set bit keeps its sign, a clear one flips it, so the permuted sum is
+    # 2 * (the kept differences) - (all of them). The kept sum of each group of eight is looked up
+    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products.
+    groups = (m + 7) // 8
+    padded = np.zeros(groups * 8, dtype=np.float64)
+    padded[:m] = moving
+    subsets = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)  # (256, 8)
+    table = (padded.reshape(groups, 8) @ subsets.T).ravel()  # table[g * 256 + byte]
+    offsets = np.arange(groups, dtype=np.intp) * 256
     for start in range(0, permutations, chunk):
         size = min(permutations, start + chunk) - start
-        signs = rng.integers(0, 2, size=(size, len(moving))) * 2.0 - 1.0
-        count += int(np.count_nonzero(np.abs(signs @ moving) >= threshold))
+        drawn = rng.integers(0, 256, size=(size, groups), dtype=np.uint8)
+        kept = np.take(table, drawn + offsets).sum(axis=1)
+        count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
     return (count + 1) / (permutations + 1)
 
 
@@ -113,6 +144,21 @@ def reduce_items(
     The first line of an (id, epoch) counts. An item's status is ``ok`` when every epoch is
     ``ok``, else the first other status of its epochs.
     """
+    values, status, _ = reduce_items_strict(lines, names, reducer)
+    return values, status
+
+
+def _failed(line: Mapping[str, Any], record: Any) -> bool:
+    return line.get("status") == "error" or (isinstance(record, dict) and record.get("error") is True)
+
+
+def reduce_items_strict(
+    lines: Iterable[Mapping[str, Any]], names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
+) -> tuple[dict[str, dict[str, float | None]], dict[str, str], dict[str, dict[str, float | None]]]:
+    """``reduce_items``, and the strict values of the items where something failed: per item
+    id and scorer, the epochs reduced with every failed epoch (the line ended in error, or the
+    scorer failed: ``"error": true``) counted as 0. Items where nothing failed are not in it:
+    their strict value is their value."""
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
     epochs: dict[str, dict[int, Mapping[str, Any]]] = {}
     for line in lines:
@@ -121,18 +167,45 @@ def reduce_items(
         epochs.setdefault(str(line.get("id")), {}).setdefault(key, line)
     values: dict[str, dict[str, float | None]] = {}
     status: dict[str, str] = {}
+    strict: dict[str, dict[str, float | None]] = {}
+    if chosen.k is None and all(len(by_epoch) == 1 for by_epoch in epochs.values()):
+        # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
+        for item_id, by_epoch in epochs.items():
+            (line,) = by_epoch.values()
+            scores = line.get("scores")
+            if not isinstance(scores, dict):
+                scores = {}
+            line_status = line.get("status")
+            row: dict[str, float | None] = {}
+            for name in names:
+                record = scores.get(name)
+                value = record.get("value") if type(record) is dict else None
+                if type(value) is not float:
+                    value = _value(record)
+                row[name] = value
+                if value is None and (line_status == "error" or (type(record) is dict and record.get("error") is True)):
+                    strict.setdefault(item_id, {})[name] = 0.0
+            values[item_id] = row
+            status[item_id] = "ok" if line_status == "ok" else str(line_status)
+        return values, status, strict
     for item_id, by_epoch in epochs.items():
         ordered = [by_epoch[e] for e in sorted(by_epoch)]
         values[item_id] = {}
         for name in names:
             per_epoch = []
+            failed = []
             for line in ordered:
                 scores = line.get("scores")
-                per_epoch.append(_value(scores.get(name)) if isinstance(scores, dict) else None)
+                record = scores.get(name) if isinstance(scores, dict) else None
+                value = _value(record)
+                per_epoch.append(value)
+                failed.append(value is None and _failed(line, record))
             values[item_id][name] = chosen(per_epoch)
+            if any(failed):
+                strict.setdefault(item_id, {})[name] = chosen([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
         statuses = [str(line.get("status")) for line in ordered]
         status[item_id] = next((s for s in statuses if s != "ok"), "ok")
-    return values, status
+    return values, status, strict
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -167,6 +240,26 @@ def compare_scorer(
         "regressions": sorted(i for i, b, c in pairs if c < b),
         "improvements": sorted(i for i, b, c in pairs if c > b),
     }
+
+
+_Side = tuple[dict[str, dict[str, float | None]], dict[str, dict[str, float | None]]]
+
+
+def _strict_entry(entry: dict[str, Any], name: str, common: Sequence[str], base: _Side, candidate: _Side,
+                  seed: int) -> dict[str, Any]:
+    """The strict view of one scorer: the same fields over the pairs where an item that ended
+    in error (or whose scorer failed) scores 0; an ok <-> error pair is a regression or an
+    improvement there. The entry itself when nothing failed in either run."""
+    if not any(name in base[1].get(i, ()) or name in candidate[1].get(i, ()) for i in common):
+        return {key: value for key, value in entry.items() if key != "strict"}
+    pairs = []
+    for item_id in common:
+        b_over, c_over = base[1].get(item_id, {}), candidate[1].get(item_id, {})
+        b = b_over[name] if name in b_over else base[0][item_id][name]
+        c = c_over[name] if name in c_over else candidate[0][item_id][name]
+        if b is not None and c is not None:
+            pairs.append((item_id, b, c))
+    return compare_scorer(pairs, seed=seed)
 
 
 # ---- usage and latency --------------------------------------------------------------------
@@ -244,7 +337,8 @@ def compare_runs(
     one run lacks is compared over no pairs (``n`` 0, nulls).
 
     Raises:
-        CompareInputError: no item id in both runs, or a named scorer in neither run.
+        CompareInputError: no item id in both runs, a named scorer in neither run, or a
+            ``pass@k`` with k above a run's epochs.
     """
     base_names, candidate_names = scorer_names(base), scorer_names(candidate)
     if scorers is None:
@@ -256,8 +350,17 @@ def compare_runs(
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
             raise CompareInputError(Param("scorers", missing[0], spelled="scorers"),
                                     f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
-    base_values, base_status = reduce_items(base, names, reducer)
-    candidate_values, candidate_status = reduce_items(candidate, names, reducer)
+    chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
+    if chosen.k is not None:
+        for what, lines in (("base", base), ("candidate", candidate)):
+            epochs = max((e for e in (line.get("epoch", 1) for line in lines) if isinstance(e, int) and not isinstance(e, bool)), default=1)
+            if chosen.k > epochs:
+                raise CompareInputError(Param("reducer", chosen.name, spelled="reducer"),
+                                        f": the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
+                                        f"{what} run has {epochs} epoch(s): lower k, or compare runs with more epochs")
+    reducer = chosen
+    base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)
+    candidate_values, candidate_status, candidate_strict = reduce_items_strict(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
         raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
@@ -269,7 +372,10 @@ def compare_runs(
             b, c = base_values[item_id][name], candidate_values[item_id][name]
             if b is not None and c is not None:
                 pairs.append((item_id, b, c))
-        out_scorers[name] = compare_scorer(pairs, seed=seed)
+        entry = compare_scorer(pairs, seed=seed)
+        entry["strict"] = _strict_entry(entry, name, common, (base_values, base_strict),
+                                        (candidate_values, candidate_strict), seed)
+        out_scorers[name] = entry
     return {
         "pairs": len(common),
         "only_in_base": sorted(i for i in base_values if i not in candidate_values),

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from .._params import Param, ParamError
+from ._prompt import TemplateError, check_template
 
 BUILTIN = ("exact", "includes", "choice", "numeric", "f1", "judge")
 KINDS = (*BUILTIN, "regex", "python")
@@ -29,7 +30,7 @@ _SETTINGS: dict[str, frozenset[str]] = {
     "judge": frozenset({"rubric", "runtime", "provider", "model", "script", "dsh_home", "parse_attempts"}),
     "python": frozenset({"function"}),
 }
-_TOP = ("scorers", "numeric", "judge", "regex")
+_TOP = ("scorers", "numeric", "judge", "regex", "prompt")
 
 
 class ScoringError(ParamError, ValueError):
@@ -55,6 +56,7 @@ class ScoringFile:
     patterns: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)  # regex:NAME
     source: str | None = None
     sha256: str | None = None
+    prompt_template: str | None = None  # [prompt] template (None: the default; "none": off)
 
 
 def _check_settings(kind: str, table: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -100,7 +102,7 @@ def parse_scoring(data: Mapping[str, Any], *, source: str = "<scoring>", sha256:
     """
     unknown = sorted(set(data) - set(_TOP))
     if unknown:
-        raise ScoringError(f"scoring file {source!r}: unknown table(s) {unknown}; expected [scorers.NAME], [numeric], [judge], [regex.NAME]")
+        raise ScoringError(f"scoring file {source!r}: unknown table(s) {unknown}; expected [scorers.NAME], [numeric], [judge], [regex.NAME], [prompt]")
     scorers: dict[str, ScorerSpec] = {}
     tables = data.get("scorers", {})
     if not isinstance(tables, dict):
@@ -129,7 +131,25 @@ def parse_scoring(data: Mapping[str, Any], *, source: str = "<scoring>", sha256:
         if not isinstance(table, dict):
             raise ScoringError(f"scoring file {source!r}: [regex.{name}] must be a pattern string or a table with pattern")
         patterns[name] = _check_settings("regex", table, f"scoring file {source!r}: [regex.{name}]")
-    return ScoringFile(scorers=scorers, defaults=defaults, patterns=patterns, source=source, sha256=sha256)
+    return ScoringFile(scorers=scorers, defaults=defaults, patterns=patterns, source=source, sha256=sha256,
+                       prompt_template=_prompt_template(data.get("prompt"), source))
+
+
+def _prompt_template(table: Any, source: str) -> str | None:
+    if table is None:
+        return None
+    where = f"scoring file {source!r}: [prompt]"
+    if not isinstance(table, dict):
+        raise ScoringError(f"{where} must be a table: [prompt] template = \"...\"")
+    unknown = sorted(set(table) - {"template"})
+    if unknown:
+        raise ScoringError(f"{where}: unknown key(s) {unknown} (it takes: template)")
+    if "template" not in table:
+        return None
+    try:
+        return check_template(table["template"], f"{where} template")
+    except TemplateError as exc:
+        raise ScoringError(str(exc)) from None
 
 
 def load_scoring(path: str | os.PathLike[str]) -> ScoringFile:

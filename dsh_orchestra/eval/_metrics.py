@@ -10,7 +10,7 @@ import math
 import operator
 from collections import Counter
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -215,21 +215,74 @@ def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> d
     }
 
 
-def group_key(metadata: Any, field: str) -> str:
-    """The group of an item: its metadata ``field`` (a string as is, other values as JSON text;
-    ``"null"`` when missing)."""
-    value = metadata.get(field) if isinstance(metadata, dict) else None
+MISSING_GROUP = "(missing)"
+"""The name of the group of the items whose metadata lacks the ``group_by`` key."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""``group_value`` of an item whose metadata lacks the key."""
+
+
+def group_value(metadata: Any, field: str) -> Any:
+    """An item's group as a hashable key that keeps the JSON type: ``("s", text)`` for a
+    string, ``("j", JSON text)`` for any other value (``null`` included), ``MISSING`` when the
+    metadata has no such key."""
+    if not isinstance(metadata, dict) or field not in metadata:
+        return MISSING
+    value = metadata[field]
     if isinstance(value, str):
-        return value
+        return ("s", value)
     import orjson
 
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return ("j", orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def group_names(values: Iterable[Any]) -> dict[Any, str]:
+    """The shown name of each ``group_value``: a string as it is, another value as its JSON
+    text, ``"(missing)"`` for a missing key. A string whose name would equal another group's
+    (``"7"`` beside ``7``, ``"null"`` beside ``null``, ``"(missing)"`` beside a missing key) is
+    shown as its JSON text (``"\"7\""``), so that every group keeps a name of its own."""
+    keys = list(dict.fromkeys(values))
+    taken = {MISSING_GROUP if key is MISSING else key[1] for key in keys if key is MISSING or key[0] == "j"}
+    names: dict[Any, str] = {}
+    for key in keys:
+        if key is MISSING:
+            names[key] = MISSING_GROUP
+        elif key[0] == "j" or key[1] not in taken:
+            names[key] = key[1]
+        else:
+            import orjson
+
+            names[key] = orjson.dumps(key[1]).decode()
+    return names
+
+
+def group_key(metadata: Any, field: str) -> str:
+    """The shown name of an item's group (see ``group_names``; alone, without the other
+    groups' names to tell apart): its metadata ``field``, a string as it is, another value as
+    its JSON text, ``"(missing)"`` when the key is missing."""
+    return group_names([group_value(metadata, field)])[group_value(metadata, field)]
+
+
+class Reduced(dict[str, list[float | None]]):
+    """Each scorer's reduced value per item (``ScoreTally.reduced``), with ``failed``: per
+    scorer and item, True when the item has no value because it (or the scorer) failed, and
+    ``strict``: the values with every failed epoch counted as 0 (None when nothing failed)."""
+
+    failed: dict[str, list[bool]]
+    strict: dict[str, list[float | None]] | None
 
 
 class ScoreTally:
     """Collects the score values of result lines, then reduces epochs and computes metrics.
 
-    Keeps one float (or None) per (item, epoch, scorer), and each item's group.
+    Keeps one float (or None) per (item, epoch, scorer), which of them failed (the line ended
+    in error, or the record says ``"error": true``), and each item's group.
     """
 
     def __init__(
@@ -241,10 +294,11 @@ class ScoreTally:
         self.group_by = group_by
         self.seed = seed
         self._values: dict[str, dict[int, list[float | None]]] = {}
-        self._groups: dict[str, str] = {}
+        self._failed: dict[str, dict[int, tuple[bool, ...]]] = {}  # only (item, epoch) rows with a failure
+        self._groups: dict[str, Any] = {}
 
     def add(self, line: ResultLine) -> None:
-        """Count one result line (its ``id``, ``epoch``, ``scores`` and ``metadata``)."""
+        """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
         scores = line.scores
         row: list[float | None] = []
         if scores:
@@ -255,7 +309,8 @@ class ScoreTally:
         else:
             row = [None] * len(self.names)
         epoch = line.epoch
-        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata)
+        flags = _failures(row, scores, line.status == "error", self.names) if None in row else None
+        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata, flags)
 
     def add_line(self, line: Mapping[str, Any]) -> None:
         """Count one result line given as its JSON object."""
@@ -264,54 +319,121 @@ class ScoreTally:
         scores = line.get("scores")
         scores = scores if isinstance(scores, dict) else {}
         row = [score_value(scores.get(name)) for name in self.names]
-        self._keep(item_id, epoch if isinstance(epoch, int) else 1, row, line.get("metadata"))
+        flags = _failures(row, scores, line.get("status") == "error", self.names) if None in row else None
+        self._keep(item_id, epoch if isinstance(epoch, int) else 1, row, line.get("metadata"), flags)
 
-    def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any) -> None:
+    def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any,
+              flags: tuple[bool, ...] | None) -> None:
         epochs = self._values.get(item_id)
         if epochs is None:
             self._values[item_id] = epochs = {}
-        epochs.setdefault(epoch, row)  # the first line of an (id, epoch) wins
+        if epoch not in epochs:  # the first line of an (id, epoch) wins
+            epochs[epoch] = row
+            if flags is not None:
+                self._failed.setdefault(item_id, {})[epoch] = flags
         if self.group_by is not None and item_id not in self._groups:
-            self._groups[item_id] = group_key(metadata, self.group_by)
+            self._groups[item_id] = group_value(metadata, self.group_by)
 
-    def reduced(self) -> dict[str, list[float | None]]:
-        """Each scorer's reduced value per item, in the order items were first seen."""
-        columns: list[list[float | None]] = [[] for _ in self.names]
+    def reduced(self) -> Reduced:
+        """Each scorer's reduced value per item, in the order items were first seen (a
+        ``Reduced``: also which items failed, and the strict values)."""
+        out = Reduced()
+        names = self.names
         reducer = self.reducer
+        failed: dict[str, list[bool]] = {name: [] for name in names}
+        strict: dict[str, list[float | None]] | None = {name: [] for name in names} if self._failed else None
         if reducer.k is None and all(len(epochs) == 1 for epochs in self._values.values()):
             # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
             rows = [row for epochs in self._values.values() for row in epochs.values()]
-            return {name: [row[index] for row in rows] for index, name in enumerate(self.names)}
-        for epochs in self._values.values():
-            if len(epochs) == 1:
-                (row,) = epochs.values()
-                rows = [row]
-            else:
+            out.update({name: [row[index] for row in rows] for index, name in enumerate(names)})
+            if strict is None:
+                out.failed = {name: [False] * len(rows) for name in names}
+                out.strict = None
+                return out
+        else:
+            columns: list[list[float | None]] = [[] for _ in names]
+            for epochs in self._values.values():
                 rows = [epochs[e] for e in sorted(epochs)]
-            for index, column in enumerate(columns):
-                column.append(reducer([r[index] for r in rows]))
-        return dict(zip(self.names, columns, strict=True))
+                for index, column in enumerate(columns):
+                    column.append(reducer([r[index] for r in rows]))
+            out.update(zip(names, columns, strict=True))
+        for item_id, epochs in self._values.items():
+            marks = self._failed.get(item_id)
+            for index, name in enumerate(names):
+                if marks is None:
+                    failed[name].append(False)
+                    if strict is not None:
+                        strict[name].append(out[name][len(failed[name]) - 1])
+                    continue
+                ordered = sorted(epochs)
+                flags = [marks.get(e, (False,) * len(names))[index] for e in ordered]
+                position = len(failed[name])
+                failed[name].append(out[name][position] is None and any(flags))
+                assert strict is not None
+                values = [0.0 if flag else epochs[e][index] for e, flag in zip(ordered, flags, strict=True)]
+                strict[name].append(reducer(values))
+        out.failed = failed
+        out.strict = strict
+        return out
 
-    def scores(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
+    def scores(self, reduced: Reduced | None = None) -> dict[str, dict[str, Any]]:
         """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when
         already computed)."""
         reduced = self.reduced() if reduced is None else reduced
-        return {name: _metrics_of(values, self.seed) for name, values in reduced.items()}
+        every = range(len(next(iter(reduced.values()), [])))
+        return {name: _metrics_of(reduced, name, every, self.seed) for name in self.names}
 
-    def groups(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
-        """The summary's ``groups`` (None without ``group_by``): per group value, per scorer."""
+    def groups(self, reduced: Reduced | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
+        """The summary's ``groups`` (None without ``group_by``): per group, per scorer. A group
+        is named by ``group_names``: the value's JSON type is kept apart."""
         if self.group_by is None:
             return None
         reduced = self.reduced() if reduced is None else reduced
-        members: dict[str, list[int]] = {}
+        members: dict[Any, list[int]] = {}
         for index, item_id in enumerate(self._values):
-            members.setdefault(self._groups.get(item_id, "null"), []).append(index)
+            members.setdefault(self._groups.get(item_id, MISSING), []).append(index)
+        names = group_names(members)
+        ordered = sorted(members.items(), key=lambda pair: names[pair[0]])
         return {
-            group: {name: _metrics_of([reduced[name][i] for i in indices], self.seed) for name in self.names}
-            for group, indices in sorted(members.items())
+            names[value]: {name: _metrics_of(reduced, name, indices, self.seed) for name in self.names}
+            for value, indices in ordered
         }
 
+    def group_counts(self) -> tuple[int, int]:
+        """(items, items whose metadata lacks the ``group_by`` key)."""
+        return len(self._values), sum(1 for item_id in self._values if self._groups.get(item_id, MISSING) is MISSING)
 
-def _metrics_of(values: list[float | None], seed: int) -> dict[str, Any]:
-    present = [v for v in values if v is not None]
-    return metrics(present, len(values) - len(present), seed=seed)
+
+def _failures(row: list[float | None], scores: Any, line_failed: bool, names: Sequence[str]) -> tuple[bool, ...] | None:
+    """Per scorer, whether its missing value is a failure (the line ended in error, or the
+    record says ``"error": true``); None when none is."""
+    flags = [
+        value is None and (line_failed or (isinstance(scores, dict) and type(record := scores.get(name)) is dict
+                                           and record.get("error") is True))
+        for value, name in zip(row, names, strict=True)
+    ]
+    return tuple(flags) if any(flags) else None
+
+
+def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int) -> dict[str, Any]:
+    column, failed = reduced[name], reduced.failed[name]
+    present: list[float] = []
+    n_error = n_na = 0
+    chosen = list(indices)
+    for i in chosen:
+        value = column[i]
+        if value is not None:
+            present.append(value)
+        elif failed[i]:
+            n_error += 1
+        else:
+            n_na += 1
+    out = metrics(present, n_error, seed=seed)
+    out["n_na"] = n_na
+    if n_error and reduced.strict is not None:
+        strict_column = reduced.strict[name]
+        strict = metrics([v for i in chosen if (v := strict_column[i]) is not None], seed=seed)
+    else:
+        strict = out
+    out["strict"] = {key: strict[key] for key in ("mean", "stderr", "ci95", "n")}
+    return out

@@ -175,12 +175,15 @@ async def rescore(
     except BaseException:
         os.unlink(handle.name)
         raise
+    evaluation = tally.to_json()
     report: dict[str, Any] = {
         "results": len(lines),
         "items": len({line.id for line in lines}),
         "ok": ok,
         "error": len(lines) - ok,
-        **tally.to_json(),
+        **evaluation,
+        "warnings": tally.warnings(evaluation),
+        "scorers_without_value": tally.scorers_without_value(evaluation),
         "run": {
             "dsh_orchestra_version": __version__,
             "results": {"path": str(results), "sha256": sha256_file(results)},

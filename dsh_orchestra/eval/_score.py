@@ -92,9 +92,19 @@ def targets_of(item: ItemLike) -> tuple[str, ...]:
     return tuple(map(str, target))
 
 
-def null_record(explanation: str | None) -> ScoreRecord:
-    """A score with no value (the item or the scorer failed; ``explanation`` says why)."""
-    return {"value": None, "answer": None, "explanation": explanation}
+def null_record(explanation: str | None, *, error: bool = False) -> ScoreRecord:
+    """A score with no value; ``explanation`` says why. With ``error`` the item or the scorer
+    failed (the record gains ``"error": true``, counted in ``n_error``); without it the scorer
+    does not apply to the item (no target, no number in the target: counted in ``n_na``)."""
+    record: ScoreRecord = {"value": None, "answer": None, "explanation": explanation}
+    if error:
+        record["error"] = True
+    return record
+
+
+def record_failed(record: Any) -> bool:
+    """True for a score record of a scorer that failed (``"error": true``)."""
+    return type(record) is dict and record.get("error") is True
 
 
 class ScoreValueError(TypeError):

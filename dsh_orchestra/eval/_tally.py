@@ -18,9 +18,11 @@ import attrs
 
 from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
+from ._prompt import DEFAULT_TEMPLATE
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
 from ..results import ResultLine, Usage
 from ._usage import Price, Prices
+from ._warnings import excluded_warnings, failure_warnings, no_value
 
 
 _AT_LEAST_ONE = integer(1)
@@ -57,7 +59,8 @@ def scorer_specs(values: Sequence[str | ScorerSpec | Callable[..., Any]], scorin
 class EvalPlan:
     """How a run is scored: ``scorers``, ``epochs`` (K sessions per item), ``reducer``,
     ``group_by`` (a metadata key), ``seed`` (the bootstrap's), ``prices`` and ``route``
-    (``(provider, model)`` of the handshake, for cost)."""
+    (``(provider, model)`` of the handshake, for cost), ``prompt_template`` (how an item with
+    choices is sent: ``render_prompt``; ``"none"`` as written)."""
 
     scorers: tuple[ScorerSpec, ...] = ()
     epochs: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
@@ -66,6 +69,7 @@ class EvalPlan:
     seed: int = attrs.field(default=0, validator=_AT_LEAST_ZERO)
     prices: Prices | None = None
     route: tuple[str, str] | None = None
+    prompt_template: str = DEFAULT_TEMPLATE
 
     def __attrs_post_init__(self) -> None:
         if self.reducer.k is not None and self.reducer.k > self.epochs:
@@ -105,7 +109,9 @@ def make_plan(
     specs = scorer_specs(scorers, scoring) if scorers or scoring is None else resolve_scorers((), scoring)
     _AT_LEAST_ONE.check("epochs", epochs)
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer, epochs)
-    return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route)
+    template = scoring.prompt_template if scoring is not None and scoring.prompt_template is not None else DEFAULT_TEMPLATE
+    return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route,
+                    prompt_template=template)
 
 
 def sha256_file(path: str | os.PathLike[str] | None) -> str | None:
@@ -143,6 +149,7 @@ class EvalTally:
         self.run_lines = 0  # written by this run (the budgets count only these)
         self.run_tokens = 0
         self.run_cost = 0.0
+        self.failures: dict[str, tuple[int, str | None]] = {}  # scorer -> (lines that ran where it failed, first error)
 
     @property
     def usage(self) -> Usage:
@@ -173,6 +180,8 @@ class EvalTally:
             self.judge_cost_usd += line.judge_cost_usd or 0.0
         if self.scores is not None:
             self.scores.add(line)
+            if line.status == "ok" and line.scores:
+                self._count_failures(line.scores)
         if this_run:
             self.run_lines += 1
             if usage is not None:
@@ -183,6 +192,24 @@ class EvalTally:
     def add_line(self, line: Mapping[str, Any]) -> None:
         """Count one result line given as its JSON object."""
         self.add(line if isinstance(line, ResultLine) else ResultLine.from_json(line))
+
+    def _count_failures(self, scores: Any) -> None:
+        if not isinstance(scores, Mapping):
+            return
+        for name, record in scores.items():
+            if type(record) is dict and record.get("error") is True:
+                count, first = self.failures.get(name, (0, None))
+                self.failures[name] = (count + 1, first if first is not None else record.get("explanation"))
+
+    def warnings(self, evaluation: dict[str, Any]) -> list[str]:
+        """The summary's warnings about ``evaluation`` (``to_json()``): the items each scorer's
+        mean leaves out, the scorers that failed (with the first error)."""
+        scores = evaluation.get("scores") or {}
+        return excluded_warnings(scores) + failure_warnings(self.failures, scores)
+
+    def scorers_without_value(self, evaluation: dict[str, Any]) -> list[str]:
+        """The scorers that failed on every item that ran (the run exits 1)."""
+        return no_value(evaluation.get("scores") or {}, self.failures)
 
     def to_json(self) -> dict[str, Any]:
         """The summary's evaluation fields: ``scores`` and ``groups`` (with scorers),

@@ -12,6 +12,7 @@ import orjson
 
 from ._charts import count_bars
 from ._markup import Markup, tag
+from ..eval import excluded_warnings
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -81,11 +82,23 @@ def interval_svg(rows: Sequence[tuple[str, float | None, Sequence[float] | None]
                        "role": "img", "aria-label": "means with 95% intervals"}, parts)
 
 
+def _any_error(scores: Mapping[str, Any]) -> bool:
+    return any(isinstance(s, Mapping) and (s.get("n_error") or 0) > 0 for s in scores.values())
+
+
 def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, first: str = "scorer") -> Markup:
     rows = []
+    strict_columns = _any_error(scores)
     for name in names:
         s = scores.get(name) or {}
         ci = s.get("ci95")
+        found = s.get("strict")
+        strict: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        extra = [
+            tag("td", {"class": "num", "data-key": "strict_mean", "data-value": orjson.dumps(strict.get("mean")).decode()}, fmt(strict.get("mean"))),
+            tag("td", {"class": "num", "data-key": "strict_ci95"}, interval_text(strict.get("ci95"))),
+            tag("td", {"class": "num", "data-key": "strict_n"}, fmt(strict.get("n"))),
+        ] if strict_columns else []
         rows.append(tag(
             "tr", {"data-scorer": name},
             tag("td", None, tag("code", None, name)),
@@ -93,9 +106,14 @@ def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, firs
             tag("td", {"class": "num", "data-key": "ci95", "data-value": orjson.dumps(ci).decode()}, interval_text(ci)),
             tag("td", {"class": "num"}, fmt(s.get("stderr"))),
             tag("td", {"class": "num"}, fmt(s.get("n"))),
-            tag("td", {"class": "num"}, fmt(s.get("n_error"))),
+            tag("td", {"class": "num", "data-key": "n_error"}, fmt(s.get("n_error"))),
+            tag("td", {"class": "num", "data-key": "n_na"}, fmt(s.get("n_na"))),
+            extra,
         ))
-    head = tag("tr", None, [tag("th", {"class": None if h == first else "num"}, h) for h in (first, "mean", "95% interval", "stderr", "n", "null")])
+    heads = [first, "mean", "95% interval", "stderr", "n", "errors", "n/a"]
+    if strict_columns:
+        heads += ["strict mean", "strict 95% interval", "strict n"]
+    head = tag("tr", None, [tag("th", {"class": None if h == first else "num"}, h) for h in heads])
     return tag("table", {"class": "matrix", "id": id}, tag("thead", None, head), tag("tbody", None, rows))
 
 
@@ -140,8 +158,13 @@ def evaluation_section(ev: Mapping[str, Any]) -> Markup:
                 _scores_table(scores, names, "scores-table"),
                 interval_svg([(n, (scores.get(n) or {}).get("mean"), (scores.get(n) or {}).get("ci95")) for n in names], id="scores-chart")),
             tag("p", {"class": "muted"}, f"Means over the items ({ev['epochs']} epoch{'s' if ev['epochs'] != 1 else ''} each reduced by "
-                f"{ev['reducer']}); 95 % percentile bootstrap intervals; {note}."),
+                f"{ev['reducer']}); 95 % percentile bootstrap intervals; {note}. Errors: items that ended in error or "
+                "whose scorer failed; n/a: items the scorer does not apply to (no target)."),
         ]
+        warnings = excluded_warnings(scores)
+        if warnings:
+            parts.append(tag("div", {"class": "warning", "id": "errors-warning", "role": "note"},
+                             [tag("p", None, "warning: " + line) for line in warnings]))
     if ev.get("groups"):
         blocks = []
         for index, (group, group_scores) in enumerate(ev["groups"].items()):

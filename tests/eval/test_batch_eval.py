@@ -96,7 +96,7 @@ async def test_result_lines_gain_scores_usage_cost_and_the_summary_metrics(tmp_p
                             "numeric": {"value": None, "answer": None, "explanation": "target 'Paris' holds no number"}}
     assert lines["num"]["scores"]["numeric"] == {"value": 1.0, "answer": "42", "explanation": None}
     assert lines["bad"]["status"] == "error"
-    assert lines["bad"]["scores"] == {name: {"value": None, "answer": None, "explanation": "the item ended in error"}
+    assert lines["bad"]["scores"] == {name: {"value": None, "answer": None, "explanation": "the item ended in error", "error": True}
                                       for name in ("exact", "numeric")}
     for line in lines.values():
         usage = line["usage"]

@@ -148,8 +148,9 @@ def test_a_scorer_of_one_run_only_has_no_pairs() -> None:
     base = [line("a", {"s": 1.0})]
     cand = [line("a", {"t": 1.0})]
     doc = compare_runs(base, cand)
-    assert doc["scorers"]["s"] == {"n": 0, "mean_base": None, "mean_candidate": None, "diff": None, "ci95": None,
-                                   "p_value": None, "regressions": [], "improvements": []}
+    empty = {"n": 0, "mean_base": None, "mean_candidate": None, "diff": None, "ci95": None,
+             "p_value": None, "regressions": [], "improvements": []}
+    assert doc["scorers"]["s"] == {**empty, "strict": empty}
     assert compare_runs(base, cand, scorers=["t"])["scorers"]["t"]["n"] == 0
 
 
@@ -173,3 +174,34 @@ def test_usage_and_latency_side_by_side() -> None:
     assert usage["base"]["total"] == 60 and usage["base"]["median"] == 20.0
     assert usage["candidate"]["cost_usd"] == pytest.approx(0.06)
     assert usage["ratio"]["total_tokens"] == 2.0 and usage["ratio"]["cost_usd"] == pytest.approx(2.0)
+
+
+def _mcnemar_fraction(b: int, c: int) -> float:
+    """The definition, summed exactly (super-linear: the reference only)."""
+    from fractions import Fraction
+
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = Fraction(sum(math.comb(n, i) for i in range(min(b, c) + 1)), 2**n)
+    return float(min(Fraction(1), 2 * tail))
+
+
+def test_mcnemar_in_log_space_equals_the_exact_sum() -> None:
+    import random
+
+    rnd = random.Random(25)
+    cases = [(rnd.randint(0, 400), rnd.randint(0, 400)) for _ in range(400)] + [(2000, 2300), (2600, 2900), (0, 1), (1, 0), (7, 8)]
+    for b, c in cases:
+        expected = _mcnemar_fraction(b, c)
+        assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-11, abs=0.0), (b, c)
+
+
+def test_mcnemar_of_the_issue_counts_is_quick() -> None:
+    """b = 10,000, c = 11,000 took 24 s as an exact sum of big integers."""
+    import time
+
+    started = time.perf_counter()
+    p = mcnemar_exact(10_000, 11_000)
+    assert time.perf_counter() - started < 1.0
+    assert p == pytest.approx(5.3853932696e-12, rel=1e-8)

@@ -145,12 +145,14 @@ def test_group_keys() -> None:
     assert group_key({"level": "easy"}, "level") == "easy"
     assert group_key({"level": 3}, "level") == "3"
     assert group_key({"level": True}, "level") == "true"
-    assert group_key({}, "level") == "null"
-    assert group_key(None, "level") == "null"
+    assert group_key({"level": None}, "level") == "null"
+    assert group_key({}, "level") == "(missing)"
+    assert group_key(None, "level") == "(missing)"
 
 
 def line(item_id: str, epoch: int, value: float | None, level: str = "easy") -> dict[str, object]:
-    return {"id": item_id, "epoch": epoch, "scores": {"exact": {"value": value}}, "metadata": {"level": level}}
+    status = "ok" if value is not None else "error"
+    return {"id": item_id, "epoch": epoch, "status": status, "scores": {"exact": {"value": value}}, "metadata": {"level": level}}
 
 
 def test_tally_reduces_epochs_then_groups() -> None:
@@ -165,7 +167,11 @@ def test_tally_reduces_epochs_then_groups() -> None:
     groups = tally.groups()
     assert groups is not None and list(groups) == ["easy", "hard"]
     assert groups["easy"]["exact"]["mean"] == pytest.approx(1 / 3) and groups["easy"]["exact"]["n"] == 2
-    assert groups["hard"]["exact"] == {"mean": 1.0, "stderr": None, "ci95": [1.0, 1.0], "n": 1, "n_error": 1}
+    assert groups["hard"]["exact"] == {
+        "mean": 1.0, "stderr": None, "ci95": [1.0, 1.0], "n": 1, "n_error": 1, "n_na": 0,
+        # strict: c's errored epoch scores 0 (mean 2/3), d's three epochs score 0
+        "strict": {"mean": pytest.approx(1 / 3), "stderr": pytest.approx(1 / 3), "ci95": [0.0, pytest.approx(2 / 3)], "n": 2},
+    }
 
 
 def test_tally_pass_at_k() -> None:

@@ -35,7 +35,7 @@ def test_eval_qa_recipe(tmp_path: Path) -> None:
     assert by[("math-3", 1)]["scores"]["numeric"]["value"] == 1.0  # 1.41421 within 0.1 % (scoring.toml)
     assert summary["scores"]["exact"]["mean"] == pytest.approx(2 / 8)  # geo-1 "Paris" and geo-4 "pacific   ocean"
     assert summary["scores"]["includes"]["mean"] == pytest.approx(6 / 8)
-    assert summary["scores"]["numeric"] == {**summary["scores"]["numeric"], "mean": 1.0, "n": 4, "n_error": 4}
+    assert summary["scores"]["numeric"] == {**summary["scores"]["numeric"], "mean": 1.0, "n": 4, "n_error": 0, "n_na": 4}
     assert set(summary["groups"]) == {"arithmetic", "geography"}
     assert summary["usage"]["total_tokens"] == sum(line["usage"]["total_tokens"] for line in lines) > 0
     assert summary["cost_usd"] == pytest.approx(sum(line["cost_usd"] for line in lines))
@@ -69,14 +69,14 @@ def test_eval_coding_recipe_on_the_simulator(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["scores"]["checks:tests_pass"]["mean"] == 0.5
 
 
-def test_batch_budget_exit_1_then_resume_exit_0(tmp_path: Path) -> None:
+def test_batch_budget_exit_4_then_resume_exit_0(tmp_path: Path) -> None:
     dataset = write_jsonl(tmp_path / "ds.jsonl", [{"id": f"q{i}", "prompt": "hello", "target": "x"} for i in range(8)])
     home = tmp_path / "home"
     home.mkdir()
     args = ["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--dsh-home", str(home), "--score", "exact",
             "--no-progress", "--concurrency", "1"]
     stopped = run_cli([*args, "--max-total-tokens", "20"], cwd=tmp_path)
-    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.returncode == 4, stopped.stderr
     summary = json.loads(stopped.stdout)
     assert summary["stopped"] == "budget" and 0 < summary["processed"] < 8
     assert "budget is reached" in stopped.stderr

@@ -43,14 +43,18 @@ def test_score_writes_rescored_and_never_touches_results(tmp_path: Path, files: 
     assert lines["q1"]["scores"] == {"exact": {"value": 1.0, "answer": None, "explanation": None},
                                      "numeric": {"value": None, "answer": None, "explanation": "target 'Paris' holds no number"}}
     assert lines["q2"]["scores"]["numeric"] == {"value": 1.0, "answer": "42", "explanation": None}
-    assert lines["q3"]["scores"] == {"exact": {"value": None, "answer": None, "explanation": "the item ended in error"},
-                                     "numeric": {"value": None, "answer": None, "explanation": "the item ended in error"}}
+    assert lines["q3"]["scores"] == {"exact": {"value": None, "answer": None, "explanation": "the item ended in error", "error": True},
+                                     "numeric": {"value": None, "answer": None, "explanation": "the item ended in error", "error": True}}
     summary = json.loads(done.stdout)
     assert summary == json.loads(summary_file.read_text())
     assert summary["scores"]["exact"]["mean"] == 0.5 and summary["scores"]["exact"]["n"] == 2
-    assert summary["scores"]["exact"]["n_error"] == 1 and summary["scores"]["numeric"]["n_error"] == 2
+    assert summary["scores"]["exact"]["n_error"] == 1 and summary["scores"]["numeric"]["n_error"] == 1
+    assert summary["scores"]["numeric"]["n_na"] == 1  # q1's target holds no number: not an error
+    assert summary["scores"]["exact"]["strict"]["mean"] == pytest.approx(1 / 3)  # q3's error scores 0 there
     assert summary["scores"]["exact"]["stderr"] == pytest.approx(math.sqrt(0.5) / math.sqrt(2))
-    assert summary["groups"]["hard"]["exact"] == {"mean": 0.0, "stderr": None, "ci95": [0.0, 0.0], "n": 1, "n_error": 1}
+    assert summary["groups"]["hard"]["exact"] == {
+        "mean": 0.0, "stderr": None, "ci95": [0.0, 0.0], "n": 1, "n_error": 1, "n_na": 0,
+        "strict": {"mean": 0.0, "stderr": 0.0, "ci95": [0.0, 0.0], "n": 2}}
     assert summary["usage"] == {"input_tokens": 300, "output_tokens": 30, "total_tokens": 330}
     assert summary["run"]["dataset"]["items"] == 3 and len(summary["run"]["dataset"]["sha256"]) == 64
     assert summary["run"]["scorers"] == ["exact", "numeric"] and summary["run"]["seed"] == 0
@@ -174,7 +178,7 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path, files: tuple[Path, 
         ([str(results), "--dataset", str(tmp_path / "none.jsonl"), "--out", str(out)], "none.jsonl"),
         ([str(results), "--dataset", str(dataset), "--out", str(tmp_path / "missing" / "o.jsonl")], "does not exist; create it first"),
     ]
-    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "zz", "prompt": "p"}])
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "zz", "prompt": "p", "target": "x"}])
     cases.append(([str(results), "--dataset", str(other), "--out", str(out)], "is not in the dataset"))
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"id": "q1"}\nnot json\n{"id": "q2"}\n')

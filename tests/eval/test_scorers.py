@@ -36,7 +36,8 @@ def test_normalize_is_nfkc_casefold_and_whitespace() -> None:
         ("Ｐａｒｉｓ", "paris", 1),  # full-width letters (NFKC)
         ("MASSE", "maße", 1),  # casefold, not lower
         ("Paris", "", 0),
-        ("", "", 1),
+        ("", "", 0),  # an empty response never matches, not even an empty target
+        ("", "   \n", 0),
         (["Lyon", "Paris"], "paris", 1),
         (["Lyon", "Nice"], "paris", 0),
     ],
@@ -82,6 +83,20 @@ def test_no_target_scores_null_with_a_reason(scorer: object) -> None:
         ("ABC and D", 3, None),  # no standalone letter in range
         ("", 4, None),
         ("I think B", 0, None),  # no choices: no range to fall back on
+        # the letter after ANSWER: stands alone, else the fallback (issue 25)
+        ("Final answer: definitely B", 4, "B"),
+        ("My answer: cats are mammals", 4, None),
+        ("ANSWER: (C)", 4, "C"),
+        ("ANSWER: C.", 4, "C"),
+        ("ANSWER: C)", 4, "C"),
+        ("ANSWER: **C**", 4, "C"),
+        ("ANSWER: C. Because A is wrong", 4, "C"),
+        ("ANSWER: C and that is final", 4, "C"),
+        # more than one letter is no answer
+        ("ANSWER: A, B", 4, None),
+        ("ANSWER: AB", 4, None),
+        ("ANSWER: A or B", 4, None),
+        ("ANSWER: A/B", 4, None),
     ],
 )
 def test_choice_answer(text: str, n: int, answer: str | None) -> None:
@@ -99,6 +114,11 @@ def test_choice_answer(text: str, n: int, answer: str | None) -> None:
         ("C", "no letter here", 0, None),
         ("A", "", 0, None),
         (["A", "C"], "C it is", 1, "C"),  # several accepted targets
+        ("A", "ANSWER: A, B", 0, "A, B"),  # a hedge scores 0; the text is its answer
+        ("A", "ANSWER: AB", 0, "AB"),
+        ("B", "ANSWER: A or B", 0, "A or B"),
+        ("B", "Final answer: definitely B", 1, "B"),
+        ("C", "My answer: cats are mammals", 0, None),
     ],
 )
 def test_choice(target: str | list[str], response: str, value: int, answer: str | None) -> None:
@@ -126,6 +146,13 @@ def test_choice_target_that_names_nothing_is_null() -> None:
         ("no number at all", None),
         ("", None),
         ("1,2", ("2", 2.0)),  # not a thousands group: two numbers
+        ("\u221242", ("\u221242", -42.0)),  # the Unicode minus sign
+        ("x = \u22127.5", ("\u22127.5", -7.5)),
+        ("\u201212", ("\u201212", -12.0)),  # figure dash
+        ("it is \u20133", ("\u20133", -3.0)),  # en dash
+        ("\ufe635", ("\ufe635", -5.0)),  # small hyphen-minus
+        ("\uff0d5", ("\uff0d5", -5.0)),  # full-width hyphen-minus
+        ("pages 3\u20134", ("4", 4.0)),  # after a digit: a dash between numbers, not a sign
     ],
 )
 def test_last_number(text: str, found: tuple[str, float] | None) -> None:
@@ -255,3 +282,22 @@ def test_last_number_equals_the_last_match_of_a_full_scan_on_random_text() -> No
     for _ in range(30_000):
         text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14)))
         assert last_number(text) == full_scan(text), repr(text)
+
+
+def test_numeric_reads_the_unicode_minus_as_a_sign() -> None:
+    assert Numeric()(item("-42"), said("The answer is \u221242")).value == 1
+    assert Numeric()(item("42"), said("The answer is \u221242")).value == 0
+    assert Numeric()(item("\u221242"), said("-42")).value == 1
+
+
+@pytest.mark.parametrize("scorer", [Exact(), Includes(), F1(), Regex(".*"), Regex("\\s*", fullmatch=True)])
+@pytest.mark.parametrize("response", ["", "  \n\t"])
+@pytest.mark.parametrize("target", ["", "Paris"])
+def test_an_empty_response_never_matches(scorer: object, response: str, target: str) -> None:
+    score = scorer(item(target), said(response))  # type: ignore[operator]
+    assert score.value == 0 and score.explanation == "the response is empty"
+
+
+def test_an_empty_target_is_in_no_response() -> None:
+    assert Includes()(item(""), said("anything")).value == 0
+    assert Includes()(item(["", "par"]), said("Paris")).value == 1

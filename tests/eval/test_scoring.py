@@ -168,7 +168,7 @@ async def test_python_scorers_sync_async_bool_and_failures(scorer_module: Path) 
     assert scores["evalmod:length"] == {"value": 5.0, "answer": None, "explanation": None}
     assert scores["evalmod:says_target"] == {"value": 1.0, "answer": None, "explanation": None}
     assert scores["evalmod:slow"] == {"value": 0.5, "answer": "half", "explanation": "async", "metadata": {"k": 1}}
-    assert scores["evalmod:broken"] == {"value": None, "answer": None, "explanation": "ZeroDivisionError: no"}
+    assert scores["evalmod:broken"] == {"value": None, "answer": None, "explanation": "ZeroDivisionError: no", "error": True}
     assert scores["evalmod:nothing"]["value"] is None and "returned NoneType" in scores["evalmod:nothing"]["explanation"]
     assert scores["evalmod:text"]["value"] is None and "returned str" in scores["evalmod:text"]["explanation"]
     assert scores["evalmod:sees"]["explanation"] == f"q1|{{'level': 2}}|['x']|{scorer_module}|7"
@@ -186,7 +186,7 @@ async def test_builtins_through_score_attempt() -> None:
 
 async def test_an_item_that_ended_in_error_keeps_every_key_null() -> None:
     scores = await score(["exact", "f1", "regex:yes"], EvalItem(id="q", target="x"), EvalResult(final_response="x", status="error"))
-    assert scores == {name: {"value": None, "answer": None, "explanation": "the item ended in error"} for name in ("exact", "f1", "regex:yes")}
+    assert scores == {name: {"value": None, "answer": None, "explanation": "the item ended in error", "error": True} for name in ("exact", "f1", "regex:yes")}
 
 
 def test_check_scorers_fails_early(scorer_module: Path) -> None:

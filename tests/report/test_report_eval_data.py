@@ -161,7 +161,7 @@ def test_compare_cli_json_and_text(tmp_path: Path) -> None:
     assert set(doc) == {"pairs", "only_in_base", "only_in_candidate", "status_changes", "scorers", "usage", "latency"}
     assert doc["pairs"] == 2 and doc["only_in_base"] == ["c"] and doc["only_in_candidate"] == ["d"]
     exact = doc["scorers"]["exact"]
-    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements"}
+    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements", "strict"}
     assert exact["regressions"] == ["a"] and exact["improvements"] == ["b"] and exact["p_value"] == 1.0
     text = cli("compare", base, cand)
     assert text.returncode == 0 and "regressions (1): a" in text.stdout and "improvements (1): b" in text.stdout
