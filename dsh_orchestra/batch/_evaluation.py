@@ -29,7 +29,7 @@ from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
     check_scorers, error_scores, line_fields, load_prices, load_scoring, make_plan, open_judges, score_attempt,
-    sha256_file, turn_usage,
+    sha256_file, turn_usage, needs_workers, open_scorer_workers,
 )
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
@@ -248,9 +248,10 @@ async def open_batch_eval(
         async with open_judges(
             plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
             max_runtime_rss_mib=options.max_runtime_rss_mib,
-        ) as judges:
+        ) as judges, open_scorer_workers(options.scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+            scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=options.scorer_timeout)
             yield BatchEval(
-                plan=plan, scorers=bind_scorers(plan.scorers, judges=judges), price=plan.price(),
+                plan=plan, scorers=scorers, price=plan.price(),
                 tally=tally if tally is not None else EvalTally(plan), budget=Budget(options.max_total_tokens, options.max_total_cost),
                 workspaces=workspaces,
             )

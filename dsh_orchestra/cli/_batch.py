@@ -29,6 +29,7 @@ from ._common import (
     policy_option,
     say,
     start_warnings,
+    stdout_to_stderr,
 )
 from ._errors import message
 from ._paths import Paths, describe_flag, file_option
@@ -43,7 +44,8 @@ log = logging.getLogger("dsh_orchestra.batch")
 
 
 NUMBERS = {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--retries": ("int", 0), "--timeout": ("seconds", 0),
-           "--epochs": ("int", 1), "--seed": ("int", 0), "--max-total-tokens": ("int", 0)}
+           "--epochs": ("int", 1), "--seed": ("int", 0), "--max-total-tokens": ("int", 0),
+           "--scorer-workers": ("int", 0), "--scorer-timeout": ("seconds", 0)}
 
 
 def register(sub: Any) -> None:
@@ -128,6 +130,8 @@ def main(args: argparse.Namespace) -> int:
                 max_total_cost=args.max_total_cost,
                 workspace_template=args.workspace_template,
                 keep_workspaces=args.keep_workspaces,
+                scorer_workers=args.scorer_workers,
+                scorer_timeout=args.scorer_timeout,
                 argv=sys.argv,
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
@@ -140,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
                 from ..scale import RayExecutor
 
                 executor = RayExecutor(**scale)
-            with warnings_reported():  # printed and logged once above: not again per runtime
+            with warnings_reported(), stdout_to_stderr():  # warnings: printed once above; stdout: the summary's
                 summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
         except (DatasetError, ParamError) as exc:  # BatchUsageError, or a bad value found on the way in
             return fail(exc)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .._logging import redact, register_secrets
 from .._params import ParamError
@@ -22,6 +23,28 @@ from ..session import configuration_warnings, report_warnings
 
 class UsageError(ValueError):
     """A command-line problem; the message says what to fix (exit status 2)."""
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """For the block, what anything writes to stdout (``print`` and file descriptor 1: user
+    scorers, policies, the processes they start) goes to stderr, so stdout holds only what the
+    CLI prints after it."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1: Python's stream only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def check_numbers(args: argparse.Namespace, rules: Mapping[str, tuple[str, float]]) -> None:

@@ -25,8 +25,9 @@ from ..eval import (
 )
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
+from ..eval._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS
 from ._errors import message
-from ._common import UsageError, add_runtime_options, build_spec, fail
+from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, stdout_to_stderr
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -42,6 +43,12 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
     group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
     group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
+    group.add_argument("--scorer-workers", type=int, default=DEFAULT_WORKERS, metavar="N",
+                       help=f"run module:attr scorers in N worker processes (default {DEFAULT_WORKERS}); 0 runs them in "
+                       "this process, unprotected: a scorer that hangs, exits or forks can take the run down")
+    group.add_argument("--scorer-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                       help=f"bound each call of a Python or regex scorer (default {DEFAULT_TIMEOUT:g}; a scorer's own "
+                       "timeout in its [scorers.NAME] table wins): past it the call is that scorer's error")
 
 
 def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
@@ -97,10 +104,13 @@ def main(args: argparse.Namespace) -> int:
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
             items, _ = load_dataset(args.dataset)
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
-            summary = trio.run(partial(
-                rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
-                judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
-            ))
+            check_numbers(args, {"--scorer-workers": ("int", 0), "--scorer-timeout": ("seconds", 0)})
+            with stdout_to_stderr():  # what scorers print: stdout holds the summary only
+                summary = trio.run(partial(
+                    rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
+                    judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
+                    scorer_workers=args.scorer_workers, scorer_timeout=args.scorer_timeout,
+                ))
         except (UsageError, DatasetError, RescoreError, ScoringError, PricesError) as exc:
             return fail(exc)
         except OSError as exc:

@@ -73,6 +73,12 @@ from ._tally import (
     scorer_specs as scorer_specs,
     sha256_file as sha256_file,
 )
+from ._workers import (
+    ScorerCallError as ScorerCallError,
+    ScorerWorkers as ScorerWorkers,
+    needs_workers as needs_workers,
+    open_scorer_workers as open_scorer_workers,
+)
 from ._usage import (
     Price as Price,
     Prices as Prices,
