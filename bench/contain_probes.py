@@ -339,7 +339,8 @@ def _(cwd: Path) -> tuple[bool, str]:
         proc.kill()
         proc.communicate()
         return False, "did not stop within 30 s"
-    left = [p.name for p in tmp.iterdir()]
+    scratch = tmp / f"dsh-orchestra-{os.getuid()}"  # the shared scratch root stays; its entries must not
+    left = [p.name for p in scratch.iterdir()] if scratch.exists() else []
     got = lines(cwd / "r.jsonl")
     return proc.returncode == 143 and not left and got != [], f"exit {proc.returncode}, {len(got)} lines, left in TMPDIR {left}"
 

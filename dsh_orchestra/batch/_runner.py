@@ -14,13 +14,13 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 import orjson
 import trio
 
-from .._redact import Redactor
+from .._redact import Redactor, environment_secrets
 from .._params import Param
 from .._tracing import ITEM_SPAN, observed
 from ..pool import Backoff
@@ -29,14 +29,16 @@ from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, EvalTally
-from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
+from ._evaluation import BatchEval, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor
+from ._ids import check_ids_hold_no_secret
 from ._local import PoolExecutor, PoolRunner
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
 from ._results import ResultsLock, ResultsWriter, result_line, scan_results
 from ._summary import BatchSummary, Tally
+from ._workspaces import check_workspace_template
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -201,12 +203,13 @@ def _epoch_of(line: dict[str, Any]) -> int:
 
 def _prepare_resume(
     dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock,
-    on_resumed: Callable[[dict[str, Any]], None] | None = None,
+    on_resumed: Callable[[dict[str, Any]], None] | None = None, secrets: Sequence[str] = (),
 ) -> tuple[DatasetCheck, Tally, set[tuple[str, int]]]:
     """Validate the dataset (nothing runs on a bad one), check the output paths, take ``lock``
     and scan the results already in ``out`` (repairing a torn tail): the check, the tally of
     the results kept, and the (id, epoch) pairs already done (epochs above ``options.epochs``
-    are not counted). ``on_resumed`` is called with each kept line."""
+    are not counted). ``on_resumed`` is called with each kept line. An id holding one of
+    ``secrets`` is refused (``check_ids_hold_no_secret``)."""
     check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
@@ -216,6 +219,7 @@ def _prepare_resume(
             Param("epochs", options.epochs), f" runs each item in {options.epochs} sessions of their own, but "
             f"{check.session_ids} dataset item(s) name a session_id; drop session_id or use ", Param("epochs", 1)
         )
+    check_ids_hold_no_secret(check, secrets)
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
     tally = Tally()
@@ -275,7 +279,7 @@ async def run_batch(
     # items are streamed from the file again as places free up: memory stays flat in size.
     out = Path(out)
     plan = plan_of(options, spec)
-    check_workspace_template(options)  # before anything runs
+    check_workspace_template(options, out)  # before anything runs
     existed = out.exists()
     lock = ResultsLock(out)
     try:
@@ -294,7 +298,8 @@ async def _run_locked(
 ) -> BatchSummary:
     started_at = now_iso()
     evaluation = EvalTally(plan)
-    check, tally, done = _prepare_resume(dataset, out, options, lock, evaluation.add_line)
+    secrets = spec.secrets() if spec is not None else environment_secrets(os.environ)
+    check, tally, done = _prepare_resume(dataset, out, options, lock, evaluation.add_line, secrets=secrets)
     redactor = Redactor(spec.secrets() if spec is not None else ())
     epochs = options.epochs
     total = len(check.ids) * epochs

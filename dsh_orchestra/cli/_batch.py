@@ -28,8 +28,10 @@ from ._common import (
     fail,
     policy_option,
     say,
+    TERMINATED,
     start_warnings,
     stdout_to_stderr,
+    until_terminated,
 )
 from ._errors import message
 from ._paths import Paths, describe_flag, file_option
@@ -55,7 +57,8 @@ def register(sub: Any) -> None:
         help="run every prompt of a JSON Lines dataset in its own session; results as JSON Lines",
         description="Run a dataset (JSONL: id, prompt, optional session_id, metadata, target, choices) over a "
         "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status: 0 every item ok, "
-        "1 some item ended in error or a budget stopped the run, 2 bad arguments or input.",
+        "1 some item ended in error or a budget stopped the run, 2 bad arguments or input, 130 interrupted (Ctrl-C), "
+        "143 terminated (SIGTERM; cleaned up like Ctrl-C).",
     )
     parser.add_argument("dataset", help="the dataset (JSON Lines)")
     parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
@@ -145,7 +148,11 @@ def main(args: argparse.Namespace) -> int:
 
                 executor = RayExecutor(**scale)
             with warnings_reported(), stdout_to_stderr():  # warnings: printed once above; stdout: the summary's
-                summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
+                summary, terminated = trio.run(until_terminated, partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
+            if terminated or summary is None:
+                print("dsh-orchestra: terminated (SIGTERM); results written so far are kept: run again with --resume",
+                      file=sys.stderr)
+                return TERMINATED
         except (DatasetError, ParamError) as exc:  # BatchUsageError, or a bad value found on the way in
             return fail(exc)
         except PathConflictError as exc:

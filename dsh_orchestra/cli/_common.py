@@ -7,9 +7,12 @@ import contextlib
 import math
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
+
+import trio
 
 from .._logging import redact, register_secrets
 from .._params import ParamError
@@ -19,6 +22,9 @@ from ..runtime import RuntimeSpec
 from ._errors import message
 from ..runtime._spec import APPROVAL_RELAY_MODES
 from ..session import configuration_warnings, report_warnings
+
+
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -45,6 +51,46 @@ def stdout_to_stderr() -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+TERMINATED = 143
+"""The exit status after SIGTERM (128 + 15), as after SIGINT it is 130."""
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
+async def until_terminated(fn: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
+    """Run ``fn()``; SIGTERM cancels it as Ctrl-C would stop it (its cleanup runs: temporary
+    directories removed, runtimes closed, results kept). Returns (its result, False), or
+    (None, True) when SIGTERM stopped it."""
+    terminated = False
+    result: T | None = None
+    error: BaseException | None = None
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal terminated
+                async for _ in signals:
+                    terminated = True
+                    nursery.cancel_scope.cancel(reason="SIGTERM")
+                    return
+
+            nursery.start_soon(watch)
+            try:
+                result = await fn()
+            except BaseException as exc:
+                if _only_cancelled(exc):  # SIGTERM's cancellation: the nursery's scope takes it
+                    raise
+                error = exc  # raised as it is below, not inside the nursery's ExceptionGroup
+            nursery.cancel_scope.cancel(reason="finished")
+    if error is not None:
+        raise error
+    return (None, True) if terminated else (result, False)
 
 
 def check_numbers(args: argparse.Namespace, rules: Mapping[str, tuple[str, float]]) -> None:

@@ -121,7 +121,7 @@ def test_judge_on_the_simulator(tmp_path: Path, files: tuple[Path, Path]) -> Non
     script = tmp_path / "judge.toml"
     script.write_text(
         'default_reply = \'{"grade": "incorrect", "explanation": "no"}\'\n\n[[rules]]\nname = "paris"\n'
-        'regex = "\\\\[Response\\\\]\\\\nparis"\nreply = \'{"grade": "correct", "explanation": "yes"}\'\n'
+        'regex = "\\\\[Response\\\\]\\\\n<<<RESPONSE-[0-9a-f]+>>>\\\\nparis"\nreply = \'{"grade": "correct", "explanation": "yes"}\'\n'
     )
     scoring = tmp_path / "scoring.toml"
     scoring.write_text(f'[judge]\nruntime = "sim"\nscript = "{script}"\n')
