@@ -27,7 +27,7 @@ from ._checked import USER_ERRORS, checked_record, describe_error
 from ._config import ScorerSpec, ScoringError
 from ._judge import Judge, JudgeError, Lease
 from ._score import ItemLike, ScoreRecord, null_record, score_record, targets_of
-from ._usage import Usage
+from ..results import Usage
 from ._workers import DEFAULT_TIMEOUT, ScorerCallError, ScorerWorkers
 
 log = logging.getLogger("dsh_orchestra.eval")
