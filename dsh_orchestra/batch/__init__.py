@@ -29,6 +29,7 @@ from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsag
 from ._results import (
     ResultsFileError as ResultsFileError,
     ResultsLockedError as ResultsLockedError,
+    ResultsTamperedError as ResultsTamperedError,
     ResultsWriter as ResultsWriter,
     read_results as read_results,
     scan_results as scan_results,

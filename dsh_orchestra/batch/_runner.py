@@ -330,6 +330,7 @@ async def _run_locked(
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed = tally.run_lines
+            writer.check()  # the runtimes are closed: nothing of this run may have changed it since
     finally:
         progress.close()
     duration = trio.current_time() - started

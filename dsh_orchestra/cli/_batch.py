@@ -15,7 +15,7 @@ from .._logging import redact
 from .._params import ParamError
 from .._paths import PathConflictError
 from .._scratch import scratch_dir
-from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
+from ..batch import BatchOptions, BatchUsageError, DatasetError, ResultsTamperedError, parse_shard, run_batch
 from ..batch._options import MAX_SESSIONS_PER_RUNTIME
 from ..batch._transcripts import may_write
 from ..protocol import OrchestraError, RuntimeStartError
@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
         description="Run a dataset (JSONL: id, prompt, optional session_id, metadata, target, choices) over a "
         "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status: 0 every item ok, "
         "1 some item ended in error or a budget stopped the run, 2 bad arguments or input, 130 interrupted (Ctrl-C), "
-        "143 terminated (SIGTERM; cleaned up like Ctrl-C).",
+        "143 terminated (SIGTERM; cleaned up like Ctrl-C), 75 the results file was changed by something else (not to be trusted).",
     )
     parser.add_argument("dataset", help="the dataset (JSON Lines)")
     parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
@@ -164,8 +164,12 @@ def main(args: argparse.Namespace) -> int:
                 f"the runtime could not start: {exc}\n  check --runtime / --runtime-command, --dsh-home "
                 "and the route options (--provider, --model, --reasoning-effort, --max-tokens)"
             )
+        except ResultsTamperedError as exc:
+            return _tampered(exc)
         except (OrchestraError, ExceptionGroup) as exc:  # stopped part-way (e.g. the pool gave up)
             cause = _first_leaf(exc)
+            if isinstance(cause, ResultsTamperedError):
+                return _tampered(cause)
             if isinstance(cause, (DatasetError, BatchUsageError)):  # e.g. the dataset changed underneath
                 return fail(f"{message(cause)}; results written so far are kept: run again with --resume")
             if not isinstance(cause, (OrchestraError, OSError)):
@@ -183,6 +187,15 @@ def main(args: argparse.Namespace) -> int:
     print(redact(json.dumps(summary.to_json(), indent=2)))
     return 0 if summary.error == 0 and summary.stopped is None else 1
 
+
+
+TAMPERED = 75
+"""The exit status when the results file was changed by something other than the batch."""
+
+
+def _tampered(exc: ResultsTamperedError) -> int:
+    print(f"dsh-orchestra: {exc}", file=sys.stderr)
+    return TAMPERED
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
