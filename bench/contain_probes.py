@@ -449,10 +449,9 @@ def _(cwd: Path) -> tuple[bool, str]:
 @probe("7.5", "a price that overflows (1e308) is refused")
 def _(cwd: Path) -> tuple[bool, str]:
     dataset(cwd, 1)
-    (cwd / "prices.toml").write_text('["deepseek/deepseek-chat"]\ninput_per_mtok = 1e308\noutput_per_mtok = 1e308\n')
-    run = cli(["batch", "data.jsonl", "--out", "r.jsonl", "--no-progress", "--prices", "prices.toml",
-               "--provider", "deepseek", "--model", "deepseek-chat"], cwd)
-    return run.returncode == 2, f"exit {run.returncode}: {run.stderr.strip()[-100:]!r}"
+    (cwd / "prices.toml").write_text('["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 1e308\noutput_per_mtok = 1e308\n')
+    run = cli(["batch", "data.jsonl", "--out", "r.jsonl", "--no-progress", "--prices", "prices.toml"], cwd)
+    return run.returncode == 2 and "price" in run.stderr, f"exit {run.returncode}: {run.stderr.strip()[-100:]!r}"
 
 
 @probe("7.6", "--resume refuses (not deletes) a one-line file whose line is not a result")

@@ -72,8 +72,6 @@ async def call_policy(policy: Policy, request: ApprovalRequest) -> Any:
     """
     if isinstance(policy, Rule):  # its reason regex is matched off the event loop
         return await policy.decide(request)
-    if isinstance(getattr(policy, "policy", None), Rule):  # a wrapped rule (LoadedPolicy): the same
-        return await policy.policy.decide(request)  # type: ignore[attr-defined]
     if _is_async(policy):
         value = policy(request)
     else:

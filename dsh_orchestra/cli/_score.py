@@ -27,6 +27,7 @@ from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ..eval._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS
 from ._errors import message
+from ._paths import Paths
 from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, stdout_to_stderr
 
 
@@ -89,7 +90,17 @@ def register(sub: Any) -> None:
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
     add_scoring_options(parser, epochs=False)
     add_runtime_options(parser)
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, paths=paths)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The score command's inputs and outputs, by flag (checked like batch's before anything runs)."""
+    return (
+        {"RESULTS": args.results, "--dataset": args.dataset, "--scoring": args.scoring, "--prices": args.prices,
+         "--script": args.script},
+        {"--out": args.out, "--summary": args.summary},
+        {},
+    )
 
 
 def main(args: argparse.Namespace) -> int:
