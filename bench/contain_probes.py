@@ -185,13 +185,14 @@ def _(cwd: Path) -> tuple[bool, str]:
     """, n=2)
     time.sleep(0.5)
     pids = [int(p) for p in (cwd / "children").read_text().split()] if (cwd / "children").exists() else []
-    alive = []
+    alive = []  # running or sleeping: a zombie (dead, waiting for init to reap it) holds nothing
     for pid in pids:
         try:
-            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
             alive.append(pid)
-        except ProcessLookupError:
-            pass
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     return not alive and len(got) == 2, f"exit {run.returncode}, {len(got)}/2 lines, forked {len(pids)}, alive after the run {len(alive)}"
