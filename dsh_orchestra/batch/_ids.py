@@ -1,7 +1,7 @@
 """Ids keep their identity: an id that holds a secret's value is refused before anything runs.
 
 Result lines are redacted as they are written (a runtime may echo a secret anywhere), but an id
-is how ``--resume`` knows an item is done, and it names its transcript and workspace: it must
+is how a resumed run knows an item is done, and it names its transcript and workspace: it must
 never change. So no id may contain a secret (compared case-insensitively, as file names fold
 case on some systems); the message names the dataset line, never the id (it holds the secret).
 """

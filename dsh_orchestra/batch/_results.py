@@ -65,8 +65,7 @@ class ResultsTamperedError(RuntimeError):
         super().__init__(
             f"results file {str(path)!r} was changed by something other than this batch ({what}); its results "
             "cannot be trusted and the run stopped. Find what wrote it (an agent's file tools reach the sessions' "
-            "working directory: keep the results elsewhere, or run with --sandbox bwrap), then run again into a "
-            "fresh results file")
+            "working directory: keep the results outside it), then run again into a fresh results file")
         self.path = path
 
 
