@@ -9,7 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .._params import Check, Param, ParamError, integer, non_negative, positive
-from ..eval._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS  # constants (eval imports no batch)
+from ..eval import SCORER_TIMEOUT, SCORER_WORKERS
 from ..pool import SESSIONS_PER_RUNTIME
 
 
@@ -83,8 +83,8 @@ class BatchOptions:
     max_total_tokens: int | None = attrs.field(default=None, validator=v.optional(_count(0)))
     max_total_cost: float | None = attrs.field(default=None, validator=v.optional(_non_negative))
     # user code in a box (docs/evaluation.md): module:attr scorers in worker processes (0: in-process)
-    scorer_workers: int = attrs.field(default=DEFAULT_WORKERS, validator=_count(0))
-    scorer_timeout: float | None = attrs.field(default=DEFAULT_TIMEOUT, validator=_optional_seconds)
+    scorer_workers: int = attrs.field(default=SCORER_WORKERS, validator=_count(0))
+    scorer_timeout: float | None = attrs.field(default=SCORER_TIMEOUT, validator=_optional_seconds)
     workspace_template: str | os.PathLike[str] | None = None
     keep_workspaces: bool = False
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)

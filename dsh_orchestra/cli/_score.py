@@ -13,6 +13,8 @@ import trio
 from .._scratch import scratch_dir
 from ..batch import DatasetError, load_dataset
 from ..eval import (
+    SCORER_TIMEOUT,
+    SCORER_WORKERS,
     PricesError,
     RescoreError,
     ScoringError,
@@ -25,7 +27,6 @@ from ..eval import (
 )
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
-from ..eval._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS
 from ._errors import message
 from ._paths import Paths
 from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, stdout_to_stderr
@@ -44,11 +45,11 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
     group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
     group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
-    group.add_argument("--scorer-workers", type=int, default=DEFAULT_WORKERS, metavar="N",
-                       help=f"run module:attr scorers in N worker processes (default {DEFAULT_WORKERS}); 0 runs them in "
+    group.add_argument("--scorer-workers", type=int, default=SCORER_WORKERS, metavar="N",
+                       help=f"run module:attr scorers in N worker processes (default {SCORER_WORKERS}); 0 runs them in "
                        "this process, unprotected: a scorer that hangs, exits or forks can take the run down")
-    group.add_argument("--scorer-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                       help=f"bound each call of a Python or regex scorer (default {DEFAULT_TIMEOUT:g}; a scorer's own "
+    group.add_argument("--scorer-timeout", type=float, default=SCORER_TIMEOUT, metavar="SECONDS",
+                       help=f"bound each call of a Python or regex scorer (default {SCORER_TIMEOUT:g}; a scorer's own "
                        "timeout in its [scorers.NAME] table wins): past it the call is that scorer's error")
 
 

@@ -79,6 +79,8 @@ from ._tally import (
     sha256_file as sha256_file,
 )
 from ._workers import (
+    SCORER_TIMEOUT as SCORER_TIMEOUT,
+    SCORER_WORKERS as SCORER_WORKERS,
     ScorerCallError as ScorerCallError,
     ScorerWorkers as ScorerWorkers,
     needs_workers as needs_workers,

@@ -28,11 +28,13 @@ from ._score import ScoreRecord
 
 log = logging.getLogger("dsh_orchestra.eval")
 
-DEFAULT_WORKERS = 2
+SCORER_WORKERS = 2
 """Worker processes of a pool by default (0: Python scorers run in-process)."""
 
-DEFAULT_TIMEOUT = 60.0
+SCORER_TIMEOUT = 60.0
 """Seconds a scorer call may take by default."""
+
+DEFAULT_WORKERS, DEFAULT_TIMEOUT = SCORER_WORKERS, SCORER_TIMEOUT
 
 START_TIMEOUT = 120.0
 """Seconds a worker process may take to start (import the package) before the call fails."""
