@@ -36,9 +36,9 @@ from typing import Any
 import orjson
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "report"))
+sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
 
-from cdp import Browser, find_chromium  # noqa: E402
+from playwright_browser import find_chromium, open_browser  # noqa: E402
 
 from dsh_orchestra.batch._transcripts import transcript_name  # noqa: E402
 from dsh_orchestra.report import write_compare, write_report  # noqa: E402
@@ -135,24 +135,20 @@ def make_files(directory: Path, count: int) -> dict[str, Path]:
 
 
 def measure_page(url: str, actions: dict[str, str], ready: str, profile: Path) -> dict[str, float]:
-    executable = find_chromium()
-    if executable is None:
+    if find_chromium() is None:
         raise SystemExit("chromium is not installed (apt-get install chromium)")
-    browser = Browser(executable, profile)
-    try:
+    with open_browser() as browser:
         page = browser.new_page(1280, 1000)
         started = time.perf_counter()
         page.goto(url, timeout=120)
         page.wait_for(ready, timeout=120)
         out = {"ready_s": time.perf_counter() - started}
         for name, action in actions.items():
-            out[name] = float(page.evaluate(ACTION.format(action=action), timeout=120)) / 1000
+            out[name] = float(page.evaluate(ACTION.format(action=action))) / 1000
         problems = page.problems()
         if problems:
             raise SystemExit(f"the page reported problems: {problems}")
         return out
-    finally:
-        browser.close()
 
 
 def trial(files: dict[str, Path], directory: Path, index: int) -> dict[str, dict[str, float]]:

@@ -64,7 +64,7 @@ LEAK_GRACE = 1.0
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
 
-SHARED_RUNS = ("sim_run", "eval_runs")
+SHARED_RUNS = ("sim_run", "eval_runs", "view_run")
 """Session-scoped fixtures that make a real run: their tests share one xdist worker (a group each)."""
 
 
@@ -74,6 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in SHARED_RUNS:
             if name in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(name))
+        if "browser" in getattr(item, "fixturenames", ()):  # every test given a browser is a browser test
+            item.add_marker(pytest.mark.browser)
     try:
         bundled_dsh_command()
     except FileNotFoundError as exc:

@@ -25,6 +25,7 @@ from ._executor import (
     RuntimeCrash as RuntimeCrash,
     SharedPlaces as SharedPlaces,
 )
+from ._control import ControlError as ControlError, send_command as send_command
 from ._merge import MergeError as MergeError, MergeReport as MergeReport, merge_results as merge_results
 from ._local import PoolExecutor as PoolExecutor, PoolRunner as PoolRunner, attempt_on_pool as attempt_on_pool
 from ._options import (

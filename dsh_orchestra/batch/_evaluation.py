@@ -225,7 +225,10 @@ def run_info(
         "runtime": {"kind": kind, "command": command, "server_version": server_version},
         "provider": spec.provider if spec is not None else _default_route()[0],
         "model": spec.model if spec is not None else _default_route()[1],
-        "dataset": {"path": str(dataset.path), "sha256": _dataset_sha(dataset), "items": dataset.items},
+        # absolute paths: `dsh-orchestra view` and `report` find the run's files from any directory
+        "dataset": {"path": os.path.abspath(dataset.path), "sha256": _dataset_sha(dataset), "items": dataset.items},
+        "transcripts": os.path.abspath(options.transcripts) if options.transcripts is not None else None,
+        "audit": os.path.abspath(options.audit) if options.audit is not None else None,
         "scenario_sha256": sha256_file(scenario) if scenario is not None and os.path.isfile(scenario) else None,
         "policy_sha256": _file_sha(options.policy),
         "scoring_sha256": sha256_file(options.scoring) if options.scoring is not None else None,

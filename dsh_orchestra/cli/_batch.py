@@ -33,6 +33,7 @@ from ._common import (
     until_terminated,
 )
 from ._errors import message
+from ._gateway import add_gateway_options, gateway_options
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
@@ -80,6 +81,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_gateway_options(parser)  # --no-gateway --upstream --api-key-env --model-concurrency --cache ...
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
     add_scoring_options(parser, epochs=True)  # --score --scoring --epochs --epoch-reducer --group-by --seed --prices
     budget = parser.add_argument_group("budgets and workspaces")
@@ -135,6 +137,8 @@ def main(args: argparse.Namespace) -> int:
                 scorer_workers=args.scorer_workers,
                 scorer_timeout=args.scorer_timeout,
                 argv=sys.argv,
+                gateway=gateway_options(args),
+                control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             start_warnings(spec, policy=options.policy, answerer=options.answerer)

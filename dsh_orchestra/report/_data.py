@@ -175,12 +175,26 @@ def load_prompts(path: str | os.PathLike[str]) -> dict[str, str]:
     Raises:
         ReportInputError: unreadable, or a complete line is not a dataset item.
     """
+    return load_dataset(path)[0]
+
+
+def load_dataset(path: str | os.PathLike[str]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """The dataset's prompts by item id (as text), and the ``target`` and ``choices`` of the
+    items that have them (by id).
+
+    Raises:
+        ReportInputError: unreadable, or a complete line is not a dataset item.
+    """
     prompts: dict[str, str] = {}
+    expected: dict[str, dict[str, Any]] = {}
     for line in read_jsonl(path, "dataset", _dataset_problem):
         item_id = line.get("id")
-        if isinstance(item_id, str) and "prompt" in line:
-            prompts.setdefault(item_id, prompt_text(line["prompt"]))
-    return prompts
+        if isinstance(item_id, str) and "prompt" in line and item_id not in prompts:
+            prompts[item_id] = prompt_text(line["prompt"])
+            fields = {k: line[k] for k in ("target", "choices") if line.get(k) is not None}
+            if fields:
+                expected[item_id] = fields
+    return prompts, expected
 
 
 def load_workflow(path: str | os.PathLike[str]) -> WorkflowResult:
@@ -325,6 +339,7 @@ def batch_payload(
     summary: dict[str, Any] | None = None,
     audit: list[dict[str, Any]] | None = None,
     prompts: dict[str, str] | None = None,
+    expected: Mapping[str, Mapping[str, Any]] | None = None,
     transcripts: Path | None = None,
     out_dir: Path = Path("."),
     max_text: int = DEFAULT_MAX_TEXT,
@@ -347,6 +362,7 @@ def batch_payload(
     names = scorer_names(results)
     columns, rows, details = item_table(
         results, names, prompts=prompts, transcripts=transcripts, out_dir=out_dir, max_text=max_text, max_transcript=max_transcript,
+        expected=expected,
     )
     return {
         "summary": summary if isinstance(summary, dict) else computed,
@@ -480,12 +496,13 @@ def build_payload(
             if dataset is not None:
                 sources["dataset"] = f"{os.fspath(dataset)} (named by the summary)"
         lines = unique_lines(load_result_lines(results))
-        prompts = load_prompts(dataset) if dataset is not None else None
+        prompts, expected = load_dataset(dataset) if dataset is not None else (None, None)
         payload["batch"] = batch_payload(
             lines,
             summary=summary_data,
             audit=load_audit(audit) if audit is not None else None,
             prompts=prompts,
+            expected=expected,
             transcripts=Path(transcripts) if transcripts is not None else None,
             out_dir=Path(out).parent,
             max_text=max_text,

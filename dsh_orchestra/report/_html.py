@@ -21,8 +21,20 @@ from ._markup import Markup, embed_json, escape, join, tag
 COLUMN_TITLES = {
     "id": "id", "status": "status", "finish_reason": "finish", "duration_s": "duration", "attempts": "attempts",
     "subagents": "subagents", "approvals": "approvals", "error": "error", "epoch": "epoch", "prompt": "prompt",
-    "response": "response", "tokens": "tokens", "cost_usd": "cost",
+    "response": "response", "tokens": "tokens", "cost_usd": "cost", "target": "target", "choices": "choices",
 }
+COLUMN_WIDTHS = {  # px of the item table's fixed columns: each header and value readable in full
+    "status": 80, "epoch": 74, "duration_s": 100, "tokens": 84, "cost_usd": 96, "finish_reason": 106,
+    "attempts": 100, "subagents": 110, "approvals": 110,
+}
+NUMERIC = frozenset({"epoch", "duration_s", "tokens", "cost_usd", "attempts", "subagents", "approvals"})
+TEXT_MIN_WIDTH = {"id": 140}  # px at least of a text column (the others: TEXT_WIDTH); they share what is left
+TEXT_WIDTH = 110
+
+
+def score_width(name: str) -> int:
+    """px of a scorer's column: its name whole up to 30 characters (then cut, its title says it)."""
+    return 30 + 9 * min(max(len(name), 6), 30)
 MAX_ERROR_BUTTONS = 60
 
 
@@ -183,8 +195,16 @@ def _items_section(batch: dict[str, Any]) -> Markup:
     def title(column: str) -> str:
         return column[len("score:"):] if column.startswith("score:") else COLUMN_TITLES.get(column, column)
 
-    colgroup = tag("colgroup", None, [tag("col", {"class": css(c)}) for c in columns])
-    head = tag("thead", None, tag("tr", None, [tag("th", {"data-col": c, "scope": "col", "title": "sort", "class": css(c)}, title(c)) for c in columns]))
+    def width(column: str) -> int | None:
+        return score_width(column[len("score:"):]) if column.startswith("score:") else COLUMN_WIDTHS.get(column)
+
+    # fixed widths for the short columns, the text columns share the rest; below the sum of
+    # the minimums the table scrolls sideways in its box instead of squeezing the headers
+    least = sum(width(c) or TEXT_MIN_WIDTH.get(c, TEXT_WIDTH) for c in columns)
+    colgroup = tag("colgroup", None, [tag("col", {"class": css(c), "style": f"width:{width(c)}px" if width(c) else None}) for c in columns])
+    head = tag("thead", None, tag("tr", None, [
+        tag("th", {"data-col": c, "scope": "col", "title": f"{title(c)}: sort", "class": css(c) + (" num" if c.startswith("score:") or c in NUMERIC else "")},
+            title(c)) for c in columns]))
     scorers = batch.get("scorers") or []
     scored = tag("select", {"id": "filter-scored", "aria-label": "scores"},
                  tag("option", {"value": ""}, "any score"), tag("option", {"value": "*"}, "failed a scorer"),
@@ -210,7 +230,8 @@ def _items_section(batch: dict[str, Any]) -> Markup:
     return _section(
         "items", f"Items ({len(batch['rows']):,})",
         controls,
-        tag("table", {"class": "items", "id": "items-table"}, colgroup, head, tag("tbody", {"id": "items-body"})),
+        tag("div", {"class": "table-box"},
+            tag("table", {"class": "items", "id": "items-table", "style": f"min-width:{least}px"}, colgroup, head, tag("tbody", {"id": "items-body"}))),
         pager,
         tag("noscript", None, tag("p", {"class": "note"}, "The item table needs JavaScript; the results file has every item.")),
     )

@@ -2,7 +2,8 @@
 column per score, previews of the prompt and response, and each row's details (the scores
 with their answers and explanations, usage, and the conversation).
 
-Rows are lists in ``columns`` order; ``score:<name>`` columns hold that scorer's value.
+Rows are lists in ``columns`` order; ``score:<name>`` columns hold that scorer's value. The
+``target`` and ``choices`` columns (from the dataset) are there when an item has them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,19 @@ def transcript_key(line: Mapping[str, Any]) -> str:
     return f"{line.get('id')}#{epoch}" if isinstance(epoch, int) and not isinstance(epoch, bool) else str(line.get("id"))
 
 
-def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *, prompts: bool) -> list[str]:
+def expected_text(value: Any) -> str | None:
+    """A target or the choices as one line: a list's entries joined by `` | ``."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return " | ".join(str(v) for v in value)
+    return str(value)
+
+
+def table_columns(
+    lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *, prompts: bool,
+    expected: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
     """The item table's columns for these lines."""
     columns = ["id", "status"]
     if any("epoch" in line for line in lines):
@@ -33,12 +46,20 @@ def table_columns(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], *,
     columns += [SCORE_PREFIX + name for name in scorers]
     if prompts:
         columns.append("prompt")
+    for key in ("target", "choices"):
+        if expected and any(key in fields for fields in expected.values()):
+            columns.append(key)
     columns += ["response", "duration_s"]
     if any(isinstance(line.get("usage"), dict) for line in lines):
         columns.append("tokens")
     if any("cost_usd" in line for line in lines):
         columns.append("cost_usd")
-    return columns + ["finish_reason", "attempts", "subagents", "approvals", "error"]
+    columns.append("finish_reason")
+    # the counts only where one tells something (a retry, a subagent, an approval): the details show them all
+    if any(isinstance(line.get("attempts"), int) and line["attempts"] > 1 for line in lines):
+        columns.append("attempts")
+    columns += [key for key in ("subagents", "approvals") if any(line.get(key) for line in lines)]
+    return columns + ["error"]
 
 
 def _scores(line: Mapping[str, Any], scorers: Sequence[str], max_text: int) -> dict[str, Any]:
@@ -81,9 +102,11 @@ def item_table(
     out_dir: Path,
     max_text: int,
     max_transcript: int = DEFAULT_MAX_CHARS,
+    expected: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
-    """The columns, the rows and each row's details."""
-    columns = table_columns(lines, scorers, prompts=prompts is not None)
+    """The columns, the rows and each row's details (``expected``: the dataset's target and
+    choices by item id)."""
+    columns = table_columns(lines, scorers, prompts=prompts is not None, expected=expected)
     rows: list[list[Any]] = []
     details: list[dict[str, Any]] = []
     for line in lines:
@@ -94,11 +117,14 @@ def item_table(
         usage = line.get("usage") if isinstance(line.get("usage"), dict) else None
         prompt_full = prompts.get(item_id) if prompts is not None else None
         response_full = line.get("final_response") if isinstance(line.get("final_response"), str) else None
+        fields = (expected or {}).get(item_id) or {}
         cells: dict[str, Any] = {
             "id": item_id,
             "status": str(line.get("status")),
             "epoch": line.get("epoch") if isinstance(line.get("epoch"), int) else None,
             "prompt": clip(prompt_full, PREVIEW)[0],
+            "target": clip(expected_text(fields.get("target")), PREVIEW)[0],
+            "choices": clip(expected_text(fields.get("choices")), PREVIEW)[0],
             "response": clip(response_full, PREVIEW)[0],
             "duration_s": number(line.get("duration_s")),
             "tokens": number(usage.get("total_tokens")) if usage is not None else None,
@@ -116,6 +142,7 @@ def item_table(
         prompt, prompt_cut = clip(prompt_full, max_text)
         detail: dict[str, Any] = {
             "session_id": line.get("session_id"),
+            "attempts": cells["attempts"],
             "final_response": response,
             "final_response_cut": response_cut,
             "subagents": [
@@ -131,6 +158,8 @@ def item_table(
             "usage": dict(usage) if usage is not None else None,
             "cost_usd": number(line.get("cost_usd")),
             "conversation": _conversation(line, prompt_full, transcripts, max_text=max_text, max_transcript=max_transcript),
+            "target": fields.get("target"),
+            "choices": fields.get("choices"),
         }
         if prompts is not None:
             detail["prompt"] = prompt

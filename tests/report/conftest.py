@@ -4,20 +4,19 @@
   ``dsh-orchestra`` command (results, summary, audit log, transcripts), and its report.
 * ``eval_runs`` (session): two real scored simulator runs (a baseline and a candidate with
   another scenario), the candidate's report with the comparison, and ``compare``'s outputs.
-* ``browser`` (function): a headless Chromium driven over the debugging pipe, closed after the
-  test (a fresh one per test: the suite's leak check allows no child process across tests).
+* ``browser`` (function): the system Chromium driven by Playwright (``playwright_browser``),
+  closed after the test (a fresh one per test: the suite's leak check allows no child process
+  across tests).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 import pytest
 
-from cdp import Browser, find_chromium
+from playwright_browser import Browser, open_browser
 from scored_runs import BASE_SCENARIO, CANDIDATE_SCENARIO, EvalRuns, run_scored
 from scored_runs import dataset_items as eval_dataset_items
 from report_support import HANG_TIMEOUT, POLICY, SCRIPT, SimRun, cli, dataset_items
@@ -51,20 +50,10 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    """A headless Chromium for this test (skipped locally when none is installed; CI installs it)."""
-    executable = find_chromium()
-    if executable is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (.ci/run installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    profile = tmp_path / "chromium"
-    profile.mkdir()
-    instance = Browser(executable, profile)
-    try:
+def browser() -> Iterator[Browser]:
+    """The system Chromium for this test (skipped locally when none is installed; CI installs it)."""
+    with open_browser() as instance:
         yield instance
-    finally:
-        instance.close()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from cdp import Browser
+from playwright_browser import Browser
 from report_support import XSS_ID, SimRun
 
 from dsh_orchestra.batch._summary import percentile

@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from cdp import Browser, Page
+from playwright_browser import Browser, Tab as Page
 from scored_runs import HOSTILE_PROMPT, HOSTILE_RESPONSE, EvalRuns
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

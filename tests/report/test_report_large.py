@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from cdp import Browser
+from playwright_browser import Browser
 from dsh_orchestra.report import write_report
 
 COUNT = 10_000

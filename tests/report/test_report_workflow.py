@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import trio
 
-from cdp import Browser
+from playwright_browser import Browser
 from report_support import cli
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult, run_workflow

@@ -128,7 +128,7 @@
           td.appendChild(el("span", { "class": "badge s-" + String(r[c]).replace(/[^a-z0-9-]/gi, "") }, r[c]));
         } else {
           td.textContent = cellText(name, r[c]);
-          if (name === "id" || name === "error" || name === "prompt" || name === "response") td.title = cellText(name, r[c]);
+          if (name === "id" || name === "error" || name === "prompt" || name === "response" || name === "target" || name === "choices") td.title = cellText(name, r[c]);
         }
         if (isScore || name === "duration_s" || name === "attempts" || name === "subagents" || name === "approvals" ||
             name === "tokens" || name === "cost_usd" || name === "epoch") td.className += " num";
@@ -242,7 +242,7 @@
     $("detail-title").textContent = r[COL.id];
     var dl = el("dl");
     [["status", r[COL.status]], ["finish reason", r[COL.finish_reason] || "—"], ["duration", seconds(r[COL.duration_s])],
-     ["attempts", r[COL.attempts]], ["session", d.session_id || "—"]].concat(COL.epoch !== undefined ? [["epoch", r[COL.epoch]]] : []).forEach(function (pair) {
+     ["attempts", d.attempts], ["session", d.session_id || "—"]].concat(COL.epoch !== undefined ? [["epoch", r[COL.epoch]]] : []).forEach(function (pair) {
       dl.appendChild(el("dt", null, pair[0]));
       dl.appendChild(el("dd", { "data-field": pair[0] }, pair[1]));
     });
@@ -262,6 +262,16 @@
       section("Prompt");
       if (d.prompt === null || d.prompt === undefined) body.appendChild(el("p", { "class": "muted" }, "Not in the dataset."));
       else textBlock(d.prompt, d.prompt_cut, "prompt", "detail-prompt");
+    }
+    if (d.target !== null && d.target !== undefined) {
+      section("Target");
+      textBlock(Array.isArray(d.target) ? d.target.join("\n") : String(d.target), 0, "target", "detail-target");
+    }
+    if (Array.isArray(d.choices) && d.choices.length) {
+      section("Choices");
+      var list = el("ol", { "class": "choices", id: "detail-choices", type: "A" });
+      d.choices.forEach(function (choice) { list.appendChild(el("li", null, String(choice))); });
+      body.appendChild(list);
     }
     if (d.scores && Object.keys(d.scores).length) {
       section("Scores");
