@@ -7,6 +7,8 @@ and transcripts all redact through ``Redactor``.
 
 from __future__ import annotations
 
+import base64
+import math
 import re
 from typing import Any, Iterable, Mapping
 
@@ -16,17 +18,54 @@ SECRET_LOOKING = re.compile(
 )
 """Tokens that look like secrets whatever their value: ``sk-...``, ``token=...``, ``Bearer ...``."""
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
-"""Names of environment variables whose values are secrets."""
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH|(?:^|_)PAT(?:_|$)", re.IGNORECASE)
+"""Names of environment variables whose values are secrets (``PAT`` as a word: ``GH_PAT``, not ``PATH``)."""
+
+MIN_ENTROPY_LENGTH = 24
+"""A value of an environment variable with any name is a secret when it is at least this long
+and looks random (``looks_random``)."""
+
+_RANDOM_CHARS = re.compile(r"[A-Za-z0-9_\-+=.~]+")
+
+
+def looks_random(value: str) -> bool:
+    """A long token that looks random: ``MIN_ENTROPY_LENGTH`` characters or more of letters,
+    digits and ``_-+=.~`` only (no path, no spaces), letters and digits both, and at least 3.5
+    bits of Shannon entropy per character (an API key, not a word or a version string)."""
+    if len(value) < MIN_ENTROPY_LENGTH or not _RANDOM_CHARS.fullmatch(value):
+        return False
+    if not any(c.isdigit() for c in value) or not any(c.isalpha() for c in value):
+        return False
+    counts: dict[str, int] = {}
+    for c in value:
+        counts[c] = counts.get(c, 0) + 1
+    size = len(value)
+    entropy = -sum(n / size * math.log2(n / size) for n in counts.values())
+    return entropy >= 3.5
+
+
+def encoded_forms(secrets: Iterable[str]) -> list[str]:
+    """Each secret, then its base64 forms (standard and URL-safe, without padding): a runtime
+    or a tool that base64-encodes a credential must not carry it out either."""
+    out: list[str] = []
+    for secret in secrets:
+        out.append(secret)
+        raw = secret.encode("utf-8", "surrogatepass")
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            form = encode(raw).decode("ascii").rstrip("=")
+            if len(form) >= 8 and form not in out:
+                out.append(form)
+    return out
 
 MIN_INHERITED_SECRET = 8
 """Shorter values of secret-named variables are not taken as secrets (``...AUTH...=1``)."""
 
 
 def environment_secrets(env: Mapping[str, str], *, min_length: int = MIN_INHERITED_SECRET) -> list[str]:
-    """The values of ``env``'s secret-named variables at least ``min_length`` long, longest first."""
-    values = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= min_length}
-    return sorted(values, key=len, reverse=True)
+    """The values of ``env``'s secret-named variables at least ``min_length`` long, and of any
+    variable whose value ``looks_random``, with their base64 forms (``encoded_forms``), longest first."""
+    values = {v for k, v in env.items() if (SECRET_NAME.search(k) and len(v) >= min_length) or looks_random(v)}
+    return sorted(set(encoded_forms(values)), key=len, reverse=True)
 
 
 class Redactor:

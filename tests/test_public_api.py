@@ -42,7 +42,7 @@ ROOT_NAMES = [
 
 BATCH_NAMES = [
     "ALONE_AFTER", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "DatasetCheck",
-    "DatasetError", "Executor", "PoolExecutor", "ResultsFileError", "ResultsLockedError", "ResultsWriter", "Tally",
+    "DatasetError", "Executor", "PoolExecutor", "ResultsFileError", "ResultsLockedError", "ResultsTamperedError", "ResultsWriter", "Tally",
     "MAX_SESSIONS_PER_RUNTIME", "PoolRunner", "may_write_transcript",
     "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "read_results",
     "RUNTIME_CRASHED", "RuntimeCrash", "SharedPlaces", "MergeError", "MergeReport", "merge_results",

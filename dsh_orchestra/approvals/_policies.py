@@ -53,11 +53,29 @@ async def search_bounded(pattern: regex.Pattern[str], text: str) -> bool:
     return await trio.to_thread.run_sync(search, abandon_on_cancel=True) is not None
 
 
+USER_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt, GeneratorExit)
+"""What a user's policy may raise and have it be that decision's error (fail closed), not the run's."""
+
+
+def _is_async(policy: Any) -> bool:
+    if inspect.iscoroutinefunction(policy) or (callable(policy) and inspect.iscoroutinefunction(policy.__call__)):
+        return True
+    inner = getattr(policy, "policy", None)  # a wrapper (LoadedPolicy) calls it: async when it is
+    return inner is not None and inner is not policy and callable(inner) and _is_async(inner)
+
+
 async def call_policy(policy: Policy, request: ApprovalRequest) -> Any:
-    """Call a sync or async policy and return what it returned (awaited if needed)."""
+    """Call a sync or async policy and return what it returned (awaited if needed).
+
+    A sync policy (user code: it may block) runs in a worker thread, abandoned when the caller
+    is cancelled (the decision's deadline), so it never stalls the event loop.
+    """
     if isinstance(policy, Rule):  # its reason regex is matched off the event loop
         return await policy.decide(request)
-    value = policy(request)
+    if _is_async(policy):
+        value = policy(request)
+    else:
+        value = await trio.to_thread.run_sync(policy, request, abandon_on_cancel=True)
     if inspect.isawaitable(value):
         value = await value
     return value

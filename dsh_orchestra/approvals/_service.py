@@ -22,7 +22,7 @@ from .._redact import Redactor
 from ..protocol import ApprovalRequestParams, ApprovalRequestResult
 from ._audit import AuditLog
 from ._model import REJECTED, ApprovalRequest, Decision, DecisionRecord, Policy
-from ._policies import call_policy
+from ._policies import USER_ERRORS, call_policy
 
 log = logging.getLogger("dsh_orchestra.approvals")
 
@@ -51,22 +51,22 @@ def coerce_decision(value: Any) -> tuple[Decision | None, str | None]:
 async def decide(policy: Policy, request: ApprovalRequest, deadline: float) -> tuple[Decision | None, str | None]:
     """Ask ``policy`` about ``request`` within ``deadline`` seconds: (decision, error).
 
-    ``decision`` is None when the policy failed (raised, returned something invalid, took too
-    long); ``error`` then says why and the caller rejects. An async policy is cancelled at the
-    deadline; a sync one runs inline (it cannot be interrupted) and its answer is discarded
-    when it returned too late.
+    ``decision`` is None when the policy failed (raised, ``SystemExit`` and ``KeyboardInterrupt``
+    included; returned something invalid; took too long); ``error`` then says why and the
+    caller rejects. An async policy is cancelled at the deadline; a sync one runs in a worker
+    thread that is abandoned at the deadline (``call_policy``).
     """
     started = trio.current_time()
     try:
         with trio.move_on_after(deadline) as scope:
             value = await call_policy(policy, request)
-    except Exception as exc:  # noqa: BLE001 (fail closed; the error is recorded)
+    except USER_ERRORS as exc:  # fail closed; the error is recorded
         if isinstance(exc, TimeoutError) and trio.current_time() - started >= deadline:
             # a bounded regex gives up just after the deadline it was bounded by; when the
             # thread's timeout reaches us before the cancellation does, it is still the deadline
             return None, f"policy took longer than its deadline of {deadline:g} s"
         log.warning("approval policy raised for %s/%s: %r", request.session_id, request.tool_name, exc)
-        return None, f"policy raised {type(exc).__name__}: {exc}"
+        return None, f"policy raised {type(exc).__name__}: {exc}" if str(exc) else f"policy raised {type(exc).__name__}"
     if scope.cancelled_caught or trio.current_time() - started > deadline:
         return None, f"policy took longer than its deadline of {deadline:g} s"
     return coerce_decision(value)

@@ -36,6 +36,7 @@ from ._options import (
 from ._results import (
     ResultsFileError as ResultsFileError,
     ResultsLockedError as ResultsLockedError,
+    ResultsTamperedError as ResultsTamperedError,
     ResultsWriter as ResultsWriter,
     read_results as read_results,
     scan_results as scan_results,

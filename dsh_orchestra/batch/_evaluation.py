@@ -16,26 +16,24 @@ import json
 import logging
 import math
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 import attrs
-import trio
 
 from .._params import Param, rewrap
-from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
-    NO_TEMPLATE, check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, open_judges,
-    render_prompt, score_attempt, sha256_file, turn_usage,
+    NO_TEMPLATE, check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, needs_workers, open_judges,
+    open_scorer_workers, render_prompt, score_attempt, sha256_file, turn_usage,
 )
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
 from ._dataset import BatchItem, DatasetCheck
 from ._options import BatchOptions, BatchUsageError
+from ._workspaces import Workspaces, check_workspace_template
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -77,70 +75,6 @@ def _default_route() -> tuple[str, str]:
     from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 
     return DEFAULT_PROVIDER, DEFAULT_MODEL
-
-
-_UNSAFE = str.maketrans({c: "_" for c in "/\\:*?\"<>| \t\n"})
-
-
-def _safe_name(item_id: str, epoch: int) -> str:
-    safe = item_id.translate(_UNSAFE)[:60].lstrip(".") or "item"
-    digest = hashlib.sha256(item_id.encode("utf-8")).hexdigest()[:8]
-    return f"{safe}-{digest}-e{epoch}"
-
-
-class Workspaces:
-    """Fresh copies of a template directory, one per attempt, under ``root``.
-
-    Without ``keep`` the root is a temporary directory removed at ``close()`` (each copy is
-    removed as soon as its item is scored); with ``keep`` it is ``RESULTS.workspaces`` and
-    the copies stay (their paths are in the result lines' ``workspace``).
-    """
-
-    def __init__(self, template: Path, out: Path, *, keep: bool) -> None:
-        self.template = template
-        self.keep = keep
-        if keep:
-            self.root = Path(f"{out}.workspaces").absolute()
-            self.root.mkdir(exist_ok=True)
-        else:
-            self.root = scratch_path("workspaces")  # swept by the next run if this one is killed
-
-    async def create(self, item_id: str, epoch: int) -> Path:
-        """A fresh copy of the template for one attempt (an earlier attempt's copy is replaced)."""
-        path = self.root / _safe_name(item_id, epoch)
-        await trio.to_thread.run_sync(self._copy, path)
-        return path
-
-    def _copy(self, path: Path) -> None:
-        if path.exists():
-            shutil.rmtree(path)
-        shutil.copytree(self.template, path, symlinks=True)
-
-    async def remove(self, path: Path | None) -> None:
-        """Remove one copy (kept with ``keep``)."""
-        if path is not None and not self.keep:
-            await trio.to_thread.run_sync(lambda: shutil.rmtree(path, ignore_errors=True))
-
-    def close(self) -> None:
-        """Remove the temporary root and whatever is left in it (nothing with ``keep``)."""
-        if not self.keep:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-
-def check_workspace_template(options: BatchOptions) -> Path | None:
-    """The template directory, checked (None without one).
-
-    Raises:
-        BatchUsageError: it is not a directory.
-    """
-    if options.workspace_template is None:
-        if options.keep_workspaces:
-            raise BatchUsageError(Param("keep_workspaces", spelled="keep_workspaces=True"), " needs ", Param("workspace_template"), " (a directory)")
-        return None
-    template = Path(options.workspace_template).absolute()
-    if not template.is_dir():
-        raise BatchUsageError(Param("workspace_template", str(options.workspace_template)), " is not a directory")
-    return template
 
 
 @attrs.define
@@ -233,15 +167,16 @@ async def open_batch_eval(
 ) -> AsyncIterator[BatchEval]:
     """The run's ``BatchEval``: judges on ``lease`` (the local pool; None: a pool on ``spec``,
     or the judges' own runtime), workspaces under a temporary root (or ``RESULTS.workspaces``)."""
-    template = check_workspace_template(options)
+    template = check_workspace_template(options, out)
     workspaces = Workspaces(template, out, keep=options.keep_workspaces) if template is not None else None
     try:
         async with open_judges(
             plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
             max_runtime_rss_mib=options.max_runtime_rss_mib,
-        ) as judges:
+        ) as judges, open_scorer_workers(options.scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+            scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=options.scorer_timeout)
             yield BatchEval(
-                plan=plan, scorers=bind_scorers(plan.scorers, judges=judges), price=plan.price(),
+                plan=plan, scorers=scorers, price=plan.price(),
                 budget=Budget(options.max_total_tokens, options.max_total_cost, tally), workspaces=workspaces,
             )
     finally:

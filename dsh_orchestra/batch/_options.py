@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .._params import Check, Param, ParamError, integer, non_negative, positive
+from ..eval import SCORER_TIMEOUT, SCORER_WORKERS
 from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..pool import SESSIONS_PER_RUNTIME
 
@@ -29,6 +30,7 @@ _seconds = positive("a positive number of seconds (finite)", finite=True).raisin
 _non_negative = non_negative().raising(BatchUsageError)
 _mib = positive("a positive number of MiB (finite)", finite=True).raising(BatchUsageError)
 _optional_count: Any = v.optional(_count(1))  # Any: the field's default is an int, its type int | None
+_optional_seconds: Any = v.optional(_seconds)  # Any: the same, for a float
 
 MAX_SESSIONS_PER_RUNTIME = SESSIONS_PER_RUNTIME
 """Sessions a runtime serves before the batch recycles it (``pool.SESSIONS_PER_RUNTIME``)."""
@@ -47,7 +49,8 @@ class BatchOptions:
     ``epochs`` sessions per item reduced by ``epoch_reducer``, ``group_by`` a metadata key,
     ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
-    (kept with ``keep_workspaces``).
+    (kept with ``keep_workspaces``). ``module:attr`` scorers run in ``scorer_workers`` worker
+    processes (0: in this process, unprotected), each call bounded by ``scorer_timeout`` seconds.
 
     Long runs: a runtime is recycled (no new items; a replacement starts at once; closed once
     its items in flight have finished, none cut or retried) after ``max_sessions_per_runtime``
@@ -81,6 +84,9 @@ class BatchOptions:
     prices: Any = None  # a prices TOML path, or an eval.Prices
     max_total_tokens: int | None = attrs.field(default=None, validator=v.optional(_count(0)))
     max_total_cost: float | None = attrs.field(default=None, validator=v.optional(_non_negative))
+    # user code in a box (docs/evaluation.md): module:attr scorers in worker processes (0: in-process)
+    scorer_workers: int = attrs.field(default=SCORER_WORKERS, validator=_count(0))
+    scorer_timeout: float | None = attrs.field(default=SCORER_TIMEOUT, validator=_optional_seconds)
     workspace_template: str | os.PathLike[str] | None = None
     keep_workspaces: bool = False
     argv: Sequence[str] | None = None  # recorded in the summary's run object (default sys.argv)

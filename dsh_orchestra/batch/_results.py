@@ -56,21 +56,68 @@ def read_results(path: str | os.PathLike[str], *, repair: bool = True) -> tuple[
     return done, stream.torn
 
 
+class ResultsTamperedError(RuntimeError):
+    """Something other than this batch changed its results file (an agent's ``write`` tool, a
+    second process): the results cannot be trusted and the run stops (the CLI exits 75)."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        super().__init__(
+            f"results file {str(path)!r} was changed by something other than this batch ({what}); its results "
+            "cannot be trusted and the run stopped. Find what wrote it (an agent's file tools reach the sessions' "
+            "working directory: keep the results outside it), then run again into a fresh results file")
+        self.path = path
+
+
 class ResultsWriter:
-    """Appends result lines; each is one write of the whole line, flushed immediately."""
+    """Appends result lines; each is one write of the whole line, flushed immediately.
+
+    It notices a change it did not make: after each write it keeps the file's identity (device,
+    inode), size and modification time, and checks them before the next write and at ``check()``
+    (``ResultsTamperedError``).
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync_every: int = 0) -> None:
         self.path = Path(path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._fsync_every = fsync_every
         self.written = 0
+        self._state = self._own_state()
+
+    def _own_state(self) -> tuple[int, int, int, int]:
+        info = os.fstat(self._fd)
+        return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+    def check(self) -> None:
+        """Raise when the file changed since this writer's last write (or was replaced or removed).
+
+        Raises:
+            ResultsTamperedError: saying what changed.
+        """
+        if self._fd < 0:
+            return
+        device, inode, size, mtime = self._state
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            raise ResultsTamperedError(self.path, "it was removed") from None
+        if (info.st_dev, info.st_ino) != (device, inode):
+            raise ResultsTamperedError(self.path, "it was replaced by another file")
+        if info.st_size != size:
+            raise ResultsTamperedError(self.path, f"its size is {info.st_size} bytes, this batch wrote it to {size}")
+        if info.st_mtime_ns != mtime:
+            raise ResultsTamperedError(self.path, "it was written to in place")
 
     def write(self, line: Any) -> None:
         """Write one result object (a ``ResultLine`` or its JSON object) as one line."""
         self.write_json(orjson.dumps(line.to_json() if hasattr(line, "to_json") else line))
 
     def write_json(self, encoded: bytes) -> None:
-        """Write one result object already encoded as compact JSON (no newline) as one line."""
+        """Write one result object already encoded as compact JSON (no newline) as one line.
+
+        Raises:
+            ResultsTamperedError: the file changed since the last write (nothing is written).
+        """
+        self.check()
         data = encoded + b"\n"
         written = os.write(self._fd, data)
         if written < len(data):  # a short write (a full disk, a signal): the rest, in order
@@ -80,6 +127,7 @@ class ResultsWriter:
         self.written += 1
         if self._fsync_every and self.written % self._fsync_every == 0:
             os.fsync(self._fd)
+        self._state = self._own_state()
 
     def close(self) -> None:
         """Flush to disk and close. Idempotent."""

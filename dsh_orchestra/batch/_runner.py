@@ -14,13 +14,13 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import attrs
 import orjson
 import trio
 
-from .._redact import Redactor
+from .._redact import Redactor, environment_secrets
 from .._params import Param, rewrap
 from .._tracing import ITEM_SPAN, observed
 from ..gateway import Gateway, gateway_for
@@ -32,8 +32,9 @@ from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine, read_results
-from ._evaluation import BatchEval, check_fingerprint, check_workspace_template, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
+from ._evaluation import BatchEval, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor, runner_lease, runner_server_version
+from ._ids import check_ids_hold_no_secret
 from ._local import PoolExecutor, default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
@@ -41,6 +42,7 @@ from ._progress import Counters, Progress
 from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
+from ._workspaces import check_workspace_template
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -228,10 +230,12 @@ def _epoch_of(line: ResultLine) -> int:
 
 def _prepare_resume(
     dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock, tally: Tally,
+    secrets: Sequence[str] = (),
 ) -> tuple[DatasetCheck, set[tuple[str, int]]]:
     """Validate the dataset (nothing runs on a bad one), check the output paths, take ``lock``
     and read the results already in ``out`` (repairing a torn tail) into ``tally``: the check
-    and the (id, epoch) pairs already done (epochs above ``options.epochs`` are not counted)."""
+    and the (id, epoch) pairs already done (epochs above ``options.epochs`` are not counted).
+    An id holding one of ``secrets`` is refused (``check_ids_hold_no_secret``)."""
     check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
@@ -241,6 +245,7 @@ def _prepare_resume(
             Param("epochs", options.epochs), f" runs each item in {options.epochs} sessions of their own, but "
             f"{check.session_ids} dataset item(s) name a session_id; drop session_id or use ", Param("epochs", 1)
         )
+    check_ids_hold_no_secret(check, secrets)
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
     if options.retry_errors:
@@ -299,7 +304,7 @@ async def run_batch(
     # items are streamed from the file again as places free up: memory stays flat in size.
     out = Path(out)
     plan = plan_of(options, spec)
-    check_workspace_template(options)  # before anything runs
+    check_workspace_template(options, out)  # before anything runs
     existed = out.exists()
     lock = ResultsLock(out)
     try:
@@ -319,7 +324,8 @@ async def _run_locked(
 ) -> BatchSummary:
     started_at = now_iso()
     tally = Tally(plan)
-    check, done = _prepare_resume(dataset, out, options, lock, tally)
+    secrets = spec.secrets() if spec is not None else environment_secrets(os.environ)
+    check, done = _prepare_resume(dataset, out, options, lock, tally, secrets=secrets)
     check_fingerprint(out, fingerprint(options=options, plan=plan, spec=spec, dataset=check), resumed=out.stat().st_size > 0)  # noqa: ASYNC240 - one stat
     redactor = Redactor(spec.secrets() if spec is not None else ())
     epochs = options.epochs
@@ -370,6 +376,7 @@ async def _run_locked(
                         processed = tally.run_lines
                 if gateway is not None:
                     model_totals = gateway.summary()
+            writer.check()  # the runtimes are closed: nothing of this run may have changed it since
     finally:
         progress.close()
     duration = trio.current_time() - started

@@ -15,7 +15,7 @@ from .._logging import redact
 from .._params import ParamError
 from .._paths import PathConflictError
 from .._scratch import scratch_dir
-from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
+from ..batch import BatchOptions, BatchUsageError, DatasetError, ResultsTamperedError, parse_shard, run_batch
 from ..batch import MAX_SESSIONS_PER_RUNTIME, may_write_transcript
 from ..protocol import OrchestraError, RuntimeStartError
 from ._common import (
@@ -27,7 +27,10 @@ from ._common import (
     fail,
     policy_option,
     say,
+    TERMINATED,
     start_warnings,
+    stdout_to_stderr,
+    until_terminated,
 )
 from ._errors import message
 from ._gateway import add_gateway_options, gateway_options
@@ -44,7 +47,8 @@ log = logging.getLogger("dsh_orchestra.batch")
 
 
 NUMBERS = {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--retries": ("int", 0), "--timeout": ("seconds", 0),
-           "--epochs": ("int", 1), "--seed": ("int", 0), "--max-total-tokens": ("int", 0)}
+           "--epochs": ("int", 1), "--seed": ("int", 0), "--max-total-tokens": ("int", 0),
+           "--scorer-workers": ("int", 0), "--scorer-timeout": ("seconds", 0)}
 
 
 def register(sub: Any) -> None:
@@ -55,8 +59,9 @@ def register(sub: Any) -> None:
         description="Run a dataset (JSONL: id, prompt, optional session_id, metadata, target, choices) over a "
         "pool of runtimes, optionally scoring every result (docs/evaluation.md). Exit status (docs/batch.md#exit-status): 0 every item ok, "
         "1 some item ended in error (or a scorer failed on every item), 2 bad arguments or input (a runtime that cannot "
-        "start included), 4 a budget stopped the run, 75 stopped part-way by trouble that may pass (--resume continues), "
-        "130 interrupted.",
+        "start included), 4 a budget stopped the run, 75 stopped part-way by trouble that may pass (--resume continues) "
+        "or the results file was changed by something else (not to be trusted), 130 interrupted (Ctrl-C), "
+        "143 terminated (SIGTERM; cleaned up like Ctrl-C).",
     )
     parser.add_argument("dataset", help="the dataset (JSON Lines)")
     parser.add_argument("--out", required=True, metavar="RESULTS", help="results file (JSON Lines, one line per item)")
@@ -135,6 +140,8 @@ def main(args: argparse.Namespace) -> int:
                 max_total_cost=args.max_total_cost,
                 workspace_template=args.workspace_template,
                 keep_workspaces=args.keep_workspaces,
+                scorer_workers=args.scorer_workers,
+                scorer_timeout=args.scorer_timeout,
                 argv=sys.argv,
                 gateway=gateway_options(args),
                 control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
@@ -149,8 +156,12 @@ def main(args: argparse.Namespace) -> int:
                 from ..scale import RayExecutor
 
                 executor = RayExecutor(**scale)
-            with warnings_reported():  # printed and logged once above: not again per runtime
-                summary = trio.run(partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
+            with warnings_reported(), stdout_to_stderr():  # warnings: printed once above; stdout: the summary's
+                summary, terminated = trio.run(until_terminated, partial(run_batch, args.dataset, args.out, spec, options, executor=executor))
+            if terminated or summary is None:
+                print("dsh-orchestra: terminated (SIGTERM); results written so far are kept: run again with --resume",
+                      file=sys.stderr)
+                return TERMINATED
         except (DatasetError, ParamError) as exc:  # BatchUsageError, or a bad value found on the way in
             return fail(exc)
         except PathConflictError as exc:
@@ -162,8 +173,12 @@ def main(args: argparse.Namespace) -> int:
                 f"the runtime could not start: {exc}\n  check --runtime / --runtime-command, --dsh-home "
                 "and the route options (--provider, --model, --reasoning-effort, --max-tokens)"
             )
+        except ResultsTamperedError as exc:
+            return _tampered(exc)
         except (OrchestraError, ExceptionGroup) as exc:  # stopped part-way (e.g. the pool gave up)
             cause = _first_leaf(exc)
+            if isinstance(cause, ResultsTamperedError):
+                return _tampered(cause)
             if isinstance(cause, (DatasetError, BatchUsageError)):  # e.g. the dataset changed underneath
                 return fail(f"{message(cause)}; results written so far are kept: run again with --resume")
             if not isinstance(cause, (OrchestraError, OSError)):
@@ -186,6 +201,15 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_BUDGET
     return 0 if summary.error == 0 and not summary.scorers_without_value else 1
 
+
+
+TAMPERED = 75
+"""The exit status when the results file was changed by something other than the batch."""
+
+
+def _tampered(exc: ResultsTamperedError) -> int:
+    print(f"dsh-orchestra: {exc}", file=sys.stderr)
+    return TAMPERED
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

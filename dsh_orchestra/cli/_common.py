@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
 import shutil
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
+
+import trio
 
 from .._logging import redact, register_secrets
 from .._params import ParamError
@@ -21,8 +25,73 @@ from ..runtime import APPROVAL_RELAY_MODES
 from ..session import configuration_warnings, report_warnings
 
 
+T = TypeVar("T")
+
+
 class UsageError(ValueError):
     """A command-line problem; the message says what to fix (exit status 2)."""
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """For the block, what anything writes to stdout (``print`` and file descriptor 1: user
+    scorers, policies, the processes they start) goes to stderr, so stdout holds only what the
+    CLI prints after it."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1: Python's stream only
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+TERMINATED = 143
+"""The exit status after SIGTERM (128 + 15), as after SIGINT it is 130."""
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
+async def until_terminated(fn: Callable[[], Awaitable[T]]) -> tuple[T | None, bool]:
+    """Run ``fn()``; SIGTERM cancels it as Ctrl-C would stop it (its cleanup runs: temporary
+    directories removed, runtimes closed, results kept). Returns (its result, False), or
+    (None, True) when SIGTERM stopped it."""
+    terminated = False
+    result: T | None = None
+    error: BaseException | None = None
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal terminated
+                async for _ in signals:
+                    terminated = True
+                    nursery.cancel_scope.cancel(reason="SIGTERM")
+                    return
+
+            nursery.start_soon(watch)
+            try:
+                result = await fn()
+            except BaseException as exc:
+                if _only_cancelled(exc):  # SIGTERM's cancellation: the nursery's scope takes it
+                    raise
+                error = exc  # raised as it is below, not inside the nursery's ExceptionGroup
+            nursery.cancel_scope.cancel(reason="finished")
+    if error is not None:
+        raise error
+    return (None, True) if terminated else (result, False)
 
 
 def check_numbers(args: argparse.Namespace, rules: Mapping[str, tuple[str, float]]) -> None:

@@ -86,7 +86,7 @@ def parse_answers(pairs: list[str]) -> dict[str, str]:
     """``ID=VALUE`` pairs: an id ends with ``:N``, so the first ``=`` after one ends it.
 
     Raises:
-        UsageError: a pair without ``=`` or with an empty id.
+        UsageError: a pair without ``=`` or with an empty id; one id answered twice differently.
     """
     out: dict[str, str] = {}
     for pair in pairs:
@@ -94,6 +94,9 @@ def parse_answers(pairs: list[str]) -> dict[str, str]:
         key, sep, value = (match[1], "=", match[2]) if match else pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--answer takes ID=VALUE, not {pair!r}")
+        if key in out and out[key] != value:  # contradictory: neither wins silently
+            raise UsageError(f"--answer {key}: given twice with different values ({out[key]!r}, {value!r}); "
+                             f"answer interrupt {key!r} once")
         out[key] = value
     return out
 

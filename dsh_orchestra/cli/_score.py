@@ -14,6 +14,8 @@ import trio
 from .._scratch import scratch_dir
 from ..batch import DatasetError, load_dataset
 from ..eval import (
+    SCORER_TIMEOUT,
+    SCORER_WORKERS,
     PricesError,
     RescoreError,
     ScoringError,
@@ -28,7 +30,8 @@ from ..eval import (
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
-from ._common import UsageError, add_runtime_options, build_spec, fail, say
+from ._paths import Paths
+from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, say, stdout_to_stderr
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -44,6 +47,12 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
     group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
     group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
+    group.add_argument("--scorer-workers", type=int, default=SCORER_WORKERS, metavar="N",
+                       help=f"run module:attr scorers in N worker processes (default {SCORER_WORKERS}); 0 runs them in "
+                       "this process, unprotected: a scorer that hangs, exits or forks can take the run down")
+    group.add_argument("--scorer-timeout", type=float, default=SCORER_TIMEOUT, metavar="SECONDS",
+                       help=f"bound each call of a Python or regex scorer (default {SCORER_TIMEOUT:g}; a scorer's own "
+                       "timeout in its [scorers.NAME] table wins): past it the call is that scorer's error")
 
 
 def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
@@ -84,7 +93,17 @@ def register(sub: Any) -> None:
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
     add_scoring_options(parser, epochs=False)
     add_runtime_options(parser)
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, paths=paths)
+
+
+def paths(args: argparse.Namespace) -> Paths:
+    """The score command's inputs and outputs, by flag (checked like batch's before anything runs)."""
+    return (
+        {"RESULTS": args.results, "--dataset": args.dataset, "--scoring": args.scoring, "--prices": args.prices,
+         "--script": args.script},
+        {"--out": args.out, "--summary": args.summary},
+        {},
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -104,10 +123,13 @@ def main(args: argparse.Namespace) -> int:
             for line in warnings:
                 say(f"warning: {line}")
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
-            summary = trio.run(partial(
-                rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
-                judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
-            ))
+            check_numbers(args, {"--scorer-workers": ("int", 0), "--scorer-timeout": ("seconds", 0)})
+            with stdout_to_stderr():  # what scorers print: stdout holds the summary only
+                summary = trio.run(partial(
+                    rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
+                    judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
+                    scorer_workers=args.scorer_workers, scorer_timeout=args.scorer_timeout,
+                ))
         except (UsageError, DatasetError, RescoreError, ScoringError, PricesError) as exc:
             return fail(exc)
         except OSError as exc:

@@ -91,6 +91,14 @@ from ._tally import (
     sha256_file as sha256_file,
 )
 from ._warnings import excluded_warnings as excluded_warnings, failure_warnings as failure_warnings
+from ._workers import (
+    SCORER_TIMEOUT as SCORER_TIMEOUT,
+    SCORER_WORKERS as SCORER_WORKERS,
+    ScorerCallError as ScorerCallError,
+    ScorerWorkers as ScorerWorkers,
+    needs_workers as needs_workers,
+    open_scorer_workers as open_scorer_workers,
+)
 from ..results import Usage as Usage
 from ._usage import (
     Price as Price,

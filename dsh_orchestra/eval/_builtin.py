@@ -18,6 +18,7 @@ import unicodedata
 from typing import Any
 
 import attrs
+import regex
 
 from ._score import ItemLike, Score, ScoreRecord, targets_of
 
@@ -333,17 +334,34 @@ class F1(_Builtin):
 
 @attrs.frozen
 class Regex(_Builtin):
-    """1 when ``pattern`` matches the response (``re.search``; ``re.fullmatch`` with ``fullmatch``)."""
+    """1 when ``pattern`` matches the response (a search; a full match with ``fullmatch``).
+
+    The pattern is the user's, matched against model-chosen text: it is compiled with the
+    ``regex`` package (``re``'s syntax) and each match stops after ``timeout`` seconds
+    (``TimeoutError``: that scorer's error), as the approval rules' reason patterns do.
+    """
 
     pattern: str
     fullmatch: bool = False
-    _compiled: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+    timeout: float = 60.0
+    _compiled: regex.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_compiled", re.compile(self.pattern))
+        object.__setattr__(self, "_compiled", regex.compile(self.pattern))
 
-    def find(self, text: str, targets: tuple[str, ...], item: Any) -> _Found:
+    def match(self, text: str, *, timeout: float | None = None, concurrent: bool = False) -> _Found:
+        """(value, answer, explanation) of ``text``, the match bounded by ``timeout`` (default
+        ``self.timeout``); ``concurrent`` releases the GIL while matching.
+
+        Raises:
+            TimeoutError: the match did not finish in time.
+        """
         if not text.strip():
             return 0, None, _EMPTY
-        match = self._compiled.fullmatch(text) if self.fullmatch else self._compiled.search(text)
-        return (1, match.group(0), None) if match else (0, None, None)
+        bound = self.timeout if timeout is None else timeout
+        method = self._compiled.fullmatch if self.fullmatch else self._compiled.search
+        found = method(text, timeout=bound, concurrent=concurrent)
+        return (1, found.group(0), None) if found else (0, None, None)
+
+    def find(self, text: str, targets: tuple[str, ...], item: Any) -> _Found:
+        return self.match(text)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import attrs
+import regex
 
 from .._params import Param, ParamError
 from ._prompt import TemplateError, check_template
@@ -26,9 +26,9 @@ KINDS = (*BUILTIN, "regex", "python")
 _SETTINGS: dict[str, frozenset[str]] = {
     "exact": frozenset(), "includes": frozenset(), "choice": frozenset(), "f1": frozenset(),
     "numeric": frozenset({"rel_tol"}),
-    "regex": frozenset({"pattern", "fullmatch"}),
-    "judge": frozenset({"rubric", "runtime", "provider", "model", "script", "dsh_home", "parse_attempts"}),
-    "python": frozenset({"function"}),
+    "regex": frozenset({"pattern", "fullmatch", "timeout"}),
+    "judge": frozenset({"rubric", "runtime", "provider", "model", "script", "dsh_home", "parse_attempts", "timeout"}),
+    "python": frozenset({"function", "timeout"}),
 }
 _TOP = ("scorers", "numeric", "judge", "regex", "prompt")
 
@@ -70,13 +70,18 @@ def _check_settings(kind: str, table: Mapping[str, Any], where: str) -> dict[str
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise ScoringError(f"{where}: rel_tol must be a number >= 0, not {value!r}")
         settings["rel_tol"] = float(value)
+    if "timeout" in settings:
+        value = settings["timeout"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ScoringError(f"{where}: timeout must be a positive number of seconds, not {value!r}")
+        settings["timeout"] = float(value)
     if kind == "regex":
         pattern = settings.get("pattern")
         if not isinstance(pattern, str):
             raise ScoringError(f"{where}: needs pattern = \"<a Python regular expression>\"")
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)
+        except regex.error as exc:
             raise ScoringError(f"{where}: pattern {pattern!r} is not a valid regular expression: {exc}") from exc
         if not isinstance(settings.get("fullmatch", False), bool):
             raise ScoringError(f"{where}: fullmatch must be true or false, not {settings['fullmatch']!r}")

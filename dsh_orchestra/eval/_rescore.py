@@ -24,6 +24,7 @@ from .._version import __version__
 from ..runtime import RuntimeSpec
 from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, score_attempt
 from ._judge import open_judges
+from ._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS, needs_workers, open_scorer_workers
 from ._score import EvalResult, ItemLike
 from ..results import ResultLine, ResultsFileError, Usage, read_results
 from ._tally import EvalPlan, EvalTally, evaluated, sha256_file
@@ -119,10 +120,14 @@ async def rescore(
     dataset: Mapping[str, Any] | None = None,
     scoring_sha256: str | None = None,
     argv: list[str] | None = None,
+    scorer_workers: int = DEFAULT_WORKERS,
+    scorer_timeout: float | None = DEFAULT_TIMEOUT,
 ) -> dict[str, Any]:
     """Score every line of ``results`` with ``plan`` and write them, new ``scores`` in, to ``out``;
     return (and write to ``summary``) the summary. ``items`` are the dataset's items by id;
     judges run on ``judge_runtime`` (default: the simulator) unless they name their own.
+    ``module:attr`` scorers run in ``scorer_workers`` worker processes (0: in this process),
+    each call bounded by ``scorer_timeout`` seconds (``bind_scorers``).
 
     Raises:
         RescoreError: unreadable or malformed results, an id not in the dataset, a pass@k
@@ -157,8 +162,9 @@ async def rescore(
     handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
     try:
         with handle:
-            async with open_judges(plan.scorers, fallback=judge_runtime) as judges:
-                scorers = bind_scorers(plan.scorers, judges=judges)
+            async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
+                    open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+                scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
                 for start in range(0, len(lines), CHUNK):
                     chunk = lines[start : start + CHUNK]
                     scored = await _score_chunk(scorers, items, chunk)

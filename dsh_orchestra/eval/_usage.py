@@ -138,6 +138,11 @@ class Prices:
             ) from None
 
 
+MAX_PRICE_PER_MTOK = 1e12
+"""The largest price accepted (USD per million tokens): far above any real one, and low enough
+that no run's cost can overflow a float (2**63 tokens at this price is about 9e24 USD)."""
+
+
 def parse_prices(data: Mapping[str, Any], *, source: str = "<prices>") -> Prices:
     """Check a parsed prices TOML document: ``["provider/model"]`` tables of two prices.
 
@@ -160,6 +165,8 @@ def parse_prices(data: Mapping[str, Any], *, source: str = "<prices>") -> Prices
             value = table.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise PricesError(f"{where}: {key} must be a number >= 0 (USD per million tokens), not {value!r}")
+            if value > MAX_PRICE_PER_MTOK:  # the cost of a long run would overflow to inf (then null)
+                raise PricesError(f"{where}: {key} must be at most {MAX_PRICE_PER_MTOK:g} USD per million tokens, not {value!r}")
             values.append(float(value))
         routes[route] = Price(*values)
     return Prices(routes, source)

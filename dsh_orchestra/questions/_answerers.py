@@ -111,8 +111,23 @@ def validate_answers(value: Any, questions: Sequence[Question]) -> UserQuestionA
     return UserQuestionAskResult(answers=answers)
 
 
+_USER_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt, GeneratorExit)
+
+
+def _is_async(answerer: Any) -> bool:
+    if inspect.iscoroutinefunction(answerer) or (callable(answerer) and inspect.iscoroutinefunction(answerer.__call__)):
+        return True
+    inner = getattr(answerer, "answerer", None)  # a wrapper calls it: async when it is
+    return inner is not None and inner is not answerer and callable(inner) and _is_async(inner)
+
+
 async def _call(answerer: Answerer, request: QuestionsRequest) -> Any:
-    value = answerer(request)
+    """Call a sync or async answerer; a sync one (user code: it may block) in a worker thread,
+    abandoned when the caller is cancelled. The built-in ``first_option`` runs inline."""
+    if _is_async(answerer) or answerer is first_option:
+        value = answerer(request)
+    else:
+        value = await trio.to_thread.run_sync(answerer, request, abandon_on_cancel=True)
     if inspect.isawaitable(value):
         value = await value
     return value
@@ -357,7 +372,7 @@ class QuestionService:
                 log.info("question %s on session %s cancelled by the runtime", params.request_id, params.session_id)
                 return None
             result = validate_answers(value, params.questions)
-        except Exception as exc:
+        except _USER_ERRORS as exc:  # SystemExit, KeyboardInterrupt too: the answer's error, not the run's
             self.failed += 1
             error = exc if isinstance(exc, QuestionAnswerError) else QuestionAnswerError(
                 f"the answerer failed: {type(exc).__name__}: {exc}"

@@ -15,7 +15,7 @@ from typing import Any, AsyncContextManager, Callable, Mapping
 import attrs
 
 from .._params import Param, ParamTypeError, ParamValueError, integer, non_empty, one_of, positive
-from .._redact import MIN_INHERITED_SECRET, SECRET_NAME, redact
+from .._redact import MIN_INHERITED_SECRET, SECRET_NAME, encoded_forms, looks_random, redact
 from ..protocol import ClientCapabilities, InitializeParams
 
 Connector = Callable[[], AsyncContextManager[Any]]
@@ -252,23 +252,25 @@ class RuntimeSpec:
         return env
 
     def secrets(self) -> list[str]:
-        """Values that must never be logged: the api key and secret-looking env values.
+        """Values that must never be logged: the api key, the values of secret-named variables
+        (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, PAT) and random-looking ones
+        (``looks_random``), each with its base64 forms.
 
         Inherited variables count too (the child sees them), when they are at least
         ``_MIN_INHERITED_SECRET`` characters long, so a ``...AUTH...=1`` does not blank every "1".
         Values shorter than ``_MIN_SECRET`` are no credentials (a placeholder key ``"k"`` would
         otherwise turn ``deepseek`` into ``deepsee***`` in every message).
         """
-        values = [v for k, v in self.env.items() if _SECRET_NAME.search(k) and v]
+        values = [v for k, v in self.env.items() if (_SECRET_NAME.search(k) and v) or looks_random(v)]
         if self.inherit_env:
             values += [
                 v for k, v in os.environ.items()
-                if _SECRET_NAME.search(k) and len(v) >= _MIN_INHERITED_SECRET and k not in self.env
+                if ((_SECRET_NAME.search(k) and len(v) >= _MIN_INHERITED_SECRET) or looks_random(v)) and k not in self.env
             ]
         if self.api_key:
             values.append(self.api_key)
-        # longest first, so that no part of a longer secret is left behind
-        return sorted({v for v in values if len(v) >= _MIN_SECRET}, key=len, reverse=True)
+        # with their base64 forms; longest first, so that no part of a longer secret is left behind
+        return sorted(set(encoded_forms(v for v in values if len(v) >= _MIN_SECRET)), key=len, reverse=True)
 
     def initialize_params(self, *, approval_requests: bool = False, user_questions: bool = False) -> InitializeParams:
         """The ``initialize`` params; the feature flags are sent only when enabled."""

@@ -19,6 +19,7 @@ Pure data access: no trio.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 from pathlib import Path
@@ -113,6 +114,7 @@ class Journal:
         self.sessions: dict[str, str] = {}
         self.compacted: dict[str, Any] | None = None
         self.definition: dict[str, str] = {}
+        self._lock_fd = -1
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, workflow: str, inputs_digest: str, resume: bool) -> Journal:
@@ -152,6 +154,7 @@ class Journal:
             raise CheckpointError(f"{str(file)!r} is not a checkpoint file: {exc}") from exc
         journal = cls(file, db)
         try:
+            journal._lock()
             if meta.get("format") != FORMAT:
                 raise CheckpointError(f"{str(file)!r} is not a checkpoint of this version (format {meta.get('format')!r})")
             if meta["workflow"] != workflow:
@@ -165,9 +168,32 @@ class Journal:
                 )
             journal._load()
         except BaseException:
-            db.close()
+            journal.close_quietly()
             raise
         return journal
+
+    def close_quietly(self) -> None:
+        """Close without checkpointing the WAL (a journal that failed to open)."""
+        self._db.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _lock(self) -> None:
+        """Hold an exclusive ``flock`` on the checkpoint file while it is open (the kernel drops it
+        when the holder dies): a second run of the same checkpoint is refused, not run twice.
+        (``flock`` and SQLite's POSIX locks do not interact; this descriptor is closed only after
+        the connection.)"""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointError(
+                f"checkpoint {str(self.path)!r} is in use by another run; wait for it to finish, or choose another path",
+                parameter="checkpoint",
+            ) from None
+        self._lock_fd = fd
 
     def _load(self) -> None:
         db = self._db
@@ -327,6 +353,9 @@ class Journal:
         except sqlite3.Error:  # pragma: no cover (closing anyway)
             pass
         self._db.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # after the connection: closing it drops the process's POSIX locks
+            self._lock_fd = -1
 
 
 def compact_checkpoint(path: str | os.PathLike[str]) -> tuple[int, int]:

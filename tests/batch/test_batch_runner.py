@@ -101,7 +101,8 @@ async def test_rejecting_policy_is_recorded(autojump_clock: MockClock, tmp_path:
     assert summary.approval_outcomes == {"rejected": 3}
 
 
-async def test_python_policy_by_module_attr(autojump_clock: MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_python_policy_by_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the real clock: a sync policy runs in a worker thread, which an autojump clock does not wait for
     (tmp_path / "my_policy.py").write_text(
         "from dsh_orchestra.approvals import Decision\n"
         "def decide(request):\n"

@@ -23,7 +23,7 @@ default_reply = "I do not know"
 
 [[rules]]
 name = "judge-yes"
-regex = "\\[Response\\]\\nParis"
+regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nParis"
 reply = '{"grade": "correct", "explanation": "right"}'
 
 [[rules]]
@@ -269,7 +269,8 @@ def workspace_scorer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 async def test_each_item_gets_a_fresh_workspace_removed_after_scoring(tmp_path: Path, workspace_scorer: Path) -> None:
     rows = [{"id": f"w{i}", "prompt": "plain"} for i in range(4)]
-    await batch(tmp_path, rows, scorers=["wscorer:check"], epochs=2, workspace_template=workspace_scorer)
+    await batch(tmp_path, rows, scorers=["wscorer:check"], epochs=2, workspace_template=workspace_scorer,
+                scorer_workers=0)  # the scorer records what it saw in this process
     import wscorer  # type: ignore[import-not-found]
 
     lines = lines_of(tmp_path / "results.jsonl")

@@ -25,17 +25,17 @@ reply = '{"grade": "partial", "explanation": "fixed on the second try"}'
 
 [[rules]]
 name = "right"
-regex = "\\[Response\\]\\nParis"
+regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nParis"
 reply = "```json\n{\"grade\": \"correct\", \"explanation\": \"names Paris\"}\n```"
 
 [[rules]]
 name = "wrong"
-regex = "\\[Response\\]\\nLyon"
+regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nLyon"
 reply = '{"grade": "incorrect", "explanation": "Lyon is not the capital"}'
 
 [[rules]]
 name = "bad-grade"
-regex = "\\[Response\\]\\nMaybe"
+regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nMaybe"
 reply = '{"grade": "great", "explanation": "?"}'
 '''
 
@@ -52,7 +52,7 @@ def test_judge_prompt_holds_task_reference_and_response() -> None:
     text = judge_prompt(EvalItem(id="q", prompt=[{"type": "text", "text": "Pick one"}], target=["A", "B"], choices=["x", "y"]), "B")
     assert "[Task]\nPick one\nA. x\nB. y" in text
     assert "[Reference answer]\nany of:\n- A\n- B" in text
-    assert "[Response]\nB" in text and '"grade"' in text
+    assert "[Response]\n<<<RESPONSE-" in text and "\nB\n<<<END-RESPONSE-" in text and '"grade"' in text
 
 
 @pytest.mark.parametrize(

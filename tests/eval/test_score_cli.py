@@ -125,7 +125,7 @@ def test_judge_on_the_simulator(tmp_path: Path, files: tuple[Path, Path]) -> Non
     script = tmp_path / "judge.toml"
     script.write_text(
         'default_reply = \'{"grade": "incorrect", "explanation": "no"}\'\n\n[[rules]]\nname = "paris"\n'
-        'regex = "\\\\[Response\\\\]\\\\nparis"\nreply = \'{"grade": "correct", "explanation": "yes"}\'\n'
+        'regex = "\\\\[Response\\\\]\\\\n<<<RESPONSE-[0-9a-f]+>>>\\\\nparis"\nreply = \'{"grade": "correct", "explanation": "yes"}\'\n'
     )
     scoring = tmp_path / "scoring.toml"
     scoring.write_text(f'[judge]\nruntime = "sim"\nscript = "{script}"\n')
@@ -173,7 +173,9 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path, files: tuple[Path, 
     dataset, results = files
     out = tmp_path / "o.jsonl"
     cases = [
-        ([str(results), "--dataset", str(dataset), "--out", str(results)], "is RESULTS itself"),
+        ([str(results), "--dataset", str(dataset), "--out", str(results)], "are the same file"),
+        ([str(results), "--dataset", str(dataset), "--out", str(dataset)], "are the same file"),  # checked like batch's
+        ([str(results), "--dataset", str(dataset), "--out", str(out), "--summary", str(out)], "are the same file"),
         ([str(tmp_path / "none.jsonl"), "--dataset", str(dataset), "--out", str(out)], "does not exist"),
         ([str(results), "--dataset", str(tmp_path / "none.jsonl"), "--out", str(out)], "none.jsonl"),
         ([str(results), "--dataset", str(dataset), "--out", str(tmp_path / "missing" / "o.jsonl")], "does not exist; create it first"),
@@ -186,12 +188,12 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path: Path, files: tuple[Path, 
     prices = tmp_path / "prices.toml"
     prices.write_text('["other/model"]\ninput_per_mtok = 1\noutput_per_mtok = 1\n')
     cases.append(([str(results), "--dataset", str(dataset), "--out", str(out), "--prices", str(prices)], "no table for route 'deepseek-official/deepseek-v4-flash'"))
-    before = results.read_bytes()
+    before, dataset_before = results.read_bytes(), dataset.read_bytes()
     for args, message in cases:
         done = run_cli(["score", *args, "--score", "exact"], cwd=tmp_path)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
-    assert results.read_bytes() == before and not out.exists()
+    assert results.read_bytes() == before and dataset.read_bytes() == dataset_before and not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 

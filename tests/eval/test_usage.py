@@ -141,6 +141,7 @@ def test_prices(tmp_path: Path) -> None:
         ('["a/b"]\ninput_per_mtok = -1\noutput_per_mtok = 1\n', "input_per_mtok must be a number >= 0"),
         ('["a/b"]\ninput_per_mtok = 1\noutput_per_mtok = 1\ncache = 2\n', "unknown key"),
         ('["a/b"\n', "not valid TOML"),
+        ('["a/b"]\ninput_per_mtok = 1e308\noutput_per_mtok = 1\n', "at most 1e\\+12 USD"),  # the cost would overflow
     ],
 )
 def test_bad_prices(tmp_path: Path, text: str, message: str) -> None:
