@@ -35,7 +35,7 @@ default_reply = "I do not know"
 
 [[rules]]
 name = "judge-yes"
-regex = "\\[Response\\]\\nParis"
+regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nParis"
 reply = '{"grade": "correct", "explanation": "right"}'
 
 [[rules]]
