@@ -34,6 +34,7 @@ from ._results import (
     scan_results as scan_results,
 )
 from ._runner import run_batch as run_batch
+from ._score import score_results as score_results
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, summarize as summarize
 from ._transcripts import read_transcript as read_transcript, transcript_name as transcript_name
 
