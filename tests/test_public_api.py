@@ -20,7 +20,7 @@ import dsh_orchestra
 from dsh_orchestra._public import ROOT_EXPORTS
 
 PACKAGES = [
-    "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "runtime", "scale",
+    "aio", "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "runtime", "scale",
     "session", "sync", "testing", "transport", "workflow",
 ]
 SOURCE = Path(dsh_orchestra.__file__).parent
