@@ -9,6 +9,8 @@ from typing import Any, Iterable
 
 import attrs
 
+from .. import _display
+
 
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) by linear interpolation; None for no values."""
@@ -71,6 +73,12 @@ class BatchSummary:
     evaluation: dict[str, Any] = attrs.field(factory=dict)  # scores, groups, usage, cost_usd, judge_usage
     run: dict[str, Any] | None = None
     stopped: str | None = None  # "budget": a --max-total-* limit stopped scheduling
+
+    def __repr__(self) -> str:
+        return _display.summary_text(self)
+
+    def _repr_html_(self) -> str:
+        return _display.summary_html(self)
 
     @property
     def scores(self) -> dict[str, Any]:
