@@ -23,7 +23,8 @@ import orjson
 
 from .. import _display
 from .._display import html_table, text_table
-from ._rescore import read_result_lines
+from ..results import ResultLine
+from ._rescore import RescoreError, numbered_lines
 
 EXTRA = "data"
 """The optional extra that installs pyarrow, polars and pandas."""
@@ -135,12 +136,12 @@ def _scalar(value: Any) -> Any:
 
 class ResultsFrame(Frame):
     """A results file as a table: one row per (id, epoch) (see ``load_results``); ``lines`` are
-    the result objects the rows came from, in file order."""
+    the ``ResultLine``s the rows came from, in file order."""
 
-    def __init__(self, path: str | os.PathLike[str] | None, lines: list[dict[str, Any]]) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, lines: Sequence[ResultLine]) -> None:
         self.path = None if path is None else Path(path)
-        self.lines = lines
-        super().__init__(result_columns(lines), title=f"results: {len(lines)} rows" + (f" from {self.path.name}" if self.path else ""))
+        self.lines = list(lines)
+        super().__init__(result_columns(line.to_json() for line in self.lines), title=f"results: {len(lines)} rows" + (f" from {self.path.name}" if self.path else ""))
         self.text_columns = {n for n in self.names if n in TEXT_COLUMNS or n.endswith(".answer")}
 
 
@@ -200,21 +201,21 @@ def _object(line: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def load_results(path: str | os.PathLike[str]) -> ResultsFrame:
-    """A results file as a table: one row per (id, epoch), first line of each kept (see the
+    """A results file as a table: one row per (id, epoch), the first line of each kept (see the
     module docstring for the columns); ``.to_arrow()``, ``.to_polars()``, ``.to_pandas()``.
+    Read by the one reader of results files (``results.read_results``, with ``score``'s rules:
+    a string ``id``, a valid ``epoch``; a torn last line skipped).
 
     Raises:
         RescoreError: the file is missing or a line before the last is not a result object.
     """
-    from ._rescore import RescoreError
-
     path = Path(path)
     if not path.is_file():
         raise RescoreError(f"results file {str(path)!r} does not exist or is not a file")
     seen: set[tuple[str, int]] = set()
-    lines: list[dict[str, Any]] = []
-    for _number, line in read_result_lines(path):
-        key = (line["id"], line.get("epoch", 1))
+    lines: list[ResultLine] = []
+    for _number, line in numbered_lines(path):
+        key = (line.id, line.epoch_number)
         if key not in seen:
             seen.add(key)
             lines.append(line)
