@@ -180,6 +180,7 @@ class PoolExecutor:
 
     @asynccontextmanager
     async def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AsyncIterator[PoolRunner]:
+        """Open the pool of runtimes (``runtimes``, else the options'); yield its runner; close it on exit."""
         runtimes = self.runtimes or options.runtimes
         in_flight = self.concurrency or options.concurrency or runtimes * 4
         with contextlib.ExitStack() as stack:
