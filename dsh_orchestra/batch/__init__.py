@@ -23,7 +23,9 @@ from ._executor import (
     AttemptRunner as AttemptRunner,
     Executor as Executor,
     RuntimeCrash as RuntimeCrash,
+    SharedPlaces as SharedPlaces,
 )
+from ._merge import MergeError as MergeError, MergeReport as MergeReport, merge_results as merge_results
 from ._local import PoolExecutor as PoolExecutor, attempt_on_pool as attempt_on_pool
 from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
 from ._results import (

@@ -32,6 +32,7 @@ from ..workflow import (
     Interrupt,
     RecipeError,
     Workflow,
+    WorkflowOptions,
     WorkflowResult,
     answer_on_terminal,
     checkpoint_changes,
@@ -242,7 +243,7 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
 
 
 async def _run(workflow: Workflow, options: dict[str, Any], progress: bool) -> WorkflowResult:
-    async with open_workflow(workflow, **options) as run:
+    async with open_workflow(workflow, WorkflowOptions(**options)) as run:
         if progress:
             board = StepBoard(workflow, run.events())
             async with trio.open_nursery() as nursery:

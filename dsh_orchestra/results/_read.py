@@ -105,13 +105,16 @@ class ResultsFileError(ValueError):
 class ResultStream:
     """The lines of one results file, read as they are iterated (see ``read_results``).
 
-    ``number``: the file line of the last line given; after the last one, ``count`` (lines
-    given) and ``torn`` (bytes of a torn last line, skipped).
+    ``number``: the file line of the last line given, ``offset`` its first byte and ``raw`` its
+    bytes as in the file (for an index of the file, or to copy lines unchanged); after the last
+    one, ``count`` (lines given) and ``torn`` (bytes of a torn last line, skipped).
     """
 
     def __init__(self, path: Path, *, repair: bool, check: Check | None) -> None:
         self.path = path
         self.number = 0
+        self.offset = 0
+        self.raw = b""
         self.count = 0
         self.torn = 0
         self._repair = repair
@@ -126,8 +129,10 @@ class ResultStream:
             return
         torn = 0
         newline = False
+        position = 0
         with open(path, "rb") as handle:
             for number, line in enumerate(handle, start=1):
+                start, position = position, position + len(line)
                 last = not line.endswith(b"\n")
                 if not line.strip():
                     torn = len(line) if last else 0
@@ -145,6 +150,8 @@ class ResultStream:
                         raise ResultsFileError(str(path), number, problem)
                 newline = last
                 self.number = number
+                self.offset = start
+                self.raw = line
                 self.count += 1
                 yield structure_line(value)
         self.torn = torn

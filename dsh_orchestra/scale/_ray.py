@@ -222,6 +222,16 @@ class RayRunner:
     def pending_approvals(self) -> int:
         return 0  # decided inside the actors; not polled over Ray
 
+    @property
+    def lease(self) -> None:
+        """None: the runtimes live in the actors, so judges open their own here."""
+        return None
+
+    @property
+    def server_version(self) -> None:
+        """None: the actors greet their runtimes on their own nodes."""
+        return None
+
     def slot_options(self, index: int) -> dict[str, Any]:
         """Ray's options for the actor of slot ``index``: every actor's, with the slot's own resources."""
         options = dict(self.actor_options)

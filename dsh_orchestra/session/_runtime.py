@@ -235,7 +235,7 @@ async def open_runtime(
         # The real runtime ignores the handshake flags; with the relay they say what we answer.
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter(source=lambda: actor.connection)
-        actor.add_batch_sink(router.push_many)
+        actor.add_sink(router.push_many)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
         runtime.relay = relay
@@ -328,7 +328,7 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
             return result
 
         actor.register(USER_QUESTION_ASK, ask, UserQuestionAskParams)
-        actor.add_sink(_QuestionSink(questions).push)
+        actor.add_sink(_QuestionSink(questions).push_many)
 
 
 class _QuestionSink:
@@ -337,6 +337,7 @@ class _QuestionSink:
     def __init__(self, service: QuestionService) -> None:
         self.service = service
 
-    def push(self, notification: Notification) -> None:
-        if notification.method == USER_QUESTION_CANCELLED:
-            self.service.on_notification(notification.method, notification.params)
+    def push_many(self, notifications: list[Notification]) -> None:
+        for notification in notifications:
+            if notification.method == USER_QUESTION_CANCELLED:
+                self.service.on_notification(notification.method, notification.params)
