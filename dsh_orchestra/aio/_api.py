@@ -25,7 +25,7 @@ from ..report._data import load_result_lines
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
-from ..workflow import Workflow, WorkflowResult
+from ..workflow import Workflow, WorkflowOptions, WorkflowResult
 from ._guest import Guest, TrioObjectError, acquire, asyncio_callable, call, on_asyncio, release
 
 
@@ -334,27 +334,36 @@ async def score_results(
     return await _once("dsh_orchestra.aio.score_results", _batch.score_results, results, dataset, out, score, **kwargs)  # type: ignore[no-any-return]
 
 
-async def run_workflow(workflow: Workflow, target: Runtime | None = None, **kwargs: Any) -> WorkflowResult:
-    """``dsh_orchestra.run_workflow`` awaited from asyncio; same keyword arguments and result.
-
-    ``target``: an asyncio ``Runtime`` (from ``aio.open_runtime``), or None (a runtime from
-    ``spec=``, opened and closed by the call). The workflow's Python steps are trio code
-    (they run on the trio side). ``approvals``/``answerer`` may be asyncio coroutine functions.
+async def run_workflow(
+    workflow: Workflow,
+    target: Runtime | WorkflowOptions | None = None,
+    options: WorkflowOptions | None = None,
+    **keywords: Any,
+) -> WorkflowResult:
+    """``dsh_orchestra.run_workflow`` awaited from asyncio; same arguments and result:
+    ``await aio.run_workflow(workflow, WorkflowOptions(...))`` (runtimes opened and closed by
+    the call) or ``await aio.run_workflow(workflow, runtime, WorkflowOptions(...))`` with an
+    asyncio ``Runtime``. The workflow's Python steps are trio code (they run on the trio side);
+    the options' ``approvals``/``answerer`` may be asyncio coroutine functions.
 
     Raises:
         TrioObjectError: ``target`` is a trio Runtime or RuntimePool.
     """
-    if target is not None and not isinstance(target, Runtime):
-        raise TrioObjectError(f"run_workflow's target must be a dsh_orchestra.aio.Runtime, not {type(target).__name__}: "
+    if target is not None and not isinstance(target, (Runtime, WorkflowOptions)):
+        raise TrioObjectError(f"run_workflow's target must be a dsh_orchestra.aio.Runtime or WorkflowOptions, not {type(target).__name__}: "
                               "a trio Runtime or RuntimePool cannot be driven from asyncio; open it with aio.open_runtime")
     guest = await acquire("dsh_orchestra.aio.run_workflow")
     try:
+        if isinstance(target, WorkflowOptions):
+            target, options = None, target if options is None else options
+        if options is not None:
+            options = attrs.evolve(options, approvals=_bridged(options.approvals, guest, "policy"),
+                                   answerer=_bridged(options.answerer, guest, "answerer"))
         for key, what in (("approvals", "policy"), ("answerer", "answerer")):
-            if key in kwargs:
-                kwargs[key] = _bridged(kwargs[key], guest, what)
-        if target is not None:
-            return await call(guest, partial(_workflow.run_workflow, workflow, target.trio_runtime, **kwargs))
-        return await call(guest, partial(_workflow.run_workflow, workflow, **kwargs))
+            if key in keywords:
+                keywords[key] = _bridged(keywords[key], guest, what)
+        where = target.trio_runtime if isinstance(target, Runtime) else None
+        return await call(guest, partial(_workflow.run_workflow, workflow, where, options, **keywords))
     finally:
         await release(guest)
 

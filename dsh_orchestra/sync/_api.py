@@ -24,7 +24,7 @@ from ..report._data import load_result_lines
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
-from ..workflow import Workflow, WorkflowResult
+from ..workflow import Workflow, WorkflowOptions, WorkflowResult
 from ._loop import TrioThread, check_not_in_trio
 
 
@@ -267,18 +267,26 @@ def score_results(
     return _once("dsh_orchestra.sync.score_results", _batch.score_results, results, dataset, out, score, **kwargs)  # type: ignore[no-any-return]
 
 
-def run_workflow(workflow: Workflow, target: Runtime | None = None, **kwargs: Any) -> WorkflowResult:
-    """``dsh_orchestra.run_workflow``, blocking; same keyword arguments and result.
+def run_workflow(
+    workflow: Workflow,
+    target: Runtime | WorkflowOptions | None = None,
+    options: WorkflowOptions | None = None,
+    **keywords: Any,
+) -> WorkflowResult:
+    """``dsh_orchestra.run_workflow``, blocking; same arguments and result:
+    ``run_workflow(workflow, WorkflowOptions(...))`` (runtimes opened and closed by the call, on
+    a trio thread of its own) or ``run_workflow(workflow, runtime, WorkflowOptions(...))`` with a
+    blocking ``Runtime`` (the workflow runs on its trio thread).
 
-    ``target``: a blocking ``Runtime`` (the workflow runs on its trio thread), or None (a
-    runtime from ``spec=``, opened and closed by the call, on a thread of its own).
+    Raises:
+        TypeError: ``target`` is a trio Runtime or RuntimePool (not drivable from blocking code).
     """
-    if target is not None:
-        if not isinstance(target, Runtime):
-            raise TypeError(f"run_workflow's target must be a dsh_orchestra.sync.Runtime, not {type(target).__name__}: "
-                            "a trio Runtime or RuntimePool cannot be driven from blocking code")
-        return target.call(partial(_workflow.run_workflow, workflow, target.trio_runtime, **kwargs))  # type: ignore[no-any-return]
-    return _once("dsh_orchestra.sync.run_workflow", _workflow.run_workflow, workflow, **kwargs)  # type: ignore[no-any-return]
+    if isinstance(target, Runtime):
+        return target.call(partial(_workflow.run_workflow, workflow, target.trio_runtime, options, **keywords))  # type: ignore[no-any-return]
+    if target is not None and not isinstance(target, WorkflowOptions):
+        raise TypeError(f"run_workflow's target must be a dsh_orchestra.sync.Runtime or WorkflowOptions, not {type(target).__name__}: "
+                        "a trio Runtime or RuntimePool cannot be driven from blocking code")
+    return _once("dsh_orchestra.sync.run_workflow", _workflow.run_workflow, workflow, target, options, **keywords)  # type: ignore[no-any-return]
 
 
 def compare_runs(

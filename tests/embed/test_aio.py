@@ -17,7 +17,7 @@ from dsh_orchestra.aio import _guest
 from dsh_orchestra.approvals import allow
 from dsh_orchestra.batch import BatchSummary
 from dsh_orchestra.protocol import JsonRpcResponseError
-from dsh_orchestra.workflow import StepContext, Workflow, WorkflowResult
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult
 from process_table import assert_gone
 
 from .embed_support import sim_spec, write_dataset
@@ -185,7 +185,7 @@ def test_batch_score_and_workflow_from_asyncio(tmp_path: Path) -> None:
     async def main() -> tuple[BatchSummary, dict[str, Any], WorkflowResult, WorkflowResult]:
         summary = await aio.run_batch(dataset, results, sim_spec(tmp_path), runtimes=1, progress="none", scorers=["exact"])
         scored = await aio.score_results(results, dataset, tmp_path / "scored.jsonl", ["exact", "includes"])
-        alone = await aio.run_workflow(wf, spec=sim_spec(tmp_path))
+        alone = await aio.run_workflow(wf, WorkflowOptions(spec=sim_spec(tmp_path)))
         async with aio.open_runtime(sim_spec(tmp_path)) as runtime:
             # two calls at once on one loop share its guest run
             batch_task = asyncio.create_task(aio.run_workflow(wf, runtime))

@@ -24,7 +24,7 @@ from dsh_orchestra import Decision, TurnResult, sync
 from dsh_orchestra.approvals import allow
 from dsh_orchestra.batch import BatchSummary
 from dsh_orchestra.protocol import JsonRpcResponseError
-from dsh_orchestra.workflow import StepContext, Workflow, WorkflowResult
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult
 from process_table import assert_gone
 
 from .embed_support import sim_spec, write_dataset
@@ -145,7 +145,7 @@ def test_batch_score_compare_and_workflow_block(tmp_path: Path) -> None:
         return ["x", "y"]
 
     wf.prompt("greet", "hi {item}", fan_out="names")
-    result = sync.run_workflow(wf, spec=sim_spec(tmp_path))
+    result = sync.run_workflow(wf, WorkflowOptions(spec=sim_spec(tmp_path)))
     assert isinstance(result, WorkflowResult) and result.ok
     assert result.output("greet") == ["echo: hi x", "echo: hi y"]
     with sync.open_runtime(sim_spec(tmp_path)) as runtime:
