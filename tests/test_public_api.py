@@ -42,9 +42,10 @@ ROOT_NAMES = [
 
 BATCH_NAMES = [
     "ALONE_AFTER", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "DatasetCheck",
-    "DatasetError", "Executor", "MergeError", "MergeReport", "PoolExecutor", "ResultsFileError", "ResultsLockedError", "ResultsWriter", "Tally",
-    "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset", "load_dataset", "merge_results", "parse_shard", "read_results",
-    "RUNTIME_CRASHED", "RuntimeCrash", "SharedPlaces",
+    "DatasetError", "Executor", "PoolExecutor", "ResultsFileError", "ResultsLockedError", "ResultsWriter", "Tally",
+    "MAX_SESSIONS_PER_RUNTIME", "PoolRunner", "may_write_transcript",
+    "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "read_results",
+    "RUNTIME_CRASHED", "RuntimeCrash", "SharedPlaces", "MergeError", "MergeReport", "merge_results",
     "read_transcript", "run_batch", "scan_results", "score_results", "stable_hash", "summarize", "transcript_name",
 ]
 SCALE_NAMES = [

@@ -19,9 +19,9 @@ import trio
 from .. import batch as _batch, session as _session, workflow as _workflow
 from ..approvals import ApprovalService, AuditLog
 from ..batch import BatchOptions, BatchSummary
-from ..eval import compare_runs as _compare_runs
+from ..eval import CompareInputError, compare_runs as _compare_runs
 from ..protocol import QueryResult
-from ..report._data import load_result_lines
+from ..results import read_results
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -375,6 +375,11 @@ def compare_runs(
 ) -> dict[str, Any]:
     """``dsh_orchestra.eval.compare_runs`` on two results files (paths) or their lines (pure:
     nothing to await)."""
-    lines = [load_result_lines(v, f"{w} results file", strict=True) if isinstance(v, (str, os.PathLike)) else v
-             for v, w in ((base, "base"), (candidate, "candidate"))]
+    lines = []
+    for value, what in ((base, "base"), (candidate, "candidate")):
+        if isinstance(value, (str, os.PathLike)):
+            if not os.path.isfile(value):
+                raise CompareInputError(f"{what} results file {os.fspath(value)!r} does not exist")
+            value = [line.to_json() for line in read_results(value)]
+        lines.append(value)
     return _compare_runs(lines[0], lines[1], **kwargs)

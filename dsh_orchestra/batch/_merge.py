@@ -1,4 +1,4 @@
-"""``merge_results``: shard results files (``--shard I/N`` runs) into one, each (id, epoch) once.
+"""``merge_results``: shard results files (runs with ``shard=(I, N)``) into one, each (id, epoch) once.
 
 Two passes and an index: the first reads every shard with the one reader (``read_results``)
 and keeps, per (id, epoch), where its line is and a digest of its bytes (about 100 bytes per
@@ -146,8 +146,9 @@ def _check_epochs(shards: Sequence[Path], top: Sequence[int]) -> int:
     for path, highest in zip(shards, top, strict=True):
         if highest != epochs:
             raise MergeError(f"{path}: its highest epoch is {highest}, another shard's {epochs}: shards of runs "
-                             "with different --epochs cannot be merged (finish the shard with --resume --epochs "
-                             f"{epochs}, or merge shards of one configuration)")
+                             "with different ", Param("epochs", spelled="epochs"), " cannot be merged (finish the shard with ",
+                             Param("resume", spelled="resume=True"), f" and {epochs} ", Param("epochs", spelled="epochs"),
+                             ", or merge shards of one configuration)")
     return epochs
 
 
@@ -205,7 +206,7 @@ def merge_results(
     written, in the order of ``dataset`` (its items, each with its epochs) or by id and epoch.
 
     Identical lines met twice are written once; a torn last line of a shard is left out, as
-    ``--resume`` leaves it (that item has no line). ``plan`` (reducer, group_by, seed, prices)
+    a resume leaves it (that item has no line). ``plan`` (reducer, group_by, seed, prices)
     makes the summary's metrics; its epochs are those of the lines, its scorers (when it has
     none) those the shards' configuration records name, else those of the first scored line. ``out`` also gets
     the shards' common configuration record (``OUT.run.json``) when they have one.
@@ -234,7 +235,8 @@ def merge_results(
         shown = ", ".join(f"{i!r}" + (f" (epoch {e})" if epochs > 1 else "") for i, e in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise MergeError(f"{len(missing)} item(s) of the dataset have no line in any shard: {shown}{more}; "
-                         "give the missing shards, finish them with --resume, or accept a partial merge with ",
+                         "give the missing shards, finish them with ", Param("resume", spelled="resume=True"),
+                         ", or accept a partial merge with ",
                          Param("allow_missing", spelled="allow_missing=True"))
     base = plan if plan is not None else EvalPlan()
     if not base.scorers:

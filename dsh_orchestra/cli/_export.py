@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..eval import RescoreError, load_results
-from ..eval._frames import require
 from ._common import fail
 from ._paths import Paths
 
@@ -43,11 +43,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         frame = load_results(args.results)
         if args.format == "parquet":
-            table = frame.to_arrow()
-            parquet = require("pyarrow.parquet", "--format parquet")
-            data = None
+            data = io.BytesIO()
+            frame.to_parquet(data)  # (in memory first: a missing extra leaves no file behind)
+            encoded = data.getvalue()
         else:
-            data = frame.to_csv().encode()
+            encoded = frame.to_csv().encode()
     except RescoreError as exc:
         return fail(exc)
     except ImportError as exc:
@@ -57,10 +57,7 @@ def main(args: argparse.Namespace) -> int:
     handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
     try:
         with handle:
-            if data is None:
-                parquet.write_table(table, handle)
-            else:
-                handle.write(data)
+            handle.write(encoded)
         os.replace(handle.name, out)
     except BaseException:
         os.unlink(handle.name)

@@ -25,7 +25,7 @@ NO_GLOBAL_OPTIONS = ("sim",)
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from ..testing._sim_main import sim_main
+    from ..testing import sim_main  # (the package is imported first either way)
 
     return int(sim_main(args.rest))
 
@@ -50,7 +50,7 @@ def _command_index(argv: Sequence[str]) -> int | None:
 
 
 def _fake_model(args: argparse.Namespace) -> int:
-    from ..testing._fake_model import fake_model_main
+    from ..testing import fake_model_main
 
     return int(fake_model_main(args.port, args.script))
 

@@ -30,6 +30,8 @@ from ._builtin import (
 from ._compare import (
     CompareInputError as CompareInputError,
     compare_runs as compare_runs,
+    reduce_items as reduce_items,
+    scorer_names as scorer_names,
     mcnemar_exact as mcnemar_exact,
     sign_flip_test as sign_flip_test,
 )
@@ -53,6 +55,7 @@ from ._frames import (
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+    DEFAULT_REDUCER as DEFAULT_REDUCER,
     Reducer as Reducer,
     ScoreTally as ScoreTally,
     bootstrap_ci as bootstrap_ci,

@@ -20,6 +20,7 @@ import math
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
+from .._params import Param, ParamError
 from ._frames import Comparison
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
 
@@ -28,8 +29,9 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
 
 
-class CompareInputError(ValueError):
-    """The two runs cannot be compared (no common item, a scorer in neither); the message says why."""
+class CompareInputError(ParamError, ValueError):
+    """The two runs cannot be compared (no common item, a scorer in neither); the message says
+    why and names the parameter (``.param``: ``base``, or ``scorers``)."""
 
 
 # ---- the tests ----------------------------------------------------------------------------
@@ -254,12 +256,14 @@ def compare_runs(
         missing = [n for n in names if n not in base_names and n not in candidate_names]
         if missing:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
-            raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
+            raise CompareInputError(Param("scorers", missing[0], spelled="scorers"),
+                                    f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
     base_values, base_status = reduce_items(base, names, reducer)
     candidate_values, candidate_status = reduce_items(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
-        raise CompareInputError("the two runs have no item id in common: nothing to pair")
+        raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
+                                ": the two runs have no item id in common: nothing to pair")
     out_scorers: dict[str, Any] = {}
     for name in names:
         pairs = []

@@ -91,6 +91,11 @@ class Frame:
         require("pandas", "to_pandas()")
         return self.to_arrow().to_pandas()
 
+    def to_parquet(self, where: Any) -> None:
+        """Write the table as Parquet to ``where`` (a path or a binary file; needs the ``data`` extra)."""
+        parquet = require("pyarrow.parquet", "to_parquet()")
+        parquet.write_table(self.to_arrow(), where)
+
     def to_csv(self) -> str:
         """The table as CSV text (header row; null as an empty field); needs no extra."""
         out = io.StringIO()

@@ -2,7 +2,7 @@
 
 Owns: the session router sink, session handles, abandoned sessions, the approval and
 question handlers' registration, the start-up warnings about configuration that cannot take
-effect, and the lifetime of the relay (``_relay``) when ``spec.approval_relay`` (``auto`` by
+effect, and the lifetime of the relay (``runtime.ApprovalRelay``) when ``spec.approval_relay`` (``auto`` by
 default) calls for it. Must not know about pools or graphs.
 """
 
@@ -37,7 +37,7 @@ from ..protocol import (
 from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
 from ..transport import DEFAULT_CAPACITY, Connection, NoReply, Notification
-from ._relay import ApprovalRelay, relay_warnings
+from ..runtime import ApprovalRelay, relay_warnings
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
@@ -207,7 +207,7 @@ async def open_runtime(
     receives one JSON line per approval decision. ``approval_relay`` (``auto``, ``on``,
     ``off``; None: the spec's, ``auto`` by default) decides whether the real runtime's
     internal approval and question chains are answered by the same policy and answerer
-    (see ``_relay``). Configuration that cannot take effect is logged as a warning once.
+    (see ``runtime.ApprovalRelay``). Configuration that cannot take effect is logged as a warning once.
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.

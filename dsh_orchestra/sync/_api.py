@@ -18,9 +18,9 @@ import trio
 from .. import batch as _batch, session as _session, workflow as _workflow
 from ..approvals import AuditLog
 from ..batch import BatchOptions, BatchSummary
-from ..eval import compare_runs as _compare_runs
+from ..eval import CompareInputError, compare_runs as _compare_runs
 from ..protocol import QueryResult
-from ..report._data import load_result_lines
+from ..results import read_results
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -296,10 +296,18 @@ def compare_runs(
 ) -> dict[str, Any]:
     """``dsh_orchestra.eval.compare_runs`` on two results files (paths) or their lines; same
     keyword arguments (``scorers``, ``reducer``, ``seed``) and document."""
-    return _compare_runs(_lines(base, "base"), _lines(candidate, "candidate"), **kwargs)
+    return _compare_runs(result_lines(base, "base"), result_lines(candidate, "candidate"), **kwargs)
 
 
-def _lines(value: str | os.PathLike[str] | Sequence[Mapping[str, Any]], what: str) -> Sequence[Mapping[str, Any]]:
-    if isinstance(value, (str, os.PathLike)):
-        return load_result_lines(value, f"{what} results file", strict=True)
-    return value
+def result_lines(value: str | os.PathLike[str] | Sequence[Mapping[str, Any]], what: str) -> Sequence[Mapping[str, Any]]:
+    """A results file's lines (read by ``results.read_results``), or ``value`` itself when it is lines.
+
+    Raises:
+        CompareInputError: the file does not exist.
+        ResultsFileError: a line is not a result line.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        return value
+    if not os.path.isfile(value):
+        raise CompareInputError(f"{what} results file {os.fspath(value)!r} does not exist")
+    return [line.to_json() for line in read_results(value)]
