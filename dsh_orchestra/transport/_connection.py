@@ -362,7 +362,7 @@ class Connection:
         # Not a schedule point unless the write waits for room: requests sent in a loop go out
         # back to back, so the peer reads them in a few chunks instead of one wake-up each.
         await trio.lowlevel.checkpoint_if_cancelled()
-        request_id, data = self._state.start_request(method, params, target)
+        request_id, data = self._state.begin_request(method, params, target)
         try:
             await self._write(data)
         except BaseException:

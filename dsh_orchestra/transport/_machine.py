@@ -4,7 +4,7 @@ Owns: the pending-request table (request id -> what its reply goes to), the hand
 the notification fan-out (one kind of sink: a callable given each read's notifications as a
 list), the line framer, the counters and the closed state. ``Connection`` (``_connection``)
 drives it: its reader task feeds each chunk read to ``receive``, its writers send the bytes
-``start_request`` returns, its handler tasks answer the server requests ``receive`` hands to
+``begin_request`` returns, its handler tasks answer the server requests ``receive`` hands to
 ``spawn``. Must not know what methods mean.
 
 The rules it keeps, in wire order within and across chunks:
@@ -81,7 +81,7 @@ class RpcState:
 
     # ---- requests ------------------------------------------------------------------------
 
-    def start_request(self, method: str, params: Any, target: ReplyTarget) -> tuple[int, bytes]:
+    def begin_request(self, method: str, params: Any, target: ReplyTarget) -> tuple[int, bytes]:
         """A new request's id and frame, with ``target`` pending under that id.
 
         ``params``: a wire class instance, a dict, or None (omitted).

@@ -89,7 +89,7 @@ def reply(request_id: Any, result: Any = None) -> bytes:
 def test_a_request_gets_an_id_a_frame_and_its_reply_once() -> None:
     state, log = machine()
     target = log.target("a")
-    request_id, data = state.start_request("session/wait", {"sessionId": "s1"}, target)
+    request_id, data = state.begin_request("session/wait", {"sessionId": "s1"}, target)
     assert orjson.loads(data) == {"jsonrpc": "2.0", "id": request_id, "method": "session/wait",
                                   "params": {"sessionId": "s1"}}
     assert state.pending == {request_id: target}
@@ -102,7 +102,7 @@ def test_a_request_gets_an_id_a_frame_and_its_reply_once() -> None:
 def test_a_forgotten_request_is_never_woken() -> None:
     state, log = machine()
     target = log.target("a")
-    request_id, _ = state.start_request("m", None, target)
+    request_id, _ = state.begin_request("m", None, target)
     assert state.forget(request_id) is True and state.forget(request_id) is False
     state.receive(reply(request_id))
     assert target.replies == []
@@ -110,7 +110,7 @@ def test_a_forgotten_request_is_never_woken() -> None:
 
 def test_a_reply_comes_after_the_notifications_before_it_and_before_those_after_it() -> None:
     state, log = machine()
-    request_id, _ = state.start_request("m", None, log.target("a"))
+    request_id, _ = state.begin_request("m", None, log.target("a"))
     state.receive(note(0) + note(1) + reply(request_id) + note(2))
     assert log.events == [("n", 0), ("n", 1), ("reply", "a"), ("n", 2)]
     assert state.notifications == 3 and state.frames_received == 4
@@ -137,7 +137,7 @@ def test_unusable_lines_are_counted_and_skipped() -> None:
 def test_an_error_reply_is_raised_by_result_of() -> None:
     state, log = machine()
     target = log.target("a")
-    request_id, _ = state.start_request("m", None, target)
+    request_id, _ = state.begin_request("m", None, target)
     state.receive(encode_frame({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "no"}}))
     with pytest.raises(JsonRpcResponseError):
         state.result_of("m", target.replies[0])
@@ -160,8 +160,8 @@ def test_fail_delivers_what_was_read_wakes_every_target_and_tells_sink_owners() 
     owner = Owner()
     state.add_sink(owner.push_many)
     first, second = log.target("a"), log.target("b")
-    state.start_request("m", None, first)
-    state.start_request("m", None, second)
+    state.begin_request("m", None, first)
+    state.begin_request("m", None, second)
     error = TransportClosedError("gone")
     assert state.fail(error) is True and state.fail(TransportClosedError("again")) is False
     assert first.replies == second.replies == [None] and state.pending == {} and state.sinks == []
@@ -169,7 +169,7 @@ def test_fail_delivers_what_was_read_wakes_every_target_and_tells_sink_owners() 
     with pytest.raises(TransportClosedError, match="got no reply: gone"):
         state.result_of("m", None)
     with pytest.raises(TransportClosedError, match="gone"):
-        state.start_request("m", None, log.target("c"))
+        state.begin_request("m", None, log.target("c"))
     state.receive(note(1))
     assert owner.got == []  # nothing after the close
 
@@ -177,7 +177,7 @@ def test_fail_delivers_what_was_read_wakes_every_target_and_tells_sink_owners() 
 def test_a_sink_closing_mid_read_stops_the_rest_of_it() -> None:
     state, log = machine()
     target = log.target("a")
-    request_id, _ = state.start_request("m", None, target)
+    request_id, _ = state.begin_request("m", None, target)
     state.add_sink(lambda notifications: state.fail(TransportClosedError("closed by a sink")))
     state.receive(note(0) + reply(request_id) + note(1))
     assert target.replies == [None]  # woken once, by the close
@@ -187,7 +187,7 @@ def test_a_sink_closing_mid_read_stops_the_rest_of_it() -> None:
 def test_an_oversized_frame_fails_the_connection() -> None:
     state, log = machine()
     target = log.target("a")
-    state.start_request("m", None, target)
+    state.begin_request("m", None, target)
     reason = state.receive(b"x" * 2000)
     assert reason is not None and "over the limit" in reason
     assert state.error is not None and isinstance(state.error.__cause__, FrameTooLargeError)
@@ -206,7 +206,7 @@ def test_any_chunking_hands_everything_on_in_wire_order(frames: list[tuple[str, 
     targets: dict[int, int] = {}
     for _ in range(20):
         target = log.target(None)
-        request_id, _ = state.start_request("m", None, target)
+        request_id, _ = state.begin_request("m", None, target)
         target.name = targets[request_id] = request_id
     wire = b"".join(note(value) if kind == "n" else reply(value) for kind, value in frames)
     bounds = sorted({0, len(wire), *(cut % (len(wire) + 1) for cut in cuts)})
