@@ -56,4 +56,8 @@ for _name, _module in _EXPORTS.items():  # the shared helpers' exports: public h
 
 _install_logging()
 
-__all__ = ["__version__", *_EXPORTS]
+def _all() -> list[str]:
+    return ["__version__", *_EXPORTS]
+
+
+__all__ = _all()  # (a call: static readers such as mkdocstrings' griffe skip it instead of failing on it)

@@ -42,6 +42,7 @@ from ._results import (
     scan_results as scan_results,
 )
 from ._runner import run_batch as run_batch
+from ._score import score_results as score_results
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, summarize as summarize
 from ._transcripts import (
     may_write_transcript as may_write_transcript,

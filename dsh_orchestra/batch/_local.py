@@ -152,11 +152,13 @@ class PoolRunner:
 
     def attempt(self, item: BatchItem, session_id: str, *, workspace: str | None = None,
                 alone: bool = False) -> Coroutine[Any, Any, Attempt]:
+        """Run ``item`` once in session ``session_id`` on the pool (see ``attempt_on_pool``)."""
         # attempt_on_pool's own coroutine (no level of this method's, resumed at every wake-up)
         return attempt_on_pool(self.pool, item, session_id, timeout=self.timeout, transcripts=self.transcripts,
                                workspace=workspace, alone=alone)
 
     def pending_approvals(self) -> int:
+        """Approval requests waiting for a decision on the pool's runtimes right now."""
         return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)
 
     @property
@@ -191,6 +193,7 @@ class PoolExecutor:
 
     @asynccontextmanager
     async def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AsyncIterator[PoolRunner]:
+        """Open the pool of runtimes (``runtimes``, else the options'); yield its runner; close it on exit."""
         runtimes = self.runtimes or options.runtimes
         in_flight = self.concurrency or options.concurrency or runtimes * 4
         transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import attrs
 
+from .. import _display
 from ..eval import EvalPlan, EvalTally, percentile as percentile
 
 __all__ = ["BatchSummary", "Outcome", "Tally", "percentile", "summarize"]
@@ -60,6 +61,12 @@ class BatchSummary:
     evaluation: dict[str, Any] = attrs.field(factory=dict)  # scores, groups, usage, cost_usd, judge_usage
     run: dict[str, Any] | None = None
     stopped: str | None = None  # "budget": a --max-total-* limit stopped scheduling
+
+    def __repr__(self) -> str:
+        return _display.summary_text(self)
+
+    def _repr_html_(self) -> str:
+        return _display.summary_html(self)
 
     @property
     def scores(self) -> dict[str, Any]:

@@ -44,6 +44,15 @@ from ._config import (
     resolve_scorers as resolve_scorers,
 )
 from ._inputs import TARGET_KINDS as TARGET_KINDS, check_plan_inputs as check_plan_inputs
+from ._frames import (
+    Comparison as Comparison,
+    Frame as Frame,
+    ResultsFrame as ResultsFrame,
+    comparison_frame as comparison_frame,
+    load_results as load_results,
+    result_columns as result_columns,
+    summary_frame as summary_frame,
+)
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,

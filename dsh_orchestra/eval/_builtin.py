@@ -47,6 +47,7 @@ class _Builtin:
     __slots__ = ()
 
     def find(self, text: str, targets: tuple[str, ...], item: Any) -> _Found:
+        """The score of ``text`` against ``targets``: (value, answer, explanation)."""
         raise NotImplementedError
 
     def __call__(self, item: ItemLike, result: Any) -> Score:

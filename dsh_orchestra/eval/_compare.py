@@ -20,6 +20,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from .._params import Param, ParamError
+from ._frames import Comparison
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
 
 PERMUTATIONS = 10_000
@@ -330,8 +331,9 @@ def compare_runs(
     scorers: Sequence[str] | None = None,
     reducer: str | Reducer = DEFAULT_REDUCER,
     seed: int = 0,
-) -> dict[str, Any]:
-    """The comparison document of ``dsh-orchestra compare`` for two runs' result lines.
+) -> Comparison:
+    """The comparison document of ``dsh-orchestra compare`` for two runs' result lines (a dict;
+    a ``Comparison`` displays as a table in a notebook and a terminal).
 
     ``scorers`` names the scorers to compare (default: every scorer either run has). A scorer
     one run lacks is compared over no pairs (``n`` 0, nulls).
@@ -376,7 +378,7 @@ def compare_runs(
         entry["strict"] = _strict_entry(entry, name, common, (base_values, base_strict),
                                         (candidate_values, candidate_strict), seed)
         out_scorers[name] = entry
-    return {
+    return Comparison({
         "pairs": len(common),
         "only_in_base": sorted(i for i in base_values if i not in candidate_values),
         "only_in_candidate": sorted(i for i in candidate_values if i not in base_values),
@@ -387,4 +389,4 @@ def compare_runs(
         "scorers": out_scorers,
         "usage": _side_by_side(usage_side(base), usage_side(candidate)),
         "latency": _side_by_side(latency_side(base), latency_side(candidate)),
-    }
+    })

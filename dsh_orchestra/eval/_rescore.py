@@ -60,11 +60,12 @@ def read_result_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     Raises:
         RescoreError: a line before the last one is not a result object.
     """
-    for number, line in _numbered(path):
+    for number, line in numbered_lines(path):
         yield number, line.to_json()
 
 
-def _numbered(path: Path) -> Iterator[tuple[int, ResultLine]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, ResultLine]]:
+    """(line number, ``ResultLine``) of every complete line, by ``read_result_lines``'s rules."""
     stream = read_results(path, check=_line_problem)
     try:
         for line in stream:
@@ -144,7 +145,7 @@ async def rescore(
     check_scorers(plan.scorers)
     lines: list[ResultLine] = []
     seen: set[tuple[str, int]] = set()
-    for number, line in _numbered(results):
+    for number, line in numbered_lines(results):
         if line.id not in items:
             raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
         key = (line.id, line.epoch_number)

@@ -35,15 +35,20 @@ class ItemLike(Protocol):
     """What scorers read of a dataset item (``EvalItem`` and ``batch.BatchItem`` both fit)."""
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The item id."""
     @property
-    def prompt(self) -> str | list[dict[str, Any]]: ...
+    def prompt(self) -> str | list[dict[str, Any]]:
+        """The prompt: text or content blocks."""
     @property
-    def target(self) -> str | list[str] | None: ...
+    def target(self) -> str | list[str] | None:
+        """The expected answer(s), if any."""
     @property
-    def choices(self) -> list[str] | None: ...
+    def choices(self) -> list[str] | None:
+        """The options of a multiple-choice item, if any."""
     @property
-    def metadata(self) -> dict[str, Any]: ...
+    def metadata(self) -> dict[str, Any]:
+        """The item's metadata."""
 
 
 @attrs.frozen(kw_only=True)

@@ -83,6 +83,7 @@ class ResponseCache:
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Close the cache's database."""
         with self._lock:
             self._db.close()
 
@@ -143,9 +144,11 @@ class ResponseCache:
         return int(removed)
 
     async def aget(self, key: str) -> Entry | None:
+        """``get`` in a worker thread (the event loop keeps running)."""
         return await trio.to_thread.run_sync(self.get, key)
 
     async def aput(self, key: str, entry: Entry) -> None:
+        """``put`` in a worker thread (the event loop keeps running)."""
         await trio.to_thread.run_sync(self.put, key, entry)
 
 

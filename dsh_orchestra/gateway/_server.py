@@ -197,6 +197,7 @@ class Gateway:
         return self.epochs.get(session, 0)
 
     def forward_headers(self, request: h11.Request) -> list[tuple[bytes, bytes]]:
+        """The request's headers to send upstream: without host, credentials, framing and encoding ones; identity encoding asked."""
         headers = [(k, v) for k, v in request.headers if k not in _FORWARD_SKIP]
         headers.append((b"accept-encoding", b"identity"))
         if self._api_key is not None:

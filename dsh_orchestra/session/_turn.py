@@ -13,6 +13,7 @@ from typing import Any, overload
 import attrs
 import orjson
 
+from .. import _display
 from ..protocol import (
     SESSION_EVENT,
     SESSION_ID,
@@ -154,6 +155,12 @@ class TurnResult:
     def ok(self) -> bool:
         """True when the last owned turn ended ``completed``."""
         return self.finish_reason == "completed"
+
+    def __repr__(self) -> str:
+        return _display.turn_text(self)
+
+    def _repr_html_(self) -> str:
+        return _display.turn_html(self)
 
 
 def _bad(path: str, expected: str, value: Any) -> SdkProtocolError:

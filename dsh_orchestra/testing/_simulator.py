@@ -210,14 +210,17 @@ class SimulatedRuntime:
         return int(self._epoch_ms + (trio.current_time() - self._t0) * 1000)
 
     def start_driver(self, driver: Any) -> None:
+        """Run ``driver`` (a session's turn driver) in the simulator's driver nursery."""
         assert self._drivers is not None
         self._drivers.start_soon(driver)
 
     def mark_dirty(self, agent: Agent) -> None:
+        """Note that ``agent``'s snapshot must be written (with a persistent store)."""
         if self.store.persistent:
             self._dirty[agent] = None
 
     def adopt_child(self, child: Agent) -> None:
+        """Register a spawned subagent session (and persist it with a persistent store)."""
         self.sessions[child.id] = child
         if self.store.persistent:
             try:
@@ -226,10 +229,12 @@ class SimulatedRuntime:
                 log.warning("child session %s: %s", child.id, exc)
 
     def tree_changed(self, root: Agent) -> None:
+        """Wake whoever waits for a change in ``root``'s session tree."""
         event, root.tree_event = root.tree_event, trio.Event()
         event.set()
 
     def next_call_id(self) -> str:
+        """A fresh tool call id (``toolu_sim_000001``, ...)."""
         return f"toolu_sim_{next(self._calls):06d}"
 
     async def crash(self, reason: str) -> None:
@@ -250,6 +255,7 @@ class SimulatedRuntime:
 
     async def ask_approval(self, agent: Agent, tool_name: str, call_id: str, reason: str,
                            timeout: float | None) -> str:  # noqa: ASYNC109 - an outcome, not a cancellation (Host)
+        """Ask the client to approve a tool call; the outcome, or ``cancelled`` past ``timeout``."""
         await self.outbox.flush()  # approval/asked (and the tool call) reach the client first
         params = {"sessionId": agent.id, "toolName": tool_name, "callId": call_id, "reason": reason}
         with trio.move_on_after(math.inf if timeout is None else timeout):
@@ -264,6 +270,7 @@ class SimulatedRuntime:
         return "cancelled"  # the simulator stopped waiting; a late answer is ignored
 
     async def ask_question(self, agent: Agent, questions: list[dict[str, Any]], timeout: float | None) -> QuestionReply:  # noqa: ASYNC109 - an outcome (Host)
+        """Ask the client the questions; its reply, or a timed-out reply past ``timeout``."""
         await self.outbox.flush()
         request_id = f"req_{uuid.uuid4().hex}"
         params = {"requestId": request_id, "sessionId": agent.id, "questions": questions}

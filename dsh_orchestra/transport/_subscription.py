@@ -29,9 +29,11 @@ class Lender(Protocol):
     that wait (pump returns True).
     """
 
-    async def pump(self, subscription: Subscription) -> bool: ...
+    async def pump(self, subscription: Subscription) -> bool:
+        """Read and dispatch the next chunk for ``subscription``; False when it cannot."""
 
-    def interrupt_pump(self) -> None: ...
+    def interrupt_pump(self) -> None:
+        """End a pump's wait for the pipe (its ``pump`` returns True)."""
 
 
 class Subscription(trio.abc.ReceiveChannel[Notification]):

@@ -13,6 +13,7 @@ from typing import Any, Literal, Sequence
 import attrs
 import cattrs
 
+from .. import _display
 from ..protocol import CONVERTER as WIRE_CONVERTER, ContentBlock, OrchestraError, unstructure as wire_unstructure
 from ..session import SubagentResult
 
@@ -215,6 +216,12 @@ class WorkflowResult:
     def summary(self) -> str:
         """A few readable lines: the workflow's status, then one line per step."""
         return format_summary(self)
+
+    def __repr__(self) -> str:
+        return _display.workflow_text(self)
+
+    def _repr_html_(self) -> str:
+        return _display.workflow_html(self)
 
 
 def _make_converter() -> cattrs.Converter:
