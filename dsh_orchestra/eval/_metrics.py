@@ -36,9 +36,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass^k estimator ``C(c, k) / C(n, k)`` (all of k samples correct, as
+    tau-bench): n samples, c correct.
+
+    Raises:
+        ValueError: not 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass^k needs 0 <= c <= n and 1 <= k <= n, not n={n}, c={c}, k={k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
 @attrs.frozen
 class Reducer:
-    """How epochs of one item become one value: ``mean``, ``max``, ``min``, ``mode`` or ``pass@k``."""
+    """How epochs of one item become one value: ``mean``, ``max``, ``min``, ``mode``, ``pass@k``
+    or ``pass^k``."""
 
     name: str
     k: int | None = None
@@ -54,6 +67,8 @@ class Reducer:
         if self.k is not None:
             if len(present) < self.k:
                 return None
+            if self.name.startswith("pass^"):
+                return pass_hat_k(len(present), sum(1 for v in present if v == 1), self.k)
             return pass_at_k(len(present), sum(1 for v in present if v == 1), self.k)
         if self.name == "mean":
             return math.fsum(present) / len(present)
@@ -65,7 +80,7 @@ class Reducer:
 
 
 def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
-    """``mean``, ``max``, ``min``, ``mode`` or ``pass@k`` (1 <= k <= epochs, when given).
+    """``mean``, ``max``, ``min``, ``mode``, ``pass@k`` or ``pass^k`` (1 <= k <= epochs, when given).
 
     Raises:
         ValueError: anything else; the message lists the choices.
@@ -73,12 +88,14 @@ def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
     if value in REDUCERS:
         return Reducer(value)
     name, sep, number = value.partition("@")
+    if not sep:
+        name, sep, number = value.partition("^")
     if name == "pass" and sep and number.isdigit() and int(number) >= 1:
         k = int(number)
         if epochs is not None and k > epochs:
             raise ParamValueError(Param("epoch_reducer", value), f" needs k <= the epochs ({epochs}); raise ", Param("epochs"), " or lower k")
         return Reducer(value, k)
-    raise ParamValueError(Param("epoch_reducer", value, spelled="epoch_reducer"), f" must be mean, max, min, mode or pass@k (k >= 1), not {value!r}")
+    raise ParamValueError(Param("epoch_reducer", value, spelled="epoch_reducer"), f" must be mean, max, min, mode, pass@k or pass^k (k >= 1), not {value!r}")
 
 
 def reduce_epochs(values: Sequence[float | None], reducer: str | Reducer = DEFAULT_REDUCER) -> float | None:

@@ -1,0 +1,134 @@
+"""Clustered standard errors and intervals of a mean: items that share a cluster (a passage, a
+template) are not independent draws, so the cluster, not the item, is the unit of sampling.
+
+* ``cluster_stderr``: the cluster-robust (CR1) standard error of the mean, as statsmodels
+  computes it for an intercept-only OLS with ``cov_type="cluster"`` (its defaults:
+  ``use_correction=True``): ``sqrt(G / (G - 1) * (N - 1) / (N - K) * sum_g S_g**2) / N`` (K = 1 regressor)
+  with ``S_g`` the sum of the residuals ``x_i - mean`` of cluster g (Miller 2024, eq. 4,
+  with the CR1 small-sample factor; (N - 1) / (N - K) is 1 here);
+* ``cluster_bootstrap_ci``: a percentile bootstrap over clusters: each resample draws G
+  clusters with replacement (as multinomial counts per cluster) and takes the mean of every
+  item of the drawn clusters;
+* ``design_effect``: the clustered variance of the mean over the iid one (``stderr**2``).
+
+Pure: numpy, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Hashable, Sequence
+
+from ._metrics import BOOTSTRAP_RESAMPLES, metrics, stderr
+
+_CHUNK_CELLS = 1 << 21  # resample x cluster counts held at once
+
+
+class ClusterError(ValueError):
+    """The clusters cannot give a clustered statistic (fewer than two); the message says why."""
+
+
+def cluster_codes(clusters: Sequence[Hashable]) -> tuple[list[int], int]:
+    """Each value's cluster as an integer 0..G-1 (in first-seen order) and G."""
+    codes: dict[Hashable, int] = {}
+    out = [codes.setdefault(c, len(codes)) for c in clusters]
+    return out, len(codes)
+
+
+def _sums(values: Sequence[float], clusters: Sequence[Hashable]) -> tuple[Any, Any, int]:
+    """Per cluster: the sum of the values and the number of them (numpy arrays), and G."""
+    import numpy as np
+
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values but {len(clusters)} clusters: one cluster per value")
+    codes, g = cluster_codes(clusters)
+    index = np.asarray(codes, dtype=np.int64)
+    data = np.asarray(values, dtype=np.float64)
+    return np.bincount(index, weights=data, minlength=g), np.bincount(index, minlength=g).astype(np.float64), g
+
+
+def cluster_stderr(values: Sequence[float], clusters: Sequence[Hashable]) -> float | None:
+    """The CR1 cluster-robust standard error of the mean of ``values`` (see the module);
+    ``clusters[i]`` is value i's cluster. None with fewer than two clusters."""
+    import numpy as np
+
+    n = len(values)
+    if n == 0:
+        return None
+    sums, sizes, g = _sums(values, clusters)
+    if g < 2:
+        return None
+    centre = math.fsum(values) / n
+    residual_sums = sums - sizes * centre
+    meat = float(np.dot(residual_sums, residual_sums))
+    return math.sqrt(g / (g - 1) * meat) / n
+
+
+def cluster_bootstrap_ci(
+    values: Sequence[float], clusters: Sequence[Hashable], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+) -> tuple[float, float] | None:
+    """The percentile cluster bootstrap interval of the mean: ``resamples`` resamples of G
+    clusters drawn with replacement (numpy's ``default_rng(seed).multinomial(G, [1/G] * G)``
+    per resample: how often each cluster is drawn), the mean over the items of the drawn
+    clusters (``sum(count_g * S_g) / sum(count_g * n_g)``), and the (1 - confidence) / 2 and
+    (1 + confidence) / 2 percentiles of those means (linear interpolation). None for no values.
+    """
+    import numpy as np
+
+    if not values:
+        return None
+    sums, sizes, g = _sums(values, clusters)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples, dtype=np.float64)
+    chunk = max(1, _CHUNK_CELLS // g)
+    share = np.full(g, 1.0 / g)
+    for start in range(0, resamples, chunk):
+        stop = min(resamples, start + chunk)
+        counts = rng.multinomial(g, share, size=stop - start).astype(np.float64)
+        means[start:stop] = (counts @ sums) / (counts @ sizes)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def design_effect(values: Sequence[float], clusters: Sequence[Hashable]) -> float | None:
+    """The clustered variance of the mean over the iid one: ``cluster_stderr**2 / stderr**2``
+    (None when either is undefined or the iid one is 0)."""
+    clustered, iid = cluster_stderr(values, clusters), stderr(values)
+    if clustered is None or iid is None or iid == 0.0:
+        return None
+    return clustered**2 / iid**2
+
+
+def cluster_metrics(values: Sequence[float], clusters: Sequence[Hashable], n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
+    """``metrics`` with clustered ``stderr`` and ``ci95`` and ``stderr_iid`` (the iid one),
+    ``n_clusters`` and ``design_effect``.
+
+    Raises:
+        ClusterError: the values fall in fewer than two clusters.
+    """
+    out = metrics(values, n_error, seed=seed)
+    if not values:
+        out.update(stderr_iid=None, n_clusters=0, design_effect=None)
+        return out
+    _, g = cluster_codes(clusters)
+    if g < 2:
+        raise ClusterError(f"the {len(values)} values fall in {g} cluster: a clustered standard error needs at least 2")
+    interval = cluster_bootstrap_ci(values, clusters, seed=seed)
+    out["stderr_iid"] = out["stderr"]
+    out["stderr"] = cluster_stderr(values, clusters)
+    out["ci95"] = list(interval) if interval is not None else None
+    out["n_clusters"] = g
+    out["design_effect"] = design_effect(values, clusters)
+    return out
+
+
+def cluster_of(metadata: Any, field: str, item_id: str) -> str | tuple[str, str]:
+    """An item's cluster: its metadata ``field`` (see ``group_key``); an item without the field
+    is a cluster of its own (a tuple, never equal to a field's value)."""
+    from ._metrics import group_key
+
+    if isinstance(metadata, dict) and field in metadata and metadata[field] is not None:
+        return group_key(metadata, field)
+    return ("item", item_id)
