@@ -37,6 +37,7 @@ from ._ray_options import (  # --ray: scale-out (imports no Ray)
     ray_options,
 )
 from ._score import add_scoring_options
+from ._stats import dataset_clusters
 from ..session import warnings_reported
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -122,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
                 epochs=args.epochs,
                 epoch_reducer=args.epoch_reducer,
                 group_by=args.group_by,
+                cluster_by=args.cluster_by,
                 seed=args.seed,
                 prices=args.prices,
                 max_total_tokens=args.max_total_tokens,
@@ -130,9 +132,12 @@ def main(args: argparse.Namespace) -> int:
                 keep_workspaces=args.keep_workspaces,
                 argv=sys.argv,
             )
+            dataset_clusters(args.cluster_by, args.dataset)
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
+            return fail(exc)
+        except DatasetError as exc:
             return fail(exc)
         try:
             executor = None

@@ -27,6 +27,7 @@ from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
 from ._common import UsageError, add_runtime_options, build_spec, fail
+from ._stats import results_clusters
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -40,6 +41,9 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
         group.add_argument("--epochs", type=int, default=1, metavar="K", help="run each item K times, each in its own session (default 1)")
     group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode or pass@k: one value per item from its epochs")
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
+    group.add_argument("--cluster-by", default=None, metavar="FIELD",
+                       help="items sharing this metadata key's value form a cluster: cluster-robust (CR1) stderr and a "
+                       "cluster bootstrap ci95; the summary adds n_clusters and design_effect")
     group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
     group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
 
@@ -58,7 +62,7 @@ def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
         epochs = getattr(args, "epochs", None) or reducer.k or 1
         plan = make_plan(
             args.score, scoring=scoring, epochs=epochs, reducer=reducer,
-            group_by=args.group_by, seed=args.seed, prices=prices, route=route,
+            group_by=args.group_by, seed=args.seed, prices=prices, route=route, cluster_by=args.cluster_by,
         )
         if prices is not None:
             plan.price()  # the route must have a price before anything runs
@@ -94,6 +98,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)
+            results_clusters(args.cluster_by, args.results)
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
             items, _ = load_dataset(args.dataset)
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}

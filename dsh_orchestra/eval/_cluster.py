@@ -17,7 +17,7 @@ Pure: numpy, no I/O.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 from ._metrics import BOOTSTRAP_RESAMPLES, metrics, stderr
 
@@ -101,12 +101,14 @@ def design_effect(values: Sequence[float], clusters: Sequence[Hashable]) -> floa
     return clustered**2 / iid**2
 
 
-def cluster_metrics(values: Sequence[float], clusters: Sequence[Hashable], n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
+def cluster_metrics(values: Sequence[float], clusters: Sequence[Hashable], n_error: int = 0, *, seed: int = 0,
+                    strict: bool = True) -> dict[str, Any]:
     """``metrics`` with clustered ``stderr`` and ``ci95`` and ``stderr_iid`` (the iid one),
-    ``n_clusters`` and ``design_effect``.
+    ``n_clusters`` and ``design_effect``. With fewer than two clusters and not ``strict``, the
+    clustered fields are null.
 
     Raises:
-        ClusterError: the values fall in fewer than two clusters.
+        ClusterError: the values fall in fewer than two clusters (``strict``).
     """
     out = metrics(values, n_error, seed=seed)
     if not values:
@@ -114,6 +116,9 @@ def cluster_metrics(values: Sequence[float], clusters: Sequence[Hashable], n_err
         return out
     _, g = cluster_codes(clusters)
     if g < 2:
+        if not strict:
+            out.update(stderr_iid=out["stderr"], stderr=None, ci95=None, n_clusters=g, design_effect=None)
+            return out
         raise ClusterError(f"the {len(values)} values fall in {g} cluster: a clustered standard error needs at least 2")
     interval = cluster_bootstrap_ci(values, clusters, seed=seed)
     out["stderr_iid"] = out["stderr"]
@@ -132,3 +137,29 @@ def cluster_of(metadata: Any, field: str, item_id: str) -> str | tuple[str, str]
     if isinstance(metadata, dict) and field in metadata and metadata[field] is not None:
         return group_key(metadata, field)
     return ("item", item_id)
+
+
+def check_cluster_field(items: Iterable[tuple[str, Any]], field: str, *, where: str = "the items") -> int:
+    """The number of clusters ``field`` makes of ``items`` (``(id, metadata)`` pairs; see
+    ``cluster_of``).
+
+    Raises:
+        ClusterError: no item has ``field`` in its metadata, or the items make fewer than two
+            clusters; the message names the field and what to do.
+    """
+    clusters: set[Any] = set()
+    keys: dict[str, None] = {}
+    having = 0
+    for item_id, metadata in items:
+        if isinstance(metadata, dict):
+            keys.update(dict.fromkeys(map(str, metadata)))
+            having += field in metadata and metadata[field] is not None
+        clusters.add(cluster_of(metadata, field, item_id))
+    if not having:
+        seen = ", ".join(list(keys)[:20]) or "none"
+        raise ClusterError(f"no item of {where} has the metadata key {field!r} (their metadata keys: {seen}); "
+                           "name a key the items have")
+    if len(clusters) < 2:
+        raise ClusterError(f"every item of {where} is in one cluster of {field!r}: clustered standard errors need at "
+                           "least 2 clusters; name a key whose values differ between items")
+    return len(clusters)

@@ -234,7 +234,7 @@ class ScoreTally:
 
     def __init__(
         self, names: Sequence[str], *, reducer: str | Reducer = DEFAULT_REDUCER, group_by: str | None = None,
-        seed: int = 0,
+        seed: int = 0, cluster_by: str | None = None,
     ) -> None:
         self.names = list(names)
         self.reducer = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
@@ -242,6 +242,8 @@ class ScoreTally:
         self.seed = seed
         self._values: dict[str, dict[int, list[float | None]]] = {}
         self._groups: dict[str, str] = {}
+        self.cluster_by = cluster_by
+        self._clusters: dict[str, Any] = {}
 
     def add_line(self, line: dict[str, Any]) -> None:
         """Count one result line (its ``id``, ``epoch``, ``scores`` and ``metadata``)."""
@@ -263,6 +265,10 @@ class ScoreTally:
         epochs.setdefault(epoch if isinstance(epoch, int) else 1, row)  # the first line of an (id, epoch) wins
         if self.group_by is not None and item_id not in self._groups:
             self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
+        if self.cluster_by is not None and item_id not in self._clusters:
+            from ._cluster import cluster_of
+
+            self._clusters[item_id] = cluster_of(line.get("metadata"), self.cluster_by, item_id)
 
     def reduced(self) -> dict[str, list[float | None]]:
         """Each scorer's reduced value per item, in the order items were first seen."""
@@ -286,7 +292,18 @@ class ScoreTally:
         """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when
         already computed)."""
         reduced = self.reduced() if reduced is None else reduced
-        return {name: _metrics_of(values, self.seed) for name, values in reduced.items()}
+        clusters = self.clusters()
+        out = {name: _metrics_of(values, self.seed, clusters) for name, values in reduced.items()}
+        from ._epochs import add_epoch_variance
+
+        add_epoch_variance(out, self.names, self._values)
+        return out
+
+    def clusters(self) -> list[Any] | None:
+        """Each item's cluster (``cluster_by``), in the order items were first seen; None without it."""
+        if self.cluster_by is None:
+            return None
+        return [self._clusters[item_id] for item_id in self._values]
 
     def groups(self, reduced: dict[str, list[float | None]] | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group value, per scorer."""
@@ -296,12 +313,19 @@ class ScoreTally:
         members: dict[str, list[int]] = {}
         for index, item_id in enumerate(self._values):
             members.setdefault(self._groups.get(item_id, "null"), []).append(index)
+        clusters = self.clusters()
         return {
-            group: {name: _metrics_of([reduced[name][i] for i in indices], self.seed) for name in self.names}
+            group: {name: _metrics_of([reduced[name][i] for i in indices], self.seed,
+                                      None if clusters is None else [clusters[i] for i in indices]) for name in self.names}
             for group, indices in sorted(members.items())
         }
 
 
-def _metrics_of(values: list[float | None], seed: int) -> dict[str, Any]:
+def _metrics_of(values: list[float | None], seed: int, clusters: list[Any] | None = None) -> dict[str, Any]:
+    if clusters is not None:
+        from ._cluster import cluster_metrics
+
+        kept = [(v, c) for v, c in zip(values, clusters, strict=True) if v is not None]
+        return cluster_metrics([v for v, _ in kept], [c for _, c in kept], len(values) - len(kept), seed=seed, strict=False)
     present = [v for v in values if v is not None]
     return metrics(present, len(values) - len(present), seed=seed)
