@@ -93,9 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch, _compare, _policy, _report, _run, _score
+    from . import _batch, _compare, _plan, _policy, _report, _run, _score
 
-    return [_batch.register, _compare.register, _policy.register, _report.register, _run.register, _score.register]
+    return [_batch.register, _compare.register, _plan.register, _policy.register, _report.register, _run.register, _score.register]
 
 
 _EXTRA_COMMANDS = _extra_commands()

@@ -27,7 +27,7 @@ from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
 from ._common import UsageError, add_runtime_options, build_spec, fail
-from ._stats import results_clusters
+from ._stats import labels_agreement, read_labels, results_clusters
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -84,6 +84,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--dataset", required=True, metavar="DATASET", help="the dataset the results came from")
     parser.add_argument("--out", required=True, metavar="RESCORED", help="where to write the re-scored result lines")
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--labels", default=None, metavar="LABELS",
+                        help='people\'s labels (JSON Lines {"id": ..., "label": <number, true/false or '
+                        'correct/partial/incorrect>}): the summary adds each scorer\'s agreement with them (accuracy, '
+                        "Cohen's kappa, the confusion matrix) and a prediction-powered mean")
     add_scoring_options(parser, epochs=False)
     add_runtime_options(parser)
     parser.set_defaults(func=main)
@@ -99,6 +103,7 @@ def main(args: argparse.Namespace) -> int:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)
             results_clusters(args.cluster_by, args.results)
+            labels = read_labels(args.labels, args.results) if args.labels is not None else None
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
             items, _ = load_dataset(args.dataset)
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
@@ -112,5 +117,10 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
         except (OrchestraError, ExceptionGroup) as exc:  # a judge runtime failed
             return fail(f"the judge's runtime failed: {exc}")
+    if labels is not None:
+        summary["agreement"] = labels_agreement(args.out, plan, labels)
+        if args.summary is not None:
+            with open(args.summary, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     return 0

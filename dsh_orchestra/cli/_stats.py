@@ -49,3 +49,39 @@ def results_clusters(field: str | None, path: str) -> None:
 def lines_clusters(field: str | None, lines: Iterable[Mapping[str, Any]], where: str) -> None:
     """``check_cluster_by`` over result lines already read."""
     check_cluster_by(field, ((str(line.get("id")), line.get("metadata")) for line in lines), where)
+
+
+def read_labels(labels: str, results: str) -> dict[str, float]:
+    """The ``--labels`` file's ``{id: label}``, every id an item of RESULTS.
+
+    Raises:
+        UsageError: unreadable, not JSON Lines, a label of the wrong type, an unknown id.
+    """
+    import orjson
+
+    from ..eval import read_result_lines
+    from ..eval._agreement import LabelsError, parse_labels
+
+    try:
+        with open(labels, "rb") as handle:
+            rows = [orjson.loads(raw) for raw in handle if raw.strip()]
+    except OSError as exc:
+        raise UsageError(f"--labels {labels!r}: {exc.strerror or exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"--labels {labels!r}: not JSON Lines ({exc})") from exc
+    known = [line["id"] for _, line in read_result_lines(Path(results))]
+    try:
+        return parse_labels(rows, known, where=f"--labels {labels!r}")
+    except LabelsError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def labels_agreement(rescored: str, plan: Any, labels: Mapping[str, float]) -> dict[str, Any]:
+    """Each scorer's ``eval._agreement.agreement`` with ``labels`` over the rescored lines (epochs reduced)."""
+    from ..eval import read_result_lines
+    from ..eval._agreement import agreement
+    from ..eval._compare import reduce_items
+
+    lines = [line for _, line in read_result_lines(Path(rescored))]
+    values, _ = reduce_items(lines, plan.names, plan.reducer)
+    return {name: agreement({i: v[name] for i, v in values.items()}, labels) for name in plan.names}

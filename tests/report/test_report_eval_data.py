@@ -158,10 +158,12 @@ def test_compare_cli_json_and_text(tmp_path: Path) -> None:
     done = cli("compare", base, cand, "--json")
     assert done.returncode == 0, done.stderr
     doc = orjson.loads(done.stdout)  # ONE JSON document on stdout
-    assert set(doc) == {"pairs", "only_in_base", "only_in_candidate", "status_changes", "scorers", "usage", "latency"}
+    assert set(doc) == {"pairs", "only_in_base", "only_in_candidate", "status_changes", "scorers", "usage", "latency",
+                        "correction", "cluster_by", "leaderboard"}
     assert doc["pairs"] == 2 and doc["only_in_base"] == ["c"] and doc["only_in_candidate"] == ["d"]
     exact = doc["scorers"]["exact"]
-    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements"}
+    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements",
+                          "stderr", "test", "p_adjusted"}
     assert exact["regressions"] == ["a"] and exact["improvements"] == ["b"] and exact["p_value"] == 1.0
     text = cli("compare", base, cand)
     assert text.returncode == 0 and "regressions (1): a" in text.stdout and "improvements (1): b" in text.stdout
@@ -204,8 +206,9 @@ def test_compare_scores_unscored_runs_with_the_dataset(eval_runs: EvalRuns, tmp_
     doc = orjson.loads(done.stdout)
     assert list(doc["scorers"]) == ["exact", "includes"]
     expected = eval_runs.compare_json["scorers"]  # the scored runs, compared without re-scoring
-    for name in ("exact", "includes"):
-        assert doc["scorers"][name] == expected[name]
+    for name in ("exact", "includes"):  # p_adjusted: over the scorers compared (two here)
+        assert {k: v for k, v in doc["scorers"][name].items() if k != "p_adjusted"} == {
+            k: v for k, v in expected[name].items() if k != "p_adjusted"}
     assert base_raw.read_bytes() == before  # the inputs are only read
     missing = cli("compare", base_raw, candidate_raw, "--score", "exact")
     assert missing.returncode == 2 and "give --dataset DATASET" in missing.stderr
