@@ -205,6 +205,9 @@ COMMAND_KINDS: dict[str, Callable[[list[str]], bool]] = {
     "a shell variable the loop or job array around it sets": lambda words: any("$" in w or "{}" in w for w in words),
     "a remote Ray cluster": lambda words: "--ray" in words and bool(
         _REMOTE_RAY.search(words[words.index("--ray") + 1] if words.index("--ray") + 1 < len(words) else "")),
+    "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)": lambda words: (
+        "--ray" in words and words[words.index("--ray") + 1:words.index("--ray") + 2] == ["auto"]
+        and not os.environ.get("RAY_ADDRESS")),
 }
 
 COMMAND_ALLOWLIST: dict[str, str] = {
@@ -214,6 +217,8 @@ COMMAND_ALLOWLIST: dict[str, str] = {
     "docs/batch.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results/results-$I.jsonl": "a shell variable the loop or job array around it sets",
     "docs/scale-out.md: dsh-orchestra batch ds.jsonl --out results.jsonl --ray head.example:6379": "a remote Ray cluster",
     "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray head.example:6379": "a remote Ray cluster",
+    "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray auto":
+        "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)",
 }
 
 
@@ -267,7 +272,8 @@ def test_command_allowlist_is_minimal() -> None:
 
 
 def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
-    shell, cluster = COMMAND_KINDS.values()
+    shell, cluster, job = COMMAND_KINDS.values()
+    assert job(["dsh-orchestra", "batch", "d", "--ray", "auto"]) and not job(["dsh-orchestra", "batch", "d", "--ray"])
     assert shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "$i/4"]) and shell(["dsh-orchestra", "--out", "r-{}.jsonl"])
     assert not shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "0/4"])
     assert cluster(["dsh-orchestra", "batch", "d", "--ray", "head.example:6379"]) and cluster(["x", "--ray", "ray://h:10001"])
