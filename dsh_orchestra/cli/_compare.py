@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
                         "it is scored first, as `score` does, when --dataset is given (any SPEC of `score`)")
     parser.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML) naming the --score scorers, as for `score`")
     parser.add_argument("--epoch-reducer", default="mean", metavar="R",
-                        help="how an item's epochs become one value: mean (default), max, min, mode, pass@k")
+                        help="how an item's epochs become one value: mean (default), max, min, mode, pass@k, pass^k")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap and the permutation test (default 0)")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     parser.add_argument("--out", default=None, metavar="FILE", help="also write the comparison page (self-contained HTML)")

@@ -39,7 +39,7 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
     group.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML): named scorers and their settings")
     if epochs:
         group.add_argument("--epochs", type=int, default=1, metavar="K", help="run each item K times, each in its own session (default 1)")
-    group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode or pass@k: one value per item from its epochs")
+    group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode, pass@k or pass^k: one value per item from its epochs")
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
     group.add_argument("--cluster-by", default=None, metavar="FIELD",
                        help="items sharing this metadata key's value form a cluster: cluster-robust (CR1) stderr and a "

@@ -11,6 +11,8 @@ template) are not independent draws, so the cluster, not the item, is the unit o
   item of the drawn clusters;
 * ``design_effect``: the clustered variance of the mean over the iid one (``stderr**2``).
 
+``_metrics.cluster_metrics`` puts them into a summary's metrics.
+
 Pure: numpy, no I/O.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Hashable, Iterable, Sequence
 
-from ._metrics import BOOTSTRAP_RESAMPLES, metrics, stderr
+BOOTSTRAP_RESAMPLES = 10_000  # as _metrics.BOOTSTRAP_RESAMPLES (the summary's)
 
 _CHUNK_CELLS = 1 << 21  # resample x cluster counts held at once
 
@@ -95,47 +97,24 @@ def cluster_bootstrap_ci(
 def design_effect(values: Sequence[float], clusters: Sequence[Hashable]) -> float | None:
     """The clustered variance of the mean over the iid one: ``cluster_stderr**2 / stderr**2``
     (None when either is undefined or the iid one is 0)."""
-    clustered, iid = cluster_stderr(values, clusters), stderr(values)
-    if clustered is None or iid is None or iid == 0.0:
+    clustered, n = cluster_stderr(values, clusters), len(values)
+    if clustered is None or n < 2:
         return None
-    return clustered**2 / iid**2
-
-
-def cluster_metrics(values: Sequence[float], clusters: Sequence[Hashable], n_error: int = 0, *, seed: int = 0,
-                    strict: bool = True) -> dict[str, Any]:
-    """``metrics`` with clustered ``stderr`` and ``ci95`` and ``stderr_iid`` (the iid one),
-    ``n_clusters`` and ``design_effect``. With fewer than two clusters and not ``strict``, the
-    clustered fields are null.
-
-    Raises:
-        ClusterError: the values fall in fewer than two clusters (``strict``).
-    """
-    out = metrics(values, n_error, seed=seed)
-    if not values:
-        out.update(stderr_iid=None, n_clusters=0, design_effect=None)
-        return out
-    _, g = cluster_codes(clusters)
-    if g < 2:
-        if not strict:
-            out.update(stderr_iid=out["stderr"], stderr=None, ci95=None, n_clusters=g, design_effect=None)
-            return out
-        raise ClusterError(f"the {len(values)} values fall in {g} cluster: a clustered standard error needs at least 2")
-    interval = cluster_bootstrap_ci(values, clusters, seed=seed)
-    out["stderr_iid"] = out["stderr"]
-    out["stderr"] = cluster_stderr(values, clusters)
-    out["ci95"] = list(interval) if interval is not None else None
-    out["n_clusters"] = g
-    out["design_effect"] = design_effect(values, clusters)
-    return out
+    centre = math.fsum(values) / n
+    iid_variance = math.fsum((v - centre) ** 2 for v in values) / (n - 1) / n
+    return clustered**2 / iid_variance if iid_variance > 0 else None
 
 
 def cluster_of(metadata: Any, field: str, item_id: str) -> str | tuple[str, str]:
     """An item's cluster: its metadata ``field`` (see ``group_key``); an item without the field
     is a cluster of its own (a tuple, never equal to a field's value)."""
-    from ._metrics import group_key
-
     if isinstance(metadata, dict) and field in metadata and metadata[field] is not None:
-        return group_key(metadata, field)
+        value = metadata[field]
+        if isinstance(value, str):
+            return value
+        import orjson
+
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()  # as _metrics.group_key
     return ("item", item_id)
 
 

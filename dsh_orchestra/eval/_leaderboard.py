@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ._metrics import metrics
+from ._metrics import cluster_metrics, metrics
 
 ALPHA = 0.05
 
@@ -34,8 +34,6 @@ def leaderboard(
             kept = [(i, v) for i, item in items.items() if (v := item.get(name)) is not None]
             errors = len(items) - len(kept)
             if clusters is not None:
-                from ._cluster import cluster_metrics
-
                 found = cluster_metrics([v for _, v in kept], [clusters[label][i] for i, _ in kept], errors, seed=seed,
                                         strict=False)
             else:

@@ -266,7 +266,7 @@ class ScoreTally:
         if self.group_by is not None and item_id not in self._groups:
             self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
         if self.cluster_by is not None and item_id not in self._clusters:
-            from ._cluster import cluster_of
+            from ._cluster import cluster_of  # _cluster imports nothing of this module
 
             self._clusters[item_id] = cluster_of(line.get("metadata"), self.cluster_by, item_id)
 
@@ -323,9 +323,37 @@ class ScoreTally:
 
 def _metrics_of(values: list[float | None], seed: int, clusters: list[Any] | None = None) -> dict[str, Any]:
     if clusters is not None:
-        from ._cluster import cluster_metrics
-
         kept = [(v, c) for v, c in zip(values, clusters, strict=True) if v is not None]
         return cluster_metrics([v for v, _ in kept], [c for _, c in kept], len(values) - len(kept), seed=seed, strict=False)
     present = [v for v in values if v is not None]
     return metrics(present, len(values) - len(present), seed=seed)
+
+
+def cluster_metrics(values: Sequence[float], clusters: Sequence[Any], n_error: int = 0, *, seed: int = 0,
+                    strict: bool = True) -> dict[str, Any]:
+    """``metrics`` with clustered ``stderr`` and ``ci95`` and ``stderr_iid`` (the iid one),
+    ``n_clusters`` and ``design_effect``. With fewer than two clusters and not ``strict``, the
+    clustered fields are null.
+
+    Raises:
+        ClusterError: the values fall in fewer than two clusters (``strict``).
+    """
+    from ._cluster import ClusterError, cluster_bootstrap_ci, cluster_codes, cluster_stderr, design_effect
+
+    out = metrics(values, n_error, seed=seed)
+    if not values:
+        out.update(stderr_iid=None, n_clusters=0, design_effect=None)
+        return out
+    _, g = cluster_codes(clusters)
+    if g < 2:
+        if not strict:
+            out.update(stderr_iid=out["stderr"], stderr=None, ci95=None, n_clusters=g, design_effect=None)
+            return out
+        raise ClusterError(f"the {len(values)} values fall in {g} cluster: a clustered standard error needs at least 2")
+    interval = cluster_bootstrap_ci(values, clusters, seed=seed)
+    out["stderr_iid"] = out["stderr"]
+    out["stderr"] = cluster_stderr(values, clusters)
+    out["ci95"] = list(interval) if interval is not None else None
+    out["n_clusters"] = g
+    out["design_effect"] = design_effect(values, clusters)
+    return out

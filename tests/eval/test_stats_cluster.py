@@ -11,12 +11,11 @@ import statsmodels.api as sm
 from dsh_orchestra.eval._cluster import (
     ClusterError,
     cluster_bootstrap_ci,
-    cluster_metrics,
     cluster_of,
     cluster_stderr,
     design_effect,
 )
-from dsh_orchestra.eval._metrics import stderr
+from dsh_orchestra.eval._metrics import cluster_metrics, stderr
 
 
 def _statsmodels_se(values: list[float], clusters: list[int]) -> float:

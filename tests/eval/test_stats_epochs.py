@@ -65,3 +65,22 @@ def test_epoch_variance_needs_two_epochs_somewhere() -> None:
     assert epoch_variance([[1.0, 0.0]]) is None
     out = epoch_variance([[1.0, 0.0], [1.0]])
     assert out is not None and out["within_var"] == pytest.approx(0.5) and out["mean_epochs"] == 1.5
+
+
+@pytest.mark.parametrize("reducer", ["pass@2", "pass^2"])
+def test_pass_k_intervals_bootstrap_over_items(reducer: str) -> None:
+    from dsh_orchestra.eval import ScoreTally, bootstrap_ci
+
+    rng = np.random.default_rng(4)
+    tally = ScoreTally(["s"], reducer=reducer, seed=5)
+    per_item = []
+    for i in range(50):
+        epochs = (rng.random(3) < 0.6).astype(float).tolist()
+        per_item.append(reduce_epochs(epochs, reducer))
+        for e, v in enumerate(epochs, 1):
+            tally.add_line({"id": f"i{i}", "epoch": e, "scores": {"s": {"value": v}}})
+    tally.add_line({"id": "short", "epoch": 1, "scores": {"s": {"value": 1.0}}})  # one epoch < k: left out
+    out = tally.scores()["s"]
+    assert out["n"] == 50 and out["n_error"] == 1
+    assert out["ci95"] == list(bootstrap_ci([v for v in per_item if v is not None], seed=5))
+    assert out["epochs"]["items"] == 51
