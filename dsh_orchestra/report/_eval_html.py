@@ -81,7 +81,20 @@ def interval_svg(rows: Sequence[tuple[str, float | None, Sequence[float] | None]
                        "role": "img", "aria-label": "means with 95% intervals"}, parts)
 
 
+_EXTRA = {"n_clusters": "clusters", "design_effect": "design effect", "epochs.within_var": "within-item var",
+          "epochs.between_var": "between-item var", "epochs.narrowing": "narrowed by epochs"}
+
+
+def _stat(entry: Mapping[str, Any], key: str) -> Any:
+    outer, _, inner = key.partition(".")
+    value = entry.get(outer)
+    return (value.get(inner) if isinstance(value, Mapping) else None) if inner else value
+
+
 def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, first: str = "scorer") -> Markup:
+    """Per scorer: mean, interval, stderr, n, nulls; the clustered statistics and the epoch
+    variance when the summary has them."""
+    extra = [key for key in _EXTRA if any(_stat(scores.get(n) or {}, key) is not None for n in names)]
     rows = []
     for name in names:
         s = scores.get(name) or {}
@@ -94,8 +107,10 @@ def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, firs
             tag("td", {"class": "num"}, fmt(s.get("stderr"))),
             tag("td", {"class": "num"}, fmt(s.get("n"))),
             tag("td", {"class": "num"}, fmt(s.get("n_error"))),
+            [tag("td", {"class": "num", "data-key": key}, fmt(_stat(s, key))) for key in extra],
         ))
-    head = tag("tr", None, [tag("th", {"class": None if h == first else "num"}, h) for h in (first, "mean", "95% interval", "stderr", "n", "null")])
+    head = tag("tr", None, [tag("th", {"class": None if h == first else "num"}, h) for h in (
+        first, "mean", "95% interval", "stderr", "n", "null", *(_EXTRA[key] for key in extra))])
     return tag("table", {"class": "matrix", "id": id}, tag("thead", None, head), tag("tbody", None, rows))
 
 
@@ -150,14 +165,19 @@ def evaluation_section(ev: Mapping[str, Any]) -> Markup:
         parts += [tag("h3", None, f"By {ev.get('group_by') or 'group'}"), tag("div", {"id": "groups"}, blocks)]
     if ev.get("pass_at_k"):
         ks = max(len(table) for table in ev["pass_at_k"].values())
-        rows = [tag("tr", {"data-scorer": name}, tag("td", None, tag("code", None, name)),
-                    [tag("td", {"class": "num", "data-k": entry["k"]}, fmt(entry["value"])) for entry in table])
-                for name, table in ev["pass_at_k"].items()]
-        parts += [tag("h3", None, "pass@k"),
-                  tag("table", {"class": "matrix", "id": "pass-at-k"},
-                      tag("thead", None, tag("tr", None, tag("th", None, "scorer"), [tag("th", {"class": "num"}, f"pass@{k}") for k in range(1, ks + 1)])),
-                      tag("tbody", None, rows)),
-                  tag("p", {"class": "muted"}, "Unbiased estimator 1 − C(n−c, k)/C(n, k) per item (n epochs with a value, c of them 1), averaged over the items with n ≥ k.")]
+        for key, interval, title, table_id in (("value", "ci95", "pass@", "pass-at-k"), ("pass_hat", "pass_hat_ci95", "pass^", "pass-hat-k")):
+            rows = []
+            for name, table in ev["pass_at_k"].items():
+                rows.append(tag("tr", {"data-scorer": name}, tag("td", None, tag("code", None, name)),
+                                [tag("td", {"class": "num", "data-k": entry["k"]}, fmt(entry.get(key))) for entry in table]))
+                rows.append(tag("tr", {"data-scorer": name, "class": "interval"}, tag("td", {"class": "muted"}, "95% interval"),
+                                [tag("td", {"class": "num muted", "data-k": entry["k"]}, interval_text(entry.get(interval))) for entry in table]))
+            parts += [tag("h3", None, f"{title}k"),
+                      tag("table", {"class": "matrix", "id": table_id},
+                          tag("thead", None, tag("tr", None, tag("th", None, "scorer"), [tag("th", {"class": "num"}, f"{title}{k}") for k in range(1, ks + 1)])),
+                          tag("tbody", None, rows))]
+        parts.append(tag("p", {"class": "muted"}, "Unbiased estimators per item (n epochs with a value, c of them 1): pass@k = 1 − C(n−c, k)/C(n, k), "
+                         "pass^k = C(c, k)/C(n, k), averaged over the items with n ≥ k; 95 % percentile bootstrap intervals over those items."))
     if names:
         dists = [tag("div", {"class": "distribution", "data-scorer": name}, tag("h4", None, name),
                      count_bars({bar["label"]: bar["count"] for bar in ev["distributions"][name]["bars"]}))

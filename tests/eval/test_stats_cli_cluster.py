@@ -125,3 +125,24 @@ def test_compare_cluster_by_cli(runs: tuple[Path, Path, Path], capsys: pytest.Ca
     assert code == 0 and "clusters 5" in out and "design effect" in out
     code, _, err = run(["compare", base, cand, "--cluster-by", "absent"], capsys)
     assert code == 2 and "no item of" in err
+
+
+def test_report_shows_clusters_epoch_variance_and_pass_hat_k(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = write_jsonl(tmp_path / "ds.jsonl", [{"id": f"i{i}", "prompt": "p", "target": "yes", "metadata": {"passage": f"p{i % 4}"}}
+                                                   for i in range(12)])
+    results = write_jsonl(tmp_path / "results.jsonl", [
+        {**result(f"i{i}", "yes" if (i * e + i) % 5 else "no", epoch=e), "metadata": {"passage": f"p{i % 4}"}}
+        for i in range(12) for e in (1, 2, 3)])
+    summary = tmp_path / "summary.json"
+    code = main(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(tmp_path / "r.jsonl"),
+                 "--cluster-by", "passage", "--epoch-reducer", "pass^2", "--summary", str(summary)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    scores = json.loads(out)["scores"]["exact"]
+    assert scores["n_clusters"] == 4 and scores["epochs"]["mean_epochs"] == 3.0
+    page = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "r.jsonl"), "--summary", str(summary), "--out", str(page)]) == 0
+    capsys.readouterr()
+    html = page.read_text()
+    for text in ("design effect", "within-item var", "narrowed by epochs", 'id="pass-hat-k"', "pass^2", "95% interval"):
+        assert text in html, text

@@ -121,6 +121,12 @@ def test_pass_at_k_per_k_over_epochs() -> None:
     assert table[1]["value"] == pytest.approx((pass_at_k(3, 1, 1) + 1.0 + 0.0) / 3)
     assert table[2]["value"] == pytest.approx((pass_at_k(3, 1, 2) + 1.0 + 0.0) / 3)
     assert table[3]["value"] == pytest.approx((1.0 + 1.0) / 2) and table[3]["n"] == 2  # c has only 2 valued epochs
+    # pass^k beside it, and bootstrap intervals over the items for both
+    from dsh_orchestra.eval import bootstrap_ci, pass_hat_k
+
+    assert table[2]["pass_hat"] == pytest.approx((pass_hat_k(3, 1, 2) + 1.0 + 0.0) / 3)
+    assert table[2]["ci95"] == list(bootstrap_ci([pass_at_k(3, 1, 2), 1.0, 0.0], seed=0))
+    assert table[2]["pass_hat_ci95"] == list(bootstrap_ci([pass_hat_k(3, 1, 2), 1.0, 0.0], seed=0))
 
 
 def test_score_columns_previews_and_hostile_text(tmp_path: Path) -> None:
