@@ -8,7 +8,8 @@ file) to its output, ``--runs`` times; the median is reported:
   100,000 0/1 values;
 * ``summary --cluster-by, 3 epochs, pass^2``: ``ScoreTally`` fed 300,000 lines (100,000 items ×
   3 epochs, two scorers), reduced with pass^2, clustered metrics and the epoch variance;
-* ``compare --cluster-by``: ``compare_runs`` of two 100,000-item runs (two scorers), clustered;
+* ``compare --cluster-by``: ``compare_runs`` of two 100,000-item runs (two scorers: 0/1 and a
+  judge's 0/0.5/1), clustered; and the same with a continuous second scorer;
 * ``compare 3 candidates, holm``: ``compare_many`` of a base and three candidates (no clusters);
 * ``plan paired --epochs 4 --cluster-by``: ``plan_runs`` of two 3-epoch runs;
 * ``score --labels``: ``agreement`` of 100,000 judge values (0/0.5/1) with 1,000 labels (kappa, PPI);
@@ -43,14 +44,16 @@ from dsh_orchestra.eval import (  # noqa: E402
 ITEMS, CLUSTERS = 100_000, 1_000
 
 
-def lines(seed: int, epochs: int = 1, rate: float = 0.6) -> list[dict[str, Any]]:
+def lines(seed: int, epochs: int = 1, rate: float = 0.6, continuous: bool = False) -> list[dict[str, Any]]:
+    """Result lines of ITEMS items in CLUSTERS clusters (metadata ``passage``): scorer ``a`` 0/1,
+    ``b`` a judge's 0 / 0.5 / 1 (or, ``continuous``, uniform on [0, 1])."""
     rng = np.random.default_rng(seed)
     cluster = rng.integers(0, CLUSTERS, ITEMS)
     shift = rng.normal(0, 0.1, CLUSTERS)
     out = []
     for e in range(1, epochs + 1):
         a = (rng.random(ITEMS) < rate + shift[cluster]).astype(float)
-        b = rng.random(ITEMS)
+        b = rng.random(ITEMS) if continuous else rng.choice([0.0, 0.5, 1.0], ITEMS)
         for i in range(ITEMS):
             line: dict[str, Any] = {"id": f"i{i}", "status": "ok", "metadata": {"passage": f"p{cluster[i]}"},
                                     "scores": {"a": {"value": a[i]}, "b": {"value": b[i]}}}
@@ -79,6 +82,7 @@ def main() -> None:
     clusters = rng.integers(0, CLUSTERS, ITEMS).tolist()
     one = [lines(s) for s in (1, 2, 3, 4)]
     three = [lines(s, epochs=3) for s in (5, 6)]
+    smooth = [lines(s, continuous=True) for s in (7, 8)]
     judge = rng.choice([0.0, 0.5, 1.0], ITEMS).tolist()
     judged = {f"i{i}": v for i, v in enumerate(judge)}
     labels = {f"i{i}": float(rng.random() < 0.6) for i in rng.choice(ITEMS, 1000, replace=False)}
@@ -94,6 +98,8 @@ def main() -> None:
         ("cluster_metrics (CR1 stderr, design effect, cluster bootstrap)", lambda: cluster_metrics(values, clusters)),
         ("summary --cluster-by, 3 epochs, pass^2 (300,000 lines)", summary),
         ("compare --cluster-by (2 runs, 2 scorers)", lambda: compare_runs(one[0], one[1], cluster_by="passage")),
+        ("compare --cluster-by, continuous scores (2 runs, 2 scorers)",
+         lambda: compare_runs(smooth[0], smooth[1], cluster_by="passage")),
         ("compare 3 candidates, holm (4 runs, 2 scorers)", lambda: compare_many(list(zip("wxyz", one, strict=True)))),
         ("plan paired --epochs 4 --cluster-by (2 runs × 3 epochs)",
          lambda: plan_runs(three[0], three[1], mde=0.01, epochs=4, cluster_by="passage")),

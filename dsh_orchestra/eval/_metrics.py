@@ -340,7 +340,8 @@ def cluster_metrics(values: Sequence[float], clusters: Sequence[Any], n_error: i
     """
     from ._cluster import ClusterError, cluster_bootstrap_ci, cluster_codes, cluster_stderr, design_effect
 
-    out = metrics(values, n_error, seed=seed)
+    iid = stderr(values)  # no iid bootstrap: the interval is the clusters'
+    out: dict[str, Any] = {"mean": mean(values), "stderr": iid, "ci95": None, "n": len(values), "n_error": n_error}
     if not values:
         out.update(stderr_iid=None, n_clusters=0, design_effect=None)
         return out
