@@ -181,9 +181,9 @@ def main(args: argparse.Namespace) -> int:
         names = None
         if args.score:
             names = [spec.name for spec in scoring_plan(args, (DEFAULT_PROVIDER, DEFAULT_MODEL)).scorers] if args.dataset else args.score
-        if args.cluster_by is not None:
-            for path, lines in zip([args.base, *args.candidates], [base, *candidates], strict=True):
-                lines_clusters(args.cluster_by, lines, path)
+        if args.cluster_by is not None:  # over every run: an item's cluster is from the first run that has the item
+            lines_clusters(args.cluster_by, [line for lines in (base, *candidates) for line in lines],
+                           " or ".join([args.base, *args.candidates]))
         if many:
             doc = compare_many([(args.base, base), *zip(args.candidates, candidates, strict=True)], all_pairs=args.all_pairs,
                                scorers=names, reducer=args.epoch_reducer, seed=args.seed, cluster_by=args.cluster_by,
