@@ -9,7 +9,9 @@ Three measurements, each trial in a fresh process, the medians of ``--runs`` tri
   ``choice``, ``numeric``, ``f1``, ``regex:NAME``) and ``--epochs 1``: its CPU per item.
 * ``score-10k``: 10,000 results scored in one process: per result, ``turn_usage`` of a real
   ``TurnResult`` (recorded from the simulator: 12 root events, two of them model steps) and
-  ``score_attempt`` with the six scorers; then the summary (``EvalTally``: reduce, mean,
+  ``score_attempt`` with the six scorers, the line's evaluation fields and the tally (the typed
+  ``ResultLine`` and ``EvalTally.add``, as the batch does; ``line_fields`` and ``add_line`` on
+  a baseline tree from before issue 24); then the summary (``EvalTally``: reduce, mean,
   stderr, a 10,000-resample bootstrap per scorer). CPU per result.
 
 numpy (the bootstrap's) is imported before the window in every kind: a one-off cost of about
@@ -106,6 +108,12 @@ def score_trial() -> dict[str, Any]:
     )
     import tomllib
 
+    try:  # the typed result line (issue 24); a baseline tree from before it has only the dict path
+        from dsh_orchestra.eval import evaluated
+        from dsh_orchestra.results import ResultLine
+        typed = True
+    except ImportError:
+        typed = False
     turns = trio.run(_record_turns, 50)
     plan = make_plan(SCORERS, scoring=parse_scoring(tomllib.loads(SCORING)), group_by="level")
     scorers = bind_scorers(plan.scorers)
@@ -125,8 +133,12 @@ def score_trial() -> dict[str, Any]:
             result = EvalResult(final_response=response, events=turn.events, notifications=turn.notifications,
                                 subagents=turn.subagents, usage=usages[index])
             scored = await score_attempt(scorers, item, result)
-            tally.add_line({"id": item.id, "metadata": item.metadata,
-                            **line_fields(plan, usages[index], scored.scores, None, 1, None)})
+            if typed:  # what the batch does since issue 24: the typed line, counted once
+                tally.add(ResultLine(id=item.id, status="ok", metadata=item.metadata,
+                                     **evaluated(plan, usages[index], scored.scores, None, 1, None)))
+            else:  # a baseline tree from before it
+                tally.add_line({"id": item.id, "metadata": item.metadata,
+                                **line_fields(plan, usages[index], scored.scores, None, 1, None)})
         return tally
 
     import numpy.random  # noqa: F401  (imported by the first bootstrap: a one-off cost, not per result)

@@ -3,7 +3,7 @@
 The public API (the curated list ``_public.ROOT_EXPORTS``) is re-exported here, lazily:
 ``import dsh_orchestra.protocol`` stays free of trio.
 The subpackages are the layers (protocol, transport, runtime, session, approvals, questions,
-pool, workflow, eval, batch) and ``testing`` (simulator, scripted model server).
+pool, workflow, results, eval, batch) and ``testing`` (simulator, scripted model server).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .pool import PoolClosedError as PoolClosedError, RuntimePool as RuntimePool, open_pool as open_pool
     from .protocol import FrameTooLargeError as FrameTooLargeError, JsonRpcResponseError as JsonRpcResponseError, MethodNotSupportedError as MethodNotSupportedError, OrchestraError as OrchestraError, RequestTimeoutError as RequestTimeoutError, RuntimeExitedError as RuntimeExitedError, RuntimeStartError as RuntimeStartError, SdkProtocolError as SdkProtocolError, SubscriberOverflowError as SubscriberOverflowError, TransportClosedError as TransportClosedError
     from .questions import QuestionAnswerError as QuestionAnswerError, QuestionsRequest as QuestionsRequest
+    from .results import ResultLine as ResultLine
     from .runtime import RuntimeActor as RuntimeActor, RuntimeSpec as RuntimeSpec
     from .session import CommandResult as CommandResult, Runtime as Runtime, Session as Session, SubagentResult as SubagentResult, TurnGroup as TurnGroup, TurnResult as TurnResult, open_runtime as open_runtime
     from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription

@@ -34,6 +34,7 @@ ROOT_EXPORTS: dict[str, str] = {
     "RuntimeStartError": "protocol", "SdkProtocolError": "protocol", "SubscriberOverflowError": "protocol",
     "TransportClosedError": "protocol",
     "QuestionAnswerError": "questions", "QuestionsRequest": "questions",
+    "ResultLine": "results",
     "RuntimeActor": "runtime", "RuntimeSpec": "runtime",
     "CommandResult": "session", "Runtime": "session", "Session": "session", "SubagentResult": "session",
     "TurnGroup": "session", "TurnResult": "session", "open_runtime": "session",

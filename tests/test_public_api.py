@@ -20,7 +20,7 @@ import dsh_orchestra
 from dsh_orchestra._public import ROOT_EXPORTS
 
 PACKAGES = [
-    "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "runtime", "scale",
+    "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "results", "runtime", "scale",
     "session", "testing", "transport", "workflow",
 ]
 SOURCE = Path(dsh_orchestra.__file__).parent
@@ -29,7 +29,7 @@ ROOT_NAMES = [
     "ApprovalRequest", "ApprovalService", "AuditLog", "BatchOptions", "BatchSummary", "BatchUsageError",
     "CheckpointError", "CommandResult", "Connection", "DatasetError", "Decision", "DecisionRecord", "EvalItem",
     "EvalResult", "FrameTooLargeError", "JsonRpcResponseError", "MethodNotSupportedError", "Notification",
-    "OrchestraError", "PoolClosedError", "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError",
+    "OrchestraError", "PoolClosedError", "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError", "ResultLine",
     "Runtime", "RuntimeActor", "RuntimeExitedError", "RuntimePool", "RuntimeSpec", "RuntimeStartError", "Score",
     "SdkProtocolError", "Session", "StepContext", "StepResult", "SubagentResult", "SubscriberOverflowError",
     "Subscription", "TransportClosedError", "TurnGroup", "TurnResult", "Workflow", "WorkflowResult", "__version__",

@@ -28,7 +28,7 @@ from .._scratch import scratch_path
 from .._version import __version__
 from ..eval import (
     BoundScorer, EvalPlan, EvalResult, EvalTally, Lease, Price, PricesError, ScoringError, Usage, bind_scorers,
-    check_scorers, error_scores, line_fields, load_prices, load_scoring, make_plan, open_judges, score_attempt,
+    check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, open_judges, score_attempt,
     sha256_file, turn_usage,
 )
 from ..runtime import RuntimeSpec
@@ -145,48 +145,37 @@ def check_workspace_template(options: BatchOptions) -> Path | None:
 @attrs.define
 class Budget:
     """``max_total_tokens`` / ``max_total_cost`` of one run: reached once this run's items
-    spent that much (resumed results do not count: a resumed run continues)."""
+    spent that much (resumed results do not count: a resumed run continues). Reads the run's
+    one tally (what this run spent: ``run_tokens``, ``run_cost``)."""
 
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    tokens: int = 0
-    cost: float = 0.0
-    lines: int = 0  # written by this run
-
-    def add(self, line: dict[str, Any]) -> None:
-        """Count a result line written by this run."""
-        self.lines += 1
-        if self.max_tokens is not None:
-            self.tokens += Usage.from_json(line.get("usage")).total_tokens
-        cost = line.get("cost_usd")
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost):
-            self.cost += float(cost)
+    max_tokens: int | None
+    max_cost: float | None
+    tally: EvalTally
 
     def describe(self) -> str:
         """What was spent against which limit, for the log."""
         parts = []
         if self.max_tokens is not None:
-            parts.append(f"{self.tokens} of {self.max_tokens} tokens")
+            parts.append(f"{self.tally.run_tokens} of {self.max_tokens} tokens")
         if self.max_cost is not None:
-            parts.append(f"{self.cost:.6f} of {self.max_cost:g} USD")
+            parts.append(f"{self.tally.run_cost:.6f} of {self.max_cost:g} USD")
         return ", ".join(parts)
 
     @property
     def reached(self) -> bool:
         """True when a limit is reached: no new item may start."""
-        return (self.max_tokens is not None and self.tokens >= self.max_tokens) or (
-            self.max_cost is not None and self.cost >= self.max_cost
+        return (self.max_tokens is not None and self.tally.run_tokens >= self.max_tokens) or (
+            self.max_cost is not None and self.tally.run_cost >= self.max_cost
         )
 
 
 @attrs.define
 class BatchEval:
-    """One run's evaluation: the plan, the bound scorers, the price, the workspaces, the tally."""
+    """One run's evaluation: the plan, the bound scorers, the price, the workspaces, the budget."""
 
     plan: EvalPlan
     scorers: tuple[BoundScorer, ...]
     price: Price | None
-    tally: EvalTally
     budget: Budget
     workspaces: Workspaces | None = None
 
@@ -198,7 +187,7 @@ class BatchEval:
 
     async def finish(self, item: BatchItem, epoch: int, status: str, turn: TurnResult | None,
                      workspace: Path | None) -> dict[str, Any]:
-        """After the last attempt: the fields it adds to the result line (``epoch``,
+        """After the last attempt: the evaluation fields of its ``ResultLine`` (``epoch``,
         ``scores``, ``usage``, ``cost_usd``, ``judge_usage``, ``workspace`` when kept); the
         workspace copy is removed unless kept."""
         try:
@@ -216,7 +205,7 @@ class BatchEval:
                     )
                     scored = await score_attempt(self.scorers, item, result)
                     scores, judge_usage = scored.scores, scored.judge_usage
-            fields = line_fields(self.plan, usage, scores, judge_usage if judge_usage is not None else Usage(), epoch, self.price)
+            fields = evaluated(self.plan, usage, scores, judge_usage if judge_usage is not None else Usage(), epoch, self.price)
             if workspace is not None and self.workspaces is not None and self.workspaces.keep:
                 fields["workspace"] = str(workspace)
             return fields
@@ -226,19 +215,13 @@ class BatchEval:
 
     def fields(self, turn: TurnResult | None, epoch: int) -> dict[str, Any]:
         """What ``finish`` gives without scorers and workspaces, without awaiting."""
-        return line_fields(self.plan, turn_usage(turn) if turn is not None else Usage(), None, None, epoch, self.price)
-
-    def add_line(self, line: dict[str, Any], *, this_run: bool) -> None:
-        """Count a result line in the totals (and in the budget when this run wrote it)."""
-        self.tally.add_line(line)
-        if this_run:
-            self.budget.add(line)
+        return evaluated(self.plan, turn_usage(turn) if turn is not None else Usage(), None, None, epoch, self.price)
 
 
 @contextlib.asynccontextmanager
 async def open_batch_eval(
     options: BatchOptions, plan: EvalPlan, out: Path, *, lease: Lease | None, spec: RuntimeSpec | None,
-    tally: EvalTally | None = None,
+    tally: EvalTally,
 ) -> AsyncIterator[BatchEval]:
     """The run's ``BatchEval``: judges on ``lease`` (the local pool; None: a pool on ``spec``,
     or the judges' own runtime), workspaces under a temporary root (or ``RESULTS.workspaces``)."""
@@ -251,8 +234,7 @@ async def open_batch_eval(
         ) as judges:
             yield BatchEval(
                 plan=plan, scorers=bind_scorers(plan.scorers, judges=judges), price=plan.price(),
-                tally=tally if tally is not None else EvalTally(plan), budget=Budget(options.max_total_tokens, options.max_total_cost),
-                workspaces=workspaces,
+                budget=Budget(options.max_total_tokens, options.max_total_cost, tally), workspaces=workspaces,
             )
     finally:
         if workspaces is not None:

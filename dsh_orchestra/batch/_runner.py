@@ -14,7 +14,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import attrs
 import orjson
@@ -28,14 +28,15 @@ from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
-from ..eval import EvalPlan, EvalTally
+from ..eval import EvalPlan
+from ..results import ResultLine, read_results
 from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor
 from ._local import PoolExecutor, PoolRunner
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
-from ._results import ResultsLock, ResultsWriter, result_line, scan_results
+from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -139,7 +140,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         fields = await evaluation.finish(item, epoch, status, turn, workspace)
     else:  # nothing to score or remove: the same fields, without a coroutine
         fields = evaluation.fields(turn, epoch)
-    line = result_line(
+    line = ResultLine.of_attempt(
         item.id,
         status=status,
         session_id=attempt.session_id,
@@ -148,20 +149,22 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         duration_s=duration,
         error=None if ok else _turn_error(attempt),
         metadata=item.metadata,
+        **fields,
     )
-    line.update(fields)
     _write(run, line)
 
 
-def _write(run: _Run, line: dict[str, Any]) -> None:
+def _write(run: _Run, line: ResultLine) -> None:
     """Write one result line (redacted: a runtime may echo a secret anywhere) and count it."""
-    line, encoded = run.redactor.value_json(line)
+    data = line.to_json()
+    redacted, encoded = run.redactor.value_json(data)
     run.writer.write_json(encoded)
-    run.tally.add_line(line)
-    run.evaluation.add_line(line, this_run=True)
+    if redacted is not data:  # a secret was cut out: count the line as written
+        line = ResultLine.from_json(redacted)
+    run.tally.add(line, this_run=True)
     counters = run.counters
     counters.done += 1
-    if line["status"] != "ok":
+    if line.status != "ok":
         counters.failed += 1
     run.progress.update()
 
@@ -194,19 +197,17 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
-def _epoch_of(line: dict[str, Any]) -> int:
-    epoch = line.get("epoch", 1)
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1
+def _epoch_of(line: ResultLine) -> int:
+    epoch = line.epoch
+    return epoch if epoch is not None and not isinstance(epoch, bool) and epoch >= 1 else 1
 
 
 def _prepare_resume(
-    dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock,
-    on_resumed: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[DatasetCheck, Tally, set[tuple[str, int]]]:
+    dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock, tally: Tally,
+) -> tuple[DatasetCheck, set[tuple[str, int]]]:
     """Validate the dataset (nothing runs on a bad one), check the output paths, take ``lock``
-    and scan the results already in ``out`` (repairing a torn tail): the check, the tally of
-    the results kept, and the (id, epoch) pairs already done (epochs above ``options.epochs``
-    are not counted). ``on_resumed`` is called with each kept line."""
+    and read the results already in ``out`` (repairing a torn tail) into ``tally``: the check
+    and the (id, epoch) pairs already done (epochs above ``options.epochs`` are not counted)."""
     check_batch_paths(dataset, out, options)  # before anything is read, repaired or written
     check = check_dataset(dataset, options.shard)
     if check.unknown:
@@ -218,24 +219,19 @@ def _prepare_resume(
         )
     _check_paths(out, options)
     lock.acquire()  # before the results are read or repaired; held for the run
-    tally = Tally()
     done: set[tuple[str, int]] = set()
-
-    def resumed_line(line: dict[str, Any]) -> None:
-        key = (line["id"], _epoch_of(line))
-        if key[0] in check.ids and key[1] <= options.epochs and key not in done:
-            done.add(key)
-            tally.add_line(line)
-            if on_resumed is not None:
-                on_resumed(line)
-
+    lines = read_results(out, repair=True)
     try:
-        _, torn = scan_results(out, resumed_line, repair=True)
+        for line in lines:
+            key = (line.id, _epoch_of(line))
+            if key[0] in check.ids and key[1] <= options.epochs and key not in done:
+                done.add(key)
+                tally.add(line)
     except ValueError as exc:
         raise BatchUsageError(str(exc)) from exc
-    if torn:
-        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
-    return check, tally, done
+    if lines.torn:
+        log.warning("repaired %s: cut a torn last line of %d bytes", out, lines.torn)
+    return check, done
 
 
 def _backoff(options: BatchOptions) -> Backoff:
@@ -293,8 +289,8 @@ async def _run_locked(
     executor: Executor, backoff: Backoff, lock: ResultsLock, plan: EvalPlan,
 ) -> BatchSummary:
     started_at = now_iso()
-    evaluation = EvalTally(plan)
-    check, tally, done = _prepare_resume(dataset, out, options, lock, evaluation.add_line)
+    tally = Tally(plan)
+    check, done = _prepare_resume(dataset, out, options, lock, tally)
     redactor = Redactor(spec.secrets() if spec is not None else ())
     epochs = options.epochs
     total = len(check.ids) * epochs
@@ -316,7 +312,7 @@ async def _run_locked(
                 async with executor.open(spec, options) as runner:
                     server_version = _server_version(runner)
                     lease = runner.pool.lease if isinstance(runner, PoolRunner) else None
-                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=evaluation) as batch_eval:
+                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
                         units = _Units(check, done, epochs, batch_eval)
@@ -327,7 +323,7 @@ async def _run_locked(
                                     nursery.start_soon(_worker, run, units)
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
-                        processed = batch_eval.budget.lines
+                        processed = tally.run_lines
     finally:
         progress.close()
     duration = trio.current_time() - started
@@ -337,7 +333,7 @@ async def _run_locked(
     )
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
-    summary = attrs.evolve(summary, evaluation=evaluation.to_json(), run=redactor.value(info), stopped=stopped,
+    summary = attrs.evolve(summary, evaluation=tally.to_json(), run=redactor.value(info), stopped=stopped,
                            results=os.path.abspath(out), warnings=tuple(warnings))  # noqa: ASYNC240 - a string op
     if options.summary is not None:
         data = redactor.value(summary.to_json())

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from array import array
-from collections import Counter
 from typing import Any, Iterable
 
 import attrs
 
+from ..eval import EvalPlan, EvalTally, percentile as percentile
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    if low == high:
-        return ordered[low]
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+__all__ = ["BatchSummary", "Outcome", "Tally", "percentile", "summarize"]
 
 
 @attrs.frozen(kw_only=True)
@@ -138,22 +127,19 @@ class BatchSummary:
         }
 
 
-class Tally:
-    """The running totals a summary needs: counts, and one float per item for the percentiles.
+class Tally(EvalTally):
+    """The run's one tally (``eval.EvalTally``: counts, durations, usage, cost, scores, what
+    this run spent) that also makes the ``BatchSummary``.
 
     Fed each result line as it is written, so a run keeps about 8 bytes per item (the
     durations, for p50/p95) instead of the lines themselves.
     """
 
-    def __init__(self) -> None:
-        self.ok = 0
-        self.error = 0
-        self.durations = array("d")
-        self.finish_reasons: Counter[str] = Counter()
-        self.approval_outcomes: Counter[str] = Counter()
+    def __init__(self, plan: EvalPlan | None = None) -> None:
+        super().__init__(plan)
 
-    def add(self, outcome: Outcome) -> None:
-        """Count one finished item."""
+    def add_outcome(self, outcome: Outcome) -> None:
+        """Count one finished item given as an ``Outcome`` (statuses and latency only)."""
         if outcome.status == "ok":
             self.ok += 1
         else:
@@ -162,22 +148,12 @@ class Tally:
         self.finish_reasons[str(outcome.finish_reason) if outcome.finish_reason is not None else "none"] += 1
         self.approval_outcomes.update(outcome.approval_outcomes)
 
-    def add_line(self, line: dict[str, Any]) -> None:
-        """Count one result line (the same as ``add(Outcome.of(line))``, without the object)."""
-        if line.get("status") == "ok":
-            self.ok += 1
+    def add(self, line: Any, *, this_run: bool = False) -> None:
+        """Count one result line (a ``ResultLine``; an ``Outcome`` counts its statuses and latency)."""
+        if isinstance(line, Outcome):
+            self.add_outcome(line)
         else:
-            self.error += 1
-        duration = line.get("duration_s")
-        if type(duration) is not float:  # (a written line's is a float: no isinstance calls)
-            ok_number = isinstance(duration, (int, float)) and not isinstance(duration, bool)
-            duration = float(duration) if ok_number else 0.0  # type: ignore[arg-type]
-        self.durations.append(duration)
-        finish = line.get("finish_reason")
-        self.finish_reasons[finish if isinstance(finish, str) else "none"] += 1
-        approvals = line.get("approvals")
-        if approvals and isinstance(approvals, list):
-            self.approval_outcomes.update(str(a.get("outcome")) for a in approvals if isinstance(a, dict))
+            super().add(line, this_run=this_run)
 
     def summary(self, *, total: int, resumed: int, processed: int, duration_s: float, retries: int) -> BatchSummary:
         """The summary of everything counted."""
@@ -204,5 +180,5 @@ def summarize(
     """Build the summary of ``outcomes`` (one per finished item of the dataset)."""
     tally = Tally()
     for outcome in outcomes:
-        tally.add(outcome)
+        tally.add_outcome(outcome)
     return tally.summary(total=total, resumed=resumed, processed=processed, duration_s=duration_s, retries=retries)

@@ -72,6 +72,7 @@ from ._metrics import (
     parse_reducer as parse_reducer,
     pass_at_k as pass_at_k,
     pass_hat_k as pass_hat_k,
+    percentile as percentile,
     reduce_epochs as reduce_epochs,
     stderr as stderr,
 )
@@ -88,16 +89,17 @@ from ._score import (
 from ._tally import (
     EvalPlan as EvalPlan,
     EvalTally as EvalTally,
+    evaluated as evaluated,
     line_fields as line_fields,
     make_plan as make_plan,
     scorer_specs as scorer_specs,
     sha256_file as sha256_file,
 )
+from ..results import Usage as Usage
 from ._usage import (
     Price as Price,
     Prices as Prices,
     PricesError as PricesError,
-    Usage as Usage,
     events_usage as events_usage,
     load_prices as load_prices,
     parse_prices as parse_prices,

@@ -21,7 +21,7 @@ from ._builtin import F1, Choice, Exact, Includes, Numeric, Regex, _Builtin, _re
 from ._config import ScorerSpec, ScoringError
 from ._judge import Judge, JudgeError, Lease
 from ._score import ItemLike, ScoreRecord, null_record, score_record, targets_of
-from ._usage import Usage
+from ..results import Usage
 
 log = logging.getLogger("dsh_orchestra.eval")
 

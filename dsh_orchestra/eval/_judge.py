@@ -25,7 +25,8 @@ from ..workflow import OutputParseError, parse_output, repair_prompt
 from .._scratch import scratch_dir
 from ._config import ScorerSpec, ScoringError
 from ._score import ItemLike, Score, targets_of
-from ._usage import Usage, turn_usage
+from ..results import Usage
+from ._usage import turn_usage
 
 Lease = Callable[[], AbstractAsyncContextManager[Runtime]]
 """``pool.lease``: hold a place on a runtime for a block."""

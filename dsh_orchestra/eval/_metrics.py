@@ -10,17 +10,34 @@ import math
 import operator
 from collections import Counter
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import attrs
 
 from .._params import Param, ParamValueError
+
+from ..results import score_value
+
+if TYPE_CHECKING:
+    from ..results import ResultLine
 
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
 DEFAULT_REDUCER = "mean"
 _FEW_LEVELS = 64
 _CHUNK_CELLS = 1 << 21  # resampled values held at once by the bootstrap (16 MiB of int64 indices)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    if low == high:
+        return ordered[low]
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -245,30 +262,40 @@ class ScoreTally:
         self.cluster_by = cluster_by
         self._clusters: dict[str, Any] = {}
 
-    def add_line(self, line: dict[str, Any]) -> None:
+    def add(self, line: ResultLine) -> None:
         """Count one result line (its ``id``, ``epoch``, ``scores`` and ``metadata``)."""
+        scores = line.scores
+        row: list[float | None] = []
+        if scores:
+            for name in self.names:  # (a loop, not a comprehension: one function call less)
+                record = scores.get(name)
+                value = record.get("value") if type(record) is dict else None
+                row.append(value if type(value) is float else score_value(record))
+        else:
+            row = [None] * len(self.names)
+        epoch = line.epoch
+        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata)
+
+    def add_line(self, line: Mapping[str, Any]) -> None:
+        """Count one result line given as its JSON object."""
         item_id = str(line.get("id"))
         epoch = line.get("epoch", 1)
         scores = line.get("scores")
         scores = scores if isinstance(scores, dict) else {}
-        row: list[float | None] = []
-        for name in self.names:
-            record = scores.get(name)
-            value = record.get("value") if type(record) is dict or isinstance(record, dict) else None
-            if type(value) is float:
-                row.append(value)
-            else:
-                row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
+        row = [score_value(scores.get(name)) for name in self.names]
+        self._keep(item_id, epoch if isinstance(epoch, int) else 1, row, line.get("metadata"))
+
+    def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any) -> None:
         epochs = self._values.get(item_id)
         if epochs is None:
             self._values[item_id] = epochs = {}
-        epochs.setdefault(epoch if isinstance(epoch, int) else 1, row)  # the first line of an (id, epoch) wins
+        epochs.setdefault(epoch, row)  # the first line of an (id, epoch) wins
         if self.group_by is not None and item_id not in self._groups:
-            self._groups[item_id] = group_key(line.get("metadata"), self.group_by)
+            self._groups[item_id] = group_key(metadata, self.group_by)
         if self.cluster_by is not None and item_id not in self._clusters:
             from ._cluster import cluster_of  # _cluster imports nothing of this module
 
-            self._clusters[item_id] = cluster_of(line.get("metadata"), self.cluster_by, item_id)
+            self._clusters[item_id] = cluster_of(metadata, self.cluster_by, item_id)
 
     def reduced(self) -> dict[str, list[float | None]]:
         """Each scorer's reduced value per item, in the order items were first seen."""

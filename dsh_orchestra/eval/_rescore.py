@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import attrs
 import orjson
 import trio
 
@@ -24,8 +25,8 @@ from ..runtime import RuntimeSpec
 from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, score_attempt
 from ._judge import open_judges
 from ._score import EvalResult, ItemLike
-from ._tally import EvalPlan, EvalTally, line_fields, sha256_file
-from ._usage import Usage
+from ..results import ResultLine, ResultsFileError, Usage, read_results
+from ._tally import EvalPlan, EvalTally, evaluated, sha256_file
 
 log = logging.getLogger("dsh_orchestra.eval")
 
@@ -40,47 +41,57 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _line_problem(value: Any) -> str | None:
+    """What ``score`` refuses in a line: not an object with a string ``id``, a bad ``epoch``."""
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+        return "is not a result object with a string 'id'"
+    epoch = value.get("epoch", 1)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        return f": 'epoch' must be an integer >= 1, not {epoch!r}"
+    return None
+
+
 def read_result_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of every complete result line; a torn last line is skipped.
+    """(line number, object) of every complete result line, read line by line
+    (``results.read_results`` with this command's rule: a string ``id`` and a valid
+    ``epoch``); a torn last line is skipped.
 
     Raises:
         RescoreError: a line before the last one is not a result object.
     """
-    with open(path, "rb") as handle:
-        lines = list(enumerate(handle, start=1))
-    for index, (number, raw) in enumerate(lines):
-        if not raw.strip():
-            continue
-        last = index == len(lines) - 1
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            if last and not raw.endswith(b"\n"):
-                log.warning("%s: skipped a torn last line (%d bytes)", path, len(raw))
-                return
-            raise RescoreError(f"{path}: line {number} is not valid JSON ({exc})") from exc
-        if not isinstance(value, dict) or not isinstance(value.get("id"), str):
-            raise RescoreError(f"{path}: line {number} is not a result object with a string 'id'")
-        epoch = value.get("epoch", 1)
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-            raise RescoreError(f"{path}: line {number}: 'epoch' must be an integer >= 1, not {epoch!r}")
-        yield number, value
+    for number, line in _numbered(path):
+        yield number, line.to_json()
 
 
-def _result_of(line: dict[str, Any]) -> EvalResult:
-    workspace = line.get("workspace")
-    path = Path(workspace) if isinstance(workspace, str) and Path(workspace).is_dir() else None
-    response = line.get("final_response")
+def _numbered(path: Path) -> Iterator[tuple[int, ResultLine]]:
+    stream = read_results(path, check=_line_problem)
+    try:
+        for line in stream:
+            yield stream.number, line
+    except ResultsFileError as exc:
+        if exc.detail is not None:
+            raise RescoreError(f"{path}: line {exc.line} is not valid JSON ({exc.detail})") from exc
+        space = "" if exc.problem.startswith(":") else " "
+        raise RescoreError(f"{path}: line {exc.line}{space}{exc.problem}") from exc
+    if stream.torn:
+        log.warning("%s: skipped a torn last line (%d bytes)", path, stream.torn)
+
+
+def _result_of(line: ResultLine) -> EvalResult:
+    raw = line.to_json()  # scorers see the subagents, approvals and error as the file has them
+    workspace = line.workspace
+    path = Path(workspace) if workspace is not None and Path(workspace).is_dir() else None
+    error = raw.get("error")
     return EvalResult(
-        final_response=response if isinstance(response, str) else "",
-        status=str(line.get("status")),
-        finish_reason=line.get("finish_reason") if isinstance(line.get("finish_reason"), str) else None,
-        subagents=tuple(line.get("subagents") or ()),
-        approvals=tuple(line.get("approvals") or ()),
-        usage=Usage.from_json(line.get("usage")),
+        final_response=line.final_response if line.final_response is not None else "",
+        status=line.status,
+        finish_reason=line.finish_reason,
+        subagents=tuple(raw.get("subagents") or ()),
+        approvals=tuple(raw.get("approvals") or ()),
+        usage=line.usage if line.usage is not None else Usage(),
         workspace=path,
-        epoch=line.get("epoch", 1),
-        error=line.get("error") if isinstance(line.get("error"), dict) else None,
+        epoch=line.epoch_number,
+        error=error if isinstance(error, dict) else None,
     )
 
 
@@ -126,18 +137,18 @@ async def rescore(
         raise RescoreError(f"results file {str(results)!r} does not exist or is not a file")
     _check_out(results, out, summary_path)
     check_scorers(plan.scorers)
-    lines: list[dict[str, Any]] = []
+    lines: list[ResultLine] = []
     seen: set[tuple[str, int]] = set()
-    for number, line in read_result_lines(results):
-        if line["id"] not in items:
-            raise RescoreError(f"{results}: line {number}: id {line['id']!r} is not in the dataset; score a results file with the dataset it came from")
-        key = (line["id"], line.get("epoch", 1))
+    for number, line in _numbered(results):
+        if line.id not in items:
+            raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
+        key = (line.id, line.epoch_number)
         if key in seen:
             log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, *key)
             continue
         seen.add(key)
         lines.append(line)
-    epochs = max((line.get("epoch", 1) for line in lines), default=1)
+    epochs = max((line.epoch_number for line in lines), default=1)
     if plan.reducer.k is not None and plan.reducer.k > epochs:
         raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     price = plan.price()
@@ -152,14 +163,12 @@ async def rescore(
                     chunk = lines[start : start + CHUNK]
                     scored = await _score_chunk(scorers, items, chunk)
                     for line, attempt in zip(chunk, scored, strict=True):
-                        new = {k: v for k, v in line.items() if k not in ("scores", "cost_usd", "judge_usage", "judge_cost_usd")}
-                        fields = line_fields(plan, Usage.from_json(line.get("usage")), attempt.scores, attempt.judge_usage,
-                                             line.get("epoch", 1), price)
-                        fields.pop("epoch", None)  # kept as it was
-                        new.update(fields)
-                        handle.write(orjson.dumps(new) + b"\n")
-                        tally.add_line({**new, "metadata": getattr(items[line["id"]], "metadata", None)})
-                        ok += new.get("status") == "ok"
+                        new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
+                                                        line.epoch_number, price))
+                        handle.write(orjson.dumps(new.to_json()) + b"\n")
+                        metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
+                        tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
+                        ok += new.status == "ok"
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(handle.name, out)
@@ -168,7 +177,7 @@ async def rescore(
         raise
     report: dict[str, Any] = {
         "results": len(lines),
-        "items": len({line["id"] for line in lines}),
+        "items": len({line.id for line in lines}),
         "ok": ok,
         "error": len(lines) - ok,
         **tally.to_json(),
@@ -193,13 +202,25 @@ async def rescore(
     return report
 
 
-async def _score_chunk(scorers: tuple[BoundScorer, ...], items: Mapping[str, ItemLike], chunk: list[dict[str, Any]]) -> list[AttemptScores]:
+def _rescored(line: ResultLine, fields: dict[str, Any]) -> ResultLine:
+    """``line`` with new evaluation fields: its object as read, the old ``scores``, ``cost_usd``,
+    ``judge_usage`` and ``judge_cost_usd`` out, the new ones (but ``epoch``, kept) at the end."""
+    fields.pop("epoch", None)  # kept as it was
+    raw = {k: v for k, v in line.to_json().items() if k not in _REPLACED}
+    raw.update(ResultLine(id=line.id, status=line.status, **fields).evaluation_json())
+    return ResultLine.from_json(raw)
+
+
+_REPLACED = frozenset({"scores", "cost_usd", "judge_usage", "judge_cost_usd"})
+
+
+async def _score_chunk(scorers: tuple[BoundScorer, ...], items: Mapping[str, ItemLike], chunk: list[ResultLine]) -> list[AttemptScores]:
     if all(s.kind not in ("python", "judge") for s in scorers):  # built-ins only: no task overhead
-        return [await score_attempt(scorers, items[line["id"]], _result_of(line)) for line in chunk]
+        return [await score_attempt(scorers, items[line.id], _result_of(line)) for line in chunk]
     out: list[AttemptScores | None] = [None] * len(chunk)
 
-    async def one(index: int, line: dict[str, Any]) -> None:
-        out[index] = await score_attempt(scorers, items[line["id"]], _result_of(line))
+    async def one(index: int, line: ResultLine) -> None:
+        out[index] = await score_attempt(scorers, items[line.id], _result_of(line))
 
     async with trio.open_nursery() as nursery:
         for index, line in enumerate(chunk):

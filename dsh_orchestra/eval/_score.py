@@ -13,7 +13,7 @@ from typing import Any, Protocol, Sequence
 
 import attrs
 
-from ._usage import Usage
+from ..results import Usage
 
 ScoreRecord = dict[str, Any]
 """``{"value": float | None, "answer": str | None, "explanation": str | None}`` (plus

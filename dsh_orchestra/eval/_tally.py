@@ -1,23 +1,26 @@
-"""A run's evaluation settings (``EvalPlan``) and its running totals (``EvalTally``).
+"""A run's evaluation settings (``EvalPlan``) and its one running tally (``EvalTally``).
 
 ``EvalPlan`` is plain data (it crosses to Ray actors): the scorers, epochs, the epoch reducer,
-the group-by field, the seed and the prices. ``EvalTally`` is fed every result line and gives
-the summary's ``scores``, ``groups``, ``usage``, ``cost_usd`` and ``judge_usage``. Pure.
+the group-by field, the seed and the prices. ``EvalTally`` is fed every ``ResultLine`` once and
+is what the batch summary, the evaluation's ``scores``, ``groups``, ``usage``, ``cost_usd``,
+``judge_usage`` and the budgets read. Pure.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
-from typing import Any, Callable, Sequence
+from array import array
+from collections import Counter
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
-from ._usage import Price, Prices, Usage, _count
+from ..results import ResultLine, Usage
+from ._usage import Price, Prices
 
 
 _AT_LEAST_ONE = integer(1)
@@ -122,43 +125,71 @@ def sha256_file(path: str | os.PathLike[str] | None) -> str | None:
     return digest.hexdigest()
 
 
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
 class EvalTally:
-    """Running totals of result lines: score values, usage, cost and the judges' usage."""
+    """The one running tally of a run's result lines: what the batch summary counts (statuses,
+    durations for the percentiles, finish reasons, approval outcomes), the evaluation's totals
+    (score values, usage, cost, the judges' usage and cost) and what this run spent (the
+    budgets' lines, tokens and cost). Each line's tokens and cost are read once.
 
-    def __init__(self, plan: EvalPlan) -> None:
-        self.plan = plan
+    Keeps about 8 bytes per line (its duration) plus one float per (item, epoch, scorer).
+    """
+
+    def __init__(self, plan: EvalPlan | None = None) -> None:
+        self.plan = plan = plan if plan is not None else EvalPlan()
         self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed,
                                  cluster_by=plan.cluster_by) if plan.scorers else None
+        self.ok = 0
+        self.error = 0
+        self.durations = array("d")
+        self.finish_reasons: Counter[str] = Counter()
+        self.approval_outcomes: Counter[str] = Counter()
         self._tokens = [0, 0, 0]  # input, output, total: summed as ints, one Usage at the end
         self.judge_usage = Usage()
         self.cost_usd = 0.0
         self.judge_cost_usd = 0.0
+        self.run_lines = 0  # written by this run (the budgets count only these)
+        self.run_tokens = 0
+        self.run_cost = 0.0
 
     @property
     def usage(self) -> Usage:
         """The tokens of every line counted so far."""
         return Usage(*self._tokens)
 
-    def add_line(self, line: dict[str, Any]) -> None:
-        """Count one result line."""
-        usage = line.get("usage")
-        if isinstance(usage, dict):
+    def add(self, line: ResultLine, *, this_run: bool = False) -> None:
+        """Count one result line (and what it spent, when ``this_run`` wrote it)."""
+        if line.status == "ok":
+            self.ok += 1
+        else:
+            self.error += 1
+        self.durations.append(line.duration_s)
+        finish = line.finish_reason
+        self.finish_reasons[finish if finish is not None else "none"] += 1
+        if line.approvals:
+            self.approval_outcomes.update(str(a.outcome) for a in line.approvals)
+        usage, cost = line.usage, line.cost_usd
+        if usage is not None:
             tokens = self._tokens
-            tokens[0] += _count(usage.get("input_tokens"))
-            tokens[1] += _count(usage.get("output_tokens"))
-            tokens[2] += _count(usage.get("total_tokens"))
-        if "cost_usd" in line:
-            self.cost_usd += _number(line.get("cost_usd")) or 0.0
-        if "judge_usage" in line:
-            self.judge_usage = self.judge_usage + Usage.from_json(line.get("judge_usage"))
-            self.judge_cost_usd += _number(line.get("judge_cost_usd")) or 0.0
+            tokens[0] += usage.input_tokens
+            tokens[1] += usage.output_tokens
+            tokens[2] += usage.total_tokens
+        if cost is not None:
+            self.cost_usd += cost
+        if line.judge_usage is not None:
+            self.judge_usage = self.judge_usage + line.judge_usage
+            self.judge_cost_usd += line.judge_cost_usd or 0.0
         if self.scores is not None:
-            self.scores.add_line(line)
+            self.scores.add(line)
+        if this_run:
+            self.run_lines += 1
+            if usage is not None:
+                self.run_tokens += usage.total_tokens
+            if cost is not None:
+                self.run_cost += cost
+
+    def add_line(self, line: Mapping[str, Any]) -> None:
+        """Count one result line given as its JSON object."""
+        self.add(line if isinstance(line, ResultLine) else ResultLine.from_json(line))
 
     def to_json(self) -> dict[str, Any]:
         """The summary's evaluation fields: ``scores`` and ``groups`` (with scorers),
@@ -180,20 +211,33 @@ class EvalTally:
         return out
 
 
-def line_fields(plan: EvalPlan, usage: Usage, scores: dict[str, Any] | None, judge_usage: Usage | None,
-                epoch: int, price: Price | None) -> dict[str, Any]:
-    """The fields an attempt adds to its result line: ``scores`` (with scorers), ``usage``,
-    ``cost_usd`` (with prices), ``epoch`` (with epochs > 1), ``judge_usage`` (with a judge)."""
+def evaluated(plan: EvalPlan, usage: Usage, scores: Mapping[str, Any] | None, judge_usage: Usage | None,
+              epoch: int, price: Price | None) -> dict[str, Any]:
+    """The evaluation fields of an attempt's ``ResultLine`` (keywords of ``ResultLine.of_attempt``),
+    in the file's order: ``epoch`` (with epochs > 1), ``scores`` (with scorers), ``usage``,
+    ``cost_usd`` (with prices), ``judge_usage`` and ``judge_cost_usd`` (with a judge)."""
     out: dict[str, Any] = {}
     if plan.epochs > 1:
         out["epoch"] = epoch
     if plan.scorers:
         out["scores"] = scores if scores is not None else {}
-    out["usage"] = usage.to_json()
+    out["usage"] = usage
     if price is not None:
         out["cost_usd"] = price.cost(usage)
     if judge_usage is not None and any(s.kind == "judge" for s in plan.scorers):
-        out["judge_usage"] = judge_usage.to_json()
+        out["judge_usage"] = judge_usage
         if price is not None:
             out["judge_cost_usd"] = price.cost(judge_usage)
     return out
+
+
+def line_fields(plan: EvalPlan, usage: Usage, scores: dict[str, Any] | None, judge_usage: Usage | None,
+                epoch: int, price: Price | None) -> dict[str, Any]:
+    """The fields an attempt adds to its result line, as JSON: ``scores`` (with scorers),
+    ``usage``, ``cost_usd`` (with prices), ``epoch`` (with epochs > 1), ``judge_usage`` (with a
+    judge). (``evaluated``, its usages as their JSON objects.)"""
+    fields = evaluated(plan, usage, scores, judge_usage, epoch, price)
+    fields["usage"] = usage.to_json()
+    if "judge_usage" in fields:
+        fields["judge_usage"] = fields["judge_usage"].to_json()
+    return fields

@@ -17,38 +17,12 @@ import attrs
 import orjson
 
 from ..protocol import SESSION_EVENT
+from ..results import Usage
 
 _ASSISTANT = b'"assistant/message"'
 _ASSISTANT_START = b'{"type":"assistant/message"'
 _TYPE_START = b'{"type":"'
 _HEAD, _TYPE_HEAD = len(_ASSISTANT_START), len(_TYPE_START)
-
-
-@attrs.frozen
-class Usage:
-    """Token totals: ``input_tokens``, ``output_tokens`` and ``total_tokens``."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.total_tokens + other.total_tokens,
-        )
-
-    def to_json(self) -> dict[str, int]:
-        """The ``usage`` object of result lines and summaries."""
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "total_tokens": self.total_tokens}
-
-    @classmethod
-    def from_json(cls, value: Any) -> Usage:
-        """A ``usage`` object read back (missing or malformed counts are 0)."""
-        if not isinstance(value, dict):
-            return cls()
-        return cls(_count(value.get("input_tokens")), _count(value.get("output_tokens")), _count(value.get("total_tokens")))
 
 
 def _count(value: Any) -> int:

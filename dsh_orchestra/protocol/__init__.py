@@ -19,6 +19,7 @@ from ._converter import (
     CONVERTER as CONVERTER,
     camel as camel,
     make_converter as make_converter,
+    strict_scalars as strict_scalars,
     structure as structure,
     unstructure as unstructure,
 )

@@ -20,8 +20,8 @@ import orjson
 from .._params import integer
 from .._version import __version__
 from ..approvals import DecisionRecord
-from ..batch._results import read_results, scan_results
-from ..batch._summary import percentile
+from ..results import read_results
+from ..eval import percentile
 from ..workflow import WorkflowResult
 from ..eval._compare import compare_runs, scorer_names
 from ._common import DEFAULT_MAX_TEXT as DEFAULT_MAX_TEXT, clip as _clip, number as _number
@@ -82,21 +82,6 @@ def read_jsonl(
     return out
 
 
-def load_results(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The result lines of a batch results file, in file order (first line of each id).
-
-    Raises:
-        ReportInputError: unreadable or malformed.
-    """
-    if not Path(path).is_file():
-        raise ReportInputError(f"results file {str(path)!r} does not exist")
-    try:
-        done, _torn = read_results(path, repair=False)
-    except (OSError, ValueError) as exc:
-        raise ReportInputError(str(exc)) from exc
-    return list(done.values())
-
-
 def load_result_lines(path: str | os.PathLike[str], what: str = "results file", *, strict: bool = False) -> list[dict[str, Any]]:
     """Every complete result line of a results file, in file order (each epoch's line too).
 
@@ -107,20 +92,11 @@ def load_result_lines(path: str | os.PathLike[str], what: str = "results file", 
     if not Path(path).is_file():
         raise ReportInputError(f"{what} {str(path)!r} does not exist")
     lines: list[dict[str, Any]] = []
-
-    def keep(line: dict[str, Any]) -> None:
-        if strict and not isinstance(line.get("status"), str):
-            raise ReportInputError(
-                f"{path}: line {len(lines) + 1} of the {what} has no string 'status': not a result line of `dsh-orchestra batch`"
-            )
-        lines.append(line)
-
     try:
-        scan_results(path, keep, repair=False)
+        for line in read_results(path):  # its rules: a string "status" ("ok" or "error") included
+            lines.append(line.to_json())
     except OSError as exc:
         raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
-    except ReportInputError:
-        raise
     except ValueError as exc:
         raise ReportInputError(str(exc)) from exc
     return lines

@@ -16,7 +16,7 @@ import orjson
 from cattrs.errors import IterableValidationError, IterableValidationNote
 from cattrs.v import format_exception
 
-from ..protocol._converter import strict_scalars
+from ..protocol import strict_scalars
 
 T = TypeVar("T")
 

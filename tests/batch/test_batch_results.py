@@ -165,7 +165,7 @@ def test_only_result_objects_of_the_schema_are_accepted(tmp_path: Path, value: o
     """Anything but a result line is refused with file, line and field, wherever it is (also
     last, also without its newline), and the file is left byte-for-byte unchanged."""
     from dsh_orchestra.batch import ResultsFileError
-    from dsh_orchestra.batch._results import result_problem
+    from dsh_orchestra.results import result_problem
 
     assert result_problem(FULL) is None and field in (result_problem(value) or "")
     good = orjson.dumps({**FULL, "id": "first"}) + b"\n"
