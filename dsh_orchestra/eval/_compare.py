@@ -265,6 +265,7 @@ def compare_runs(
     correction: str = DEFAULT_CORRECTION,
     labels: tuple[str, str] = ("base", "candidate"),
     _of_other_runs: bool = False,  # compare_many: a scorer may be in other runs only
+    _reduced: tuple[Any, Any] | None = None,  # compare_many: both runs' reduce_items, once per run; no leaderboard
 ) -> dict[str, Any]:
     """The comparison document of ``dsh-orchestra compare`` for two runs' result lines.
 
@@ -286,8 +287,11 @@ def compare_runs(
         if missing and not _of_other_runs:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
             raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
-    base_values, base_status = reduce_items(base, names, reducer)
-    candidate_values, candidate_status = reduce_items(candidate, names, reducer)
+    if _reduced is not None:
+        (base_values, base_status), (candidate_values, candidate_status) = _reduced
+    else:
+        base_values, base_status = reduce_items(base, names, reducer)
+        candidate_values, candidate_status = reduce_items(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
         raise CompareInputError("the two runs have no item id in common: nothing to pair")
@@ -303,7 +307,7 @@ def compare_runs(
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
     for entry, p in zip(out_scorers.values(), adjusted, strict=True):
         entry["p_adjusted"] = p
-    board = leaderboard(
+    board = None if _reduced is not None else leaderboard(
         dict(zip(labels, (base_values, candidate_values), strict=True)), names,
         [{"base": labels[0], "candidate": labels[1], "scorers": out_scorers}],
         clusters=None if clusters is None else dict.fromkeys(labels, clusters), seed=seed,

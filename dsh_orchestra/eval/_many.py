@@ -47,10 +47,12 @@ def compare_many(
         if missing:
             raise CompareInputError(f"scorer {missing[0]!r} is in no run (their scorers: {', '.join(sorted(known)) or 'none'})")
     pairs = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))] if all_pairs else [(0, j) for j in range(1, len(runs))]
+    reduced = [reduce_items(lines, names, chosen) for _, lines in runs]  # once per run
     comparisons = []
     for i, j in pairs:
         doc = compare_runs(runs[i][1], runs[j][1], scorers=names, reducer=chosen, seed=seed, cluster_by=cluster_by,
-                           correction="none", labels=(labels[i], labels[j]), _of_other_runs=True)
+                           correction="none", labels=(labels[i], labels[j]), _of_other_runs=True,
+                           _reduced=(reduced[i], reduced[j]))
         del doc["leaderboard"]  # one for every run, below
         comparisons.append({"base": labels[i], "candidate": labels[j], **doc})
     entries = [entry for doc in comparisons for entry in doc["scorers"].values()]
@@ -58,7 +60,7 @@ def compare_many(
         entry["p_adjusted"] = p
     for doc in comparisons:
         doc["correction"] = correction
-    values = {label: reduce_items(lines, names, chosen)[0] for label, lines in runs}
+    values = {label: found[0] for label, found in zip(labels, reduced, strict=True)}
     clusters = {label: item_clusters(lines, cluster_by) for label, lines in runs} if cluster_by is not None else None
     return {
         "runs": labels,
