@@ -71,9 +71,9 @@ def cluster_bootstrap_ci(
     confidence: float = 0.95,
 ) -> tuple[float, float] | None:
     """The percentile cluster bootstrap interval of the mean: ``resamples`` resamples of G
-    clusters drawn with replacement (numpy's ``default_rng(seed).multinomial(G, [1/G] * G)``
-    per resample: how often each cluster is drawn), the mean over the items of the drawn
-    clusters (``sum(count_g * S_g) / sum(count_g * n_g)``), and the (1 - confidence) / 2 and
+    clusters drawn with replacement (numpy's ``default_rng(seed).integers(0, G, (resamples, G))``,
+    drawn in chunks of rows), the mean over every item of the drawn clusters (the sum of the
+    drawn clusters' sums over the sum of their sizes), and the (1 - confidence) / 2 and
     (1 + confidence) / 2 percentiles of those means (linear interpolation). None for no values.
     """
     import numpy as np
@@ -84,11 +84,10 @@ def cluster_bootstrap_ci(
     rng = np.random.default_rng(seed)
     means = np.empty(resamples, dtype=np.float64)
     chunk = max(1, _CHUNK_CELLS // g)
-    share = np.full(g, 1.0 / g)
     for start in range(0, resamples, chunk):
         stop = min(resamples, start + chunk)
-        counts = rng.multinomial(g, share, size=stop - start).astype(np.float64)
-        means[start:stop] = (counts @ sums) / (counts @ sizes)
+        drawn = rng.integers(0, g, size=(stop - start, g))
+        means[start:stop] = sums[drawn].sum(axis=1) / sizes[drawn].sum(axis=1)
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)

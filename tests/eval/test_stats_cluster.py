@@ -93,7 +93,7 @@ def test_cluster_bootstrap_is_seeded_and_resamples_clusters() -> None:
     ten = bootstrap_ci([float(c % 2) for c in range(10)], seed=3)
     assert ten is not None
     assert first[1] - first[0] == pytest.approx(ten[1] - ten[0], abs=0.06)
-    # the percentiles of the resampled means, computed here the direct way (G index draws per resample)
+    # the percentiles of the resampled means, computed here with other draws (G index draws per resample)
     rng = np.random.default_rng(11)
     draws = rng.integers(0, 10, size=(4000, 10))
     sums = np.bincount(clusters, weights=values)
