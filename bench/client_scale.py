@@ -91,12 +91,13 @@ async def many_client(runtime: Any, sessions: int) -> None:
             pass
 
 
-def raw_sink(notification: Any) -> None:
+def raw_sink(notifications: list[Any]) -> None:
     import orjson
 
-    lines = RAW.get(notification.params.get("sessionId"))
-    if lines is not None and notification.method == "session.event":
-        lines.append(orjson.dumps(notification.params["event"], option=orjson.OPT_APPEND_NEWLINE)[:-1])
+    for notification in notifications:
+        lines = RAW.get(notification.params.get("sessionId"))
+        if lines is not None and notification.method == "session.event":
+            lines.append(orjson.dumps(notification.params["event"], option=orjson.OPT_APPEND_NEWLINE)[:-1])
 
 
 async def trial(sessions: int, delay: float, traced: bool, client: str = "ours") -> dict[str, Any]:

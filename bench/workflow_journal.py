@@ -39,7 +39,7 @@ from _common import machine  # noqa: E402
 from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
 from dsh_orchestra.testing._script import parse_script  # noqa: E402
 from dsh_orchestra.testing._simulator import open_simulator_stream  # noqa: E402
-from dsh_orchestra.workflow import StepContext, Workflow, compact_checkpoint, run_workflow  # noqa: E402
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, compact_checkpoint, run_workflow  # noqa: E402
 from dsh_orchestra.workflow._journal import size_of  # noqa: E402
 
 REPLY = ("The change is fine: the loop is bounded, errors propagate, and the test covers it. " * 3)[:200]
@@ -66,7 +66,7 @@ async def trial(items: int, mode: str) -> dict[str, Any]:
         root = Path(tmp)
         path = root / "run.ckpt" if mode == "checkpoint" else None
         started = time.perf_counter()
-        result = await run_workflow(fan_out(items), spec=spec(root), checkpoint=path)
+        result = await run_workflow(fan_out(items), WorkflowOptions(spec=spec(root), checkpoint=path))
         wall = time.perf_counter() - started
         assert result.ok, result.summary()
         row: dict[str, Any] = {"mode": mode, "items": items, "wall_s": wall}
@@ -77,7 +77,7 @@ async def trial(items: int, mode: str) -> dict[str, Any]:
             row["item_json_bytes"] = db.execute("SELECT sum(length(record)) FROM items").fetchone()[0]
             row["output_bytes"] = items * len(REPLY)
         started = time.perf_counter()
-        again = await run_workflow(fan_out(items), spec=spec(root), checkpoint=path, resume=True)
+        again = await run_workflow(fan_out(items), WorkflowOptions(spec=spec(root), checkpoint=path, resume=True))
         row["resume_s"] = time.perf_counter() - started
         assert again.ok and again.output("review") == result.output("review")
         row["bytes_after_resume"] = size_of(path)

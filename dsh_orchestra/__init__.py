@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .approvals import ApprovalRequest as ApprovalRequest, ApprovalService as ApprovalService, AuditLog as AuditLog, Decision as Decision, DecisionRecord as DecisionRecord, load_policy as load_policy, replay as replay
     from .eval import EvalItem as EvalItem, EvalResult as EvalResult, Score as Score
     from .batch import BatchOptions as BatchOptions, BatchSummary as BatchSummary, BatchUsageError as BatchUsageError, DatasetError as DatasetError, load_dataset as load_dataset, run_batch as run_batch
-    from .pool import PoolClosedError as PoolClosedError, RuntimePool as RuntimePool, open_pool as open_pool
+    from .pool import PoolClosedError as PoolClosedError, RuntimePool as RuntimePool, open_places as open_places, open_pool as open_pool
     from .protocol import FrameTooLargeError as FrameTooLargeError, JsonRpcResponseError as JsonRpcResponseError, MethodNotSupportedError as MethodNotSupportedError, OrchestraError as OrchestraError, RequestTimeoutError as RequestTimeoutError, RuntimeExitedError as RuntimeExitedError, RuntimeStartError as RuntimeStartError, SdkProtocolError as SdkProtocolError, SubscriberOverflowError as SubscriberOverflowError, TransportClosedError as TransportClosedError
     from .questions import QuestionAnswerError as QuestionAnswerError, QuestionsRequest as QuestionsRequest
     from .results import ResultLine as ResultLine
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .session import CommandResult as CommandResult, Runtime as Runtime, Session as Session, SubagentResult as SubagentResult, TurnGroup as TurnGroup, TurnResult as TurnResult, open_runtime as open_runtime
     from .transport import Connection as Connection, Notification as Notification, Subscription as Subscription
     from .workflow import StepContext as StepContext, StepResult as StepResult, Workflow as Workflow, WorkflowResult as WorkflowResult, run_workflow as run_workflow
+    from .workflow import WorkflowOptions as WorkflowOptions
     from .workflow import CheckpointError as CheckpointError, escalate as escalate, load_recipe as load_recipe, open_workflow as open_workflow
 
 

@@ -32,9 +32,10 @@ ROOT_NAMES = [
     "OrchestraError", "PoolClosedError", "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError", "ResultLine",
     "Runtime", "RuntimeActor", "RuntimeExitedError", "RuntimePool", "RuntimeSpec", "RuntimeStartError", "Score",
     "SdkProtocolError", "Session", "StepContext", "StepResult", "SubagentResult", "SubscriberOverflowError",
-    "Subscription", "TransportClosedError", "TurnGroup", "TurnResult", "Workflow", "WorkflowResult", "__version__",
+    "Subscription", "TransportClosedError", "TurnGroup", "TurnResult", "Workflow", "WorkflowOptions", "WorkflowResult",
+    "__version__",
     "configure_logging", "enable_tracing", "escalate", "load_dataset", "load_policy", "load_recipe",
-    "log_context", "open_pool", "open_runtime", "open_workflow", "register_secrets", "replay", "run_batch",
+    "log_context", "open_places", "open_pool", "open_runtime", "open_workflow", "register_secrets", "replay", "run_batch",
     "run_workflow",
 ]
 """Pinned: adding or removing a root export is a decision, made here too."""
@@ -42,8 +43,9 @@ ROOT_NAMES = [
 BATCH_NAMES = [
     "ALONE_AFTER", "Attempt", "AttemptRunner", "BatchItem", "BatchOptions", "BatchSummary", "BatchUsageError", "DatasetCheck",
     "DatasetError", "Executor", "PoolExecutor", "ResultsFileError", "ResultsLockedError", "ResultsWriter", "Tally",
+    "MAX_SESSIONS_PER_RUNTIME", "PoolRunner", "may_write_transcript",
     "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "read_results",
-    "RUNTIME_CRASHED", "RuntimeCrash",
+    "RUNTIME_CRASHED", "RuntimeCrash", "SharedPlaces",
     "read_transcript", "run_batch", "scan_results", "stable_hash", "summarize", "transcript_name",
 ]
 SCALE_NAMES = [

@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, open_workflow, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, open_workflow, run_workflow
 
 SCENARIO = """
 [[rules]]
@@ -48,11 +48,12 @@ async def main() -> None:
         checkpoint = Path(tmp, "post.ckpt")
         inputs = {"topic": "trio"}
 
-        first = await run_workflow(wf, spec=spec, inputs=inputs, checkpoint=checkpoint)
+        first = await run_workflow(wf, WorkflowOptions(spec=spec, inputs=inputs, checkpoint=checkpoint))
         print(first.status, [(i.id, i.choices) for i in first.pending])
 
-        async with open_workflow(wf, spec=spec, inputs=inputs, checkpoint=checkpoint, resume=True,
-                                 answers={"approve:0": "yes"}) as run:
+        resumed = WorkflowOptions(spec=spec, inputs=inputs, checkpoint=checkpoint, resume=True,
+                                  answers={"approve:0": "yes"})
+        async with open_workflow(wf, resumed) as run:
             async for event in run.events():
                 print(event.kind, event.step)
             result = await run.result()

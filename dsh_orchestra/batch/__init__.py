@@ -23,9 +23,15 @@ from ._executor import (
     AttemptRunner as AttemptRunner,
     Executor as Executor,
     RuntimeCrash as RuntimeCrash,
+    SharedPlaces as SharedPlaces,
 )
-from ._local import PoolExecutor as PoolExecutor, attempt_on_pool as attempt_on_pool
-from ._options import BatchOptions as BatchOptions, BatchUsageError as BatchUsageError
+from ._merge import MergeError as MergeError, MergeReport as MergeReport, merge_results as merge_results
+from ._local import PoolExecutor as PoolExecutor, PoolRunner as PoolRunner, attempt_on_pool as attempt_on_pool
+from ._options import (
+    MAX_SESSIONS_PER_RUNTIME as MAX_SESSIONS_PER_RUNTIME,
+    BatchOptions as BatchOptions,
+    BatchUsageError as BatchUsageError,
+)
 from ._results import (
     ResultsFileError as ResultsFileError,
     ResultsLockedError as ResultsLockedError,
@@ -35,6 +41,10 @@ from ._results import (
 )
 from ._runner import run_batch as run_batch
 from ._summary import BatchSummary as BatchSummary, Tally as Tally, summarize as summarize
-from ._transcripts import read_transcript as read_transcript, transcript_name as transcript_name
+from ._transcripts import (
+    may_write_transcript as may_write_transcript,
+    read_transcript as read_transcript,
+    transcript_name as transcript_name,
+)
 
 __all__ = _publish(globals())

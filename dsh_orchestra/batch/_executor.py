@@ -15,6 +15,9 @@ somewhere and says how many it can run at once:
   it, ``Attempt.crash`` says which runtime incarnation and how (the run loop finds the item
   that kills runtimes from that); ``attempt(..., alone=True)`` runs an attempt with no other
   session on its runtime.
+* ``SharedPlaces`` (optional members of a runner): the ``lease`` judge scorers share the
+  batch's runtimes through, and the runtime's ``server_version`` for the summary. The run
+  loop asks for these, never which executor it has.
 
 Two executors ship: ``PoolExecutor`` (a local ``RuntimePool``, the default) and
 ``dsh_orchestra.scale.RayExecutor``. docs/architecture.md explains how to write another.
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
+from ..pool import Lease
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
 from ._dataset import BatchItem
@@ -116,6 +120,36 @@ class AttemptRunner(Protocol):
     def pending_approvals(self) -> int:
         """Approval requests waiting for a decision right now (for the progress display)."""
         ...
+
+
+@runtime_checkable
+class SharedPlaces(Protocol):
+    """What an ``AttemptRunner`` may also offer the run loop (optional: a runner without these
+    members counts as having None; the shipped runners have both)."""
+
+    @property
+    def lease(self) -> Lease | None:
+        """Hold a place on one of this executor's runtimes for a block, in this process (what
+        judge scorers without a runtime of their own run on), or None when it has none here
+        (they then open their own)."""
+        ...
+
+    @property
+    def server_version(self) -> str | None:
+        """The runtime's ``serverInfo.version`` for the summary, when known here."""
+        ...
+
+
+def runner_lease(runner: AttemptRunner) -> Lease | None:
+    """``runner.lease`` (``SharedPlaces``), or None for a runner without it."""
+    lease: Lease | None = getattr(runner, "lease", None)
+    return lease
+
+
+def runner_server_version(runner: AttemptRunner) -> str | None:
+    """``runner.server_version`` (``SharedPlaces``), or None for a runner without it."""
+    version: str | None = getattr(runner, "server_version", None)
+    return version
 
 
 @runtime_checkable

@@ -7,9 +7,7 @@ very same function on their own pools (``dsh_orchestra.scale``).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import socket
 import uuid
 import weakref
@@ -19,9 +17,7 @@ from typing import Any, AsyncIterator, Coroutine
 import attrs
 import trio
 
-from .._scratch import scratch_dir
-from ..approvals import AuditLog
-from ..pool import RuntimePool, SessionBusyError, open_pool, retryable
+from ..pool import Lease, RuntimePool, SessionBusyError, open_places, retryable
 from ..protocol import OrchestraError, RuntimeExitedError, SessionExistsError, SessionOwnedError, TransportClosedError
 from ..runtime import RuntimeSpec
 from ..session import Runtime, Session, TurnResult
@@ -163,6 +159,21 @@ class PoolRunner:
     def pending_approvals(self) -> int:
         return sum(r.approvals.pending for r in self.pool.runtimes if r.approvals is not None)
 
+    @property
+    def lease(self) -> Lease:
+        """The pool's ``lease``: judges' sessions run on the batch's own runtimes."""
+        return self.pool.lease
+
+    @property
+    def server_version(self) -> str | None:
+        """The runtimes' ``serverInfo.version`` (the first that greeted with one)."""
+        for runtime in self.pool.runtimes:
+            info = getattr(runtime.actor, "server_info", None)
+            server = getattr(info, "server_info", None)
+            if server is not None and server.version is not None:
+                return str(server.version)
+        return None
+
 
 @attrs.frozen(kw_only=True)
 class PoolExecutor:
@@ -182,16 +193,16 @@ class PoolExecutor:
     async def open(self, spec: RuntimeSpec | None, options: BatchOptions) -> AsyncIterator[PoolRunner]:
         runtimes = self.runtimes or options.runtimes
         in_flight = self.concurrency or options.concurrency or runtimes * 4
-        with contextlib.ExitStack() as stack:
-            if spec is None:
-                home = stack.enter_context(scratch_dir("batch"))
-                spec = RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
-            audit = stack.enter_context(AuditLog(options.audit, secrets=spec.secrets())) if options.audit is not None else None
-            transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None
-            async with open_pool(
-                spec, runtimes, max_sessions=max(1, math.ceil(in_flight / runtimes)),
-                approvals=options.policy, answerer=options.answerer, audit=audit,
-                max_sessions_per_runtime=options.max_sessions_per_runtime,
-                max_runtime_rss_mib=options.max_runtime_rss_mib,
-            ) as pool:
-                yield PoolRunner(pool, in_flight, options.timeout, transcripts)
+        transcripts = TranscriptWriter(options.transcripts) if options.transcripts is not None else None
+        async with open_places(
+            spec, runtimes, scratch="batch", approvals=options.policy, answerer=options.answerer, audit=options.audit,
+            max_sessions=max(1, math.ceil(in_flight / runtimes)),
+            max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
+        ) as places:
+            assert places.pool is not None
+            yield PoolRunner(places.pool, in_flight, options.timeout, transcripts)
+
+
+def default_executor() -> PoolExecutor:
+    """The executor ``run_batch`` uses when given none: a local pool sized by the options."""
+    return PoolExecutor()

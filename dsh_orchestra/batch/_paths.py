@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._paths import PathLike, check_paths, existing_file
-from ._transcripts import may_write
+from ._transcripts import may_write_transcript
 
 
 def check_batch_paths(dataset: PathLike, out: PathLike, options: Any) -> None:
@@ -21,5 +21,5 @@ def check_batch_paths(dataset: PathLike, out: PathLike, options: Any) -> None:
     check_paths(
         {"dataset": dataset, "policy": existing_file(policy)},
         {"out": out, "summary": options.summary, "audit": options.audit},
-        output_dirs={"transcripts": (options.transcripts, may_write)},
+        output_dirs={"transcripts": (options.transcripts, may_write_transcript)},
     )

@@ -7,7 +7,6 @@ seconds, a line every ``interval``) so it stays live while no item finishes.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Callable, TextIO
@@ -16,6 +15,7 @@ import attrs
 import trio
 
 from .._params import Param, ParamValueError
+from .._terminal import terminal_size
 
 
 @attrs.define
@@ -61,7 +61,7 @@ class Progress:
         if mode == "bar":
             from tqdm import tqdm  # type: ignore[import-untyped]
 
-            width, height = _terminal_size(self.stream)
+            width, height = terminal_size(self.stream)
             self._bar = tqdm(
                 total=counters.total, initial=counters.done, unit="item", file=self.stream, desc="batch",
                 mininterval=0, dynamic_ncols=width is None, ncols=width, nrows=height,
@@ -114,16 +114,3 @@ class Progress:
             self.update(force=True)
             self._bar.close()
             self._bar = None
-
-
-def _terminal_size(stream: TextIO) -> tuple[int | None, int | None]:
-    """(columns, lines) to force where the terminal reports none; None: follow the terminal.
-
-    A pseudo-terminal nobody sized (some CI runners, ``docker run -t``, a test's pty) reports
-    0 x 0, and tqdm then draws nothing at all (it hides bars below the last line).
-    """
-    try:
-        size = os.get_terminal_size(stream.fileno())
-    except (AttributeError, OSError, ValueError):
-        return None, None
-    return (None if size.columns > 0 else 100), (None if size.lines > 0 else 24)

@@ -37,8 +37,8 @@ def scan_results(
             (``result_problem``); the file is left unchanged.
     """
     stream = read_lines(path, repair=repair)
-    for line in stream:
-        on_line(line.to_json())
+    for line in stream.objects():
+        on_line(line)
     return stream.count, stream.torn
 
 
@@ -51,9 +51,8 @@ def read_results(path: str | os.PathLike[str], *, repair: bool = True) -> tuple[
     """
     done: dict[str, dict[str, Any]] = {}
     stream = read_lines(path, repair=repair)
-    for line in stream:
-        if line.id not in done:
-            done[line.id] = line.to_json()
+    for line in stream.objects():
+        done.setdefault(line["id"], line)
     return done, stream.torn
 
 

@@ -23,16 +23,16 @@ import trio
 from .._redact import Redactor
 from .._params import Param
 from .._tracing import ITEM_SPAN, observed
-from ..pool import Backoff
+from ..pool import Backoff, job_warnings
 from ..runtime import RuntimeSpec
-from ..session import OK_FINISH_REASONS, configuration_warnings, report_warnings, warnings_reported
+from ..session import OK_FINISH_REASONS
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan
 from ..results import ResultLine, read_results
 from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
-from ._executor import Attempt, AttemptRunner, Executor
-from ._local import PoolExecutor, PoolRunner
+from ._executor import Attempt, AttemptRunner, Executor, runner_lease, runner_server_version
+from ._local import default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
@@ -265,7 +265,7 @@ async def run_batch(
             write failed, the dataset changed underneath); the results so far are kept.
     """
     options = options or BatchOptions(**kwargs)
-    executor = executor if executor is not None else PoolExecutor()
+    executor = executor if executor is not None else default_executor()
     backoff = _backoff(options)
     # Validate the whole file first (nothing runs on a bad dataset), keeping only the ids; the
     # items are streamed from the file again as places free up: memory stays flat in size.
@@ -304,14 +304,13 @@ async def _run_locked(
     processed = 0
     if spec is not None and options.approval_relay is not None:
         spec = spec.evolve(approval_relay=options.approval_relay)
-    warnings = configuration_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None)
-    report_warnings(warnings)  # once for the batch, not once per runtime
-    try:
-        with ResultsWriter(out) as writer, warnings_reported():
+    try:  # warnings once for the batch, not once per runtime
+        with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
+                ResultsWriter(out) as writer:
             if todo:
                 async with executor.open(spec, options) as runner:
-                    server_version = _server_version(runner)
-                    lease = runner.pool.lease if isinstance(runner, PoolRunner) else None
+                    server_version = runner_server_version(runner)
+                    lease = runner_lease(runner)
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
@@ -368,15 +367,3 @@ class _Units:
                     self.stopped = "budget"
                     return
                 yield item, epoch
-
-
-def _server_version(runner: AttemptRunner) -> str | None:
-    """The runtime's ``serverInfo.version`` (local pool only; Ray actors greet on their nodes)."""
-    if not isinstance(runner, PoolRunner):
-        return None
-    for runtime in runner.pool.runtimes:
-        info = getattr(runtime.actor, "server_info", None)
-        server = getattr(info, "server_info", None)
-        if server is not None and server.version is not None:
-            return str(server.version)
-    return None

@@ -59,10 +59,13 @@ def transcript_name(item_id: str) -> str:
     return f"{prefix}-{hashlib.sha256(item_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}{SUFFIX}"
 
 
-def may_write(name: str) -> bool:
+def may_write_transcript(name: str) -> bool:
     """True for the file names a transcripts directory may hold: transcripts and their
     temporary files (for the path checks)."""
     return name.endswith(SUFFIX) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+may_write = may_write_transcript  # (its earlier name)
 
 
 def transcript_lines(item_id: str, turn: TurnResult) -> Iterator[dict[str, Any]]:

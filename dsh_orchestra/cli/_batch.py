@@ -16,8 +16,7 @@ from .._params import ParamError
 from .._paths import PathConflictError
 from .._scratch import scratch_dir
 from ..batch import BatchOptions, BatchUsageError, DatasetError, parse_shard, run_batch
-from ..batch._options import MAX_SESSIONS_PER_RUNTIME
-from ..batch._transcripts import may_write
+from ..batch import MAX_SESSIONS_PER_RUNTIME, may_write_transcript
 from ..protocol import OrchestraError, RuntimeStartError
 from ._common import (
     UsageError,
@@ -93,7 +92,7 @@ def paths(args: argparse.Namespace) -> Paths:
         {"DATASET": args.dataset, "--script": args.script, "--policy": file_option(args.policy),
          "--answerer": file_option(args.answerer), "--scoring": args.scoring, "--prices": args.prices},
         {"--out": args.out, "--summary": args.summary, "--audit": args.audit},
-        {"--transcripts": (args.transcripts, may_write)},
+        {"--transcripts": (args.transcripts, may_write_transcript)},
     )
 
 

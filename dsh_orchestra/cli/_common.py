@@ -16,7 +16,7 @@ from ..approvals import LoadedPolicy, PolicyFileError, load_policy
 from ..questions import Answerer, AnswererFileError, QuestionsRequest, load_answerer
 from ..runtime import RuntimeSpec
 from ._errors import message
-from ..runtime._spec import APPROVAL_RELAY_MODES
+from ..runtime import APPROVAL_RELAY_MODES
 from ..session import configuration_warnings, report_warnings
 
 

@@ -16,11 +16,10 @@ import trio
 
 from ..batch import DatasetError, load_dataset
 from ..eval import RescoreError, ScoringError, rescore
-from ..eval._compare import CompareInputError, compare_runs, scorer_names
-from ..eval._many import compare_many
+from ..eval import CompareInputError, compare_many, compare_runs, scorer_names
 from ..protocol import OrchestraError
 from ..report import ReportInputError
-from ..report._data import load_result_lines
+from ..report import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from .._scratch import scratch_dir
 from ._errors import message

@@ -25,7 +25,7 @@ NO_GLOBAL_OPTIONS = ("sim",)
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from ..testing._sim_main import sim_main
+    from ..testing import sim_main  # (the package is imported first either way)
 
     return int(sim_main(args.rest))
 
@@ -50,7 +50,7 @@ def _command_index(argv: Sequence[str]) -> int | None:
 
 
 def _fake_model(args: argparse.Namespace) -> int:
-    from ..testing._fake_model import fake_model_main
+    from ..testing import fake_model_main
 
     return int(fake_model_main(args.port, args.script))
 
@@ -93,9 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch, _compare, _plan, _policy, _report, _run, _score
+    from . import _batch, _compare, _merge, _plan, _policy, _report, _run, _score
 
-    return [_batch.register, _compare.register, _plan.register, _policy.register, _report.register, _run.register, _score.register]
+    return [_batch.register, _compare.register, _merge.register, _plan.register, _policy.register, _report.register,
+            _run.register, _score.register]
 
 
 _EXTRA_COMMANDS = _extra_commands()

@@ -9,9 +9,8 @@ from typing import Any
 
 import orjson
 
-from ..eval._power import PlanInputError, plan_runs
-from ..report import ReportInputError
-from ..report._data import load_result_lines
+from ..eval import PlanInputError, plan_runs
+from ..report import ReportInputError, load_result_lines
 from ._common import UsageError, fail
 from ._errors import message
 from ._paths import Paths

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..report import ReportInputError, write_report
-from ..report._data import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT
+from ..report import DEFAULT_MAX_TEXT, DEFAULT_MAX_TRANSCRIPT
 from ._common import UsageError, check_numbers, fail
 from ._paths import Paths
 

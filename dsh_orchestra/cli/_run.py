@@ -32,6 +32,7 @@ from ..workflow import (
     Interrupt,
     RecipeError,
     Workflow,
+    WorkflowOptions,
     WorkflowResult,
     answer_on_terminal,
     checkpoint_changes,
@@ -54,7 +55,7 @@ from ._common import (
     policy_option,
     start_warnings,
 )
-from ._errors import flag
+
 from ..session import warnings_reported
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
@@ -169,14 +170,14 @@ def main(args: argparse.Namespace) -> int:
         except (UsageError, RecipeError) as exc:
             return fail(exc)
         except CheckpointError as exc:
-            return fail(f"{flag(exc.parameter)}: {exc}")
+            return fail(exc)
         try:
             with warnings_reported():  # printed and logged once above
                 result: WorkflowResult = trio.run(_run, recipe.workflow, options, not args.no_progress)
         except Exception as exc:  # noqa: BLE001 (sorted into exit statuses; anything else re-raised)
             cause = _first_leaf(exc)
             if isinstance(cause, CheckpointError):
-                return fail(f"{flag(cause.parameter)}: {cause}")
+                return fail(cause)
             if isinstance(cause, ValueError):  # contradictory numbers (run_workflow checks them first)
                 return fail(cause)
             if not isinstance(cause, OrchestraError):
@@ -200,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             before, after = compact_checkpoint(args.checkpoint)
         except CheckpointError as exc:
-            print(f"dsh-orchestra: --compact: {exc}", file=sys.stderr)
+            print(f"dsh-orchestra: --compact: {exc.reason}", file=sys.stderr)
         else:
             print(f"dsh-orchestra: checkpoint compacted from {before} to {after} bytes", file=sys.stderr)
     return 0 if result.ok else 1
@@ -242,7 +243,7 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
 
 
 async def _run(workflow: Workflow, options: dict[str, Any], progress: bool) -> WorkflowResult:
-    async with open_workflow(workflow, **options) as run:
+    async with open_workflow(workflow, WorkflowOptions(**options)) as run:
         if progress:
             board = StepBoard(workflow, run.events())
             async with trio.open_nursery() as nursery:

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import trio
 
-from ..batch._progress import _terminal_size
+from .._terminal import terminal_size
 from ..workflow import EventChannel, Workflow, WorkflowEvent
 
 SETTLED = {"finished", "failed", "skipped", "cancelled", "resumed"}
@@ -38,7 +38,7 @@ class StepBoard:
         if getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm  # type: ignore[import-untyped]
 
-            width, height = _terminal_size(self.stream)
+            width, height = terminal_size(self.stream)
             self._bar = tqdm(
                 total=len(self.state), unit="step", file=self.stream, desc="workflow", mininterval=0,
                 dynamic_ncols=width is None, ncols=width, nrows=height,

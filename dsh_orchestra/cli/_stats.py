@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..eval._cluster import ClusterError, check_cluster_field
+from ..eval import ClusterError, check_cluster_field
 from ._common import UsageError
 
 
@@ -59,8 +59,7 @@ def read_labels(labels: str, results: str) -> dict[str, float]:
     """
     import orjson
 
-    from ..eval import read_result_lines
-    from ..eval._agreement import LabelsError, parse_labels
+    from ..eval import LabelsError, parse_labels, read_result_lines
 
     try:
         with open(labels, "rb") as handle:
@@ -78,9 +77,7 @@ def read_labels(labels: str, results: str) -> dict[str, float]:
 
 def labels_agreement(rescored: str, plan: Any, labels: Mapping[str, float]) -> dict[str, Any]:
     """Each scorer's ``eval._agreement.agreement`` with ``labels`` over the rescored lines (epochs reduced)."""
-    from ..eval import read_result_lines
-    from ..eval._agreement import agreement
-    from ..eval._compare import reduce_items
+    from ..eval import agreement, read_result_lines, reduce_items
 
     lines = [line for _, line in read_result_lines(Path(rescored))]
     values, _ = reduce_items(lines, plan.names, plan.reducer)

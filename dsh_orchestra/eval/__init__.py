@@ -37,6 +37,7 @@ from ._agreement import (
 )
 from ._cluster import (
     ClusterError as ClusterError,
+    check_cluster_field as check_cluster_field,
     cluster_bootstrap_ci as cluster_bootstrap_ci,
     cluster_stderr as cluster_stderr,
     design_effect as design_effect,
@@ -44,6 +45,8 @@ from ._cluster import (
 from ._compare import (
     CompareInputError as CompareInputError,
     compare_runs as compare_runs,
+    reduce_items as reduce_items,
+    scorer_names as scorer_names,
     mcnemar_exact as mcnemar_exact,
     sign_flip_test as sign_flip_test,
 )
@@ -62,6 +65,7 @@ from ._config import (
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+    DEFAULT_REDUCER as DEFAULT_REDUCER,
     Reducer as Reducer,
     ScoreTally as ScoreTally,
     bootstrap_ci as bootstrap_ci,

@@ -20,6 +20,7 @@ import math
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
+from .._params import Param, ParamError
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer, stderr
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
@@ -29,8 +30,9 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
 
 
-class CompareInputError(ValueError):
-    """The two runs cannot be compared (no common item, a scorer in neither); the message says why."""
+class CompareInputError(ParamError, ValueError):
+    """The two runs cannot be compared (no common item, a scorer in neither); the message says
+    why and names the parameter (``.param``: ``base``, or ``scorers``)."""
 
 
 # ---- the tests ----------------------------------------------------------------------------
@@ -286,7 +288,8 @@ def compare_runs(
         missing = [n for n in names if n not in base_names and n not in candidate_names]
         if missing and not _of_other_runs:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
-            raise CompareInputError(f"scorer {missing[0]!r} is in neither run (their scorers: {known})")
+            raise CompareInputError(Param("scorers", missing[0], spelled="scorers"),
+                                    f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
     if _reduced is not None:
         (base_values, base_status), (candidate_values, candidate_status) = _reduced
     else:
@@ -294,7 +297,8 @@ def compare_runs(
         candidate_values, candidate_status = reduce_items(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
-        raise CompareInputError("the two runs have no item id in common: nothing to pair")
+        raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
+                                ": the two runs have no item id in common: nothing to pair")
     clusters = item_clusters([*base, *candidate], cluster_by) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
     for name in names:

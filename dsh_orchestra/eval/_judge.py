@@ -13,23 +13,18 @@ import contextlib
 import os
 import shlex
 import uuid
-from contextlib import AbstractAsyncContextManager
-from typing import Any, AsyncIterator, Callable, Literal, Mapping, Sequence
+from typing import Any, AsyncIterator, Literal, Mapping, Sequence
 
 import attrs
 
-from ..pool import SESSIONS_PER_RUNTIME, open_pool
+from ..pool import SESSIONS_PER_RUNTIME, Lease as Lease, open_places
 from ..runtime import RuntimeSpec
-from ..session import Runtime
 from ..workflow import OutputParseError, parse_output, repair_prompt
 from .._scratch import scratch_dir
 from ._config import ScorerSpec, ScoringError
 from ._score import ItemLike, Score, targets_of
 from ..results import Usage
 from ._usage import turn_usage
-
-Lease = Callable[[], AbstractAsyncContextManager[Runtime]]
-"""``pool.lease``: hold a place on a runtime for a block."""
 
 GRADES = {"correct": 1.0, "partial": 0.5, "incorrect": 0.0}
 
@@ -181,10 +176,10 @@ async def open_judges(
             if key not in opened:
                 if runtime is None:
                     runtime = fallback or RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
-                pool = await stack.enter_async_context(open_pool(
+                places = await stack.enter_async_context(open_places(
                     runtime, 1, max_sessions=4, max_sessions_per_runtime=max_sessions_per_runtime,
                     max_runtime_rss_mib=max_runtime_rss_mib,
                 ))
-                opened[key] = pool.lease
+                opened[key] = places.lease
             leases[spec.name] = opened[key]
         yield leases

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import attrs
 import orjson
 
+from .._params import Param, ParamError
 from ..protocol import SESSION_EVENT
 from ..results import Usage
 
@@ -88,8 +89,17 @@ def turn_usage(turn: Any) -> Usage:
     return events_usage(steps)
 
 
-class PricesError(ValueError):
-    """The prices file is unreadable or malformed; the message says what to fix."""
+class PricesError(ParamError, ValueError):
+    """The prices file is unreadable or malformed, or has no price for the route; the message
+    says what to fix and starts with the parameter (``.param``: ``prices``).
+
+    ``PricesError(text)`` says ``prices: <text>`` (the CLI spells the parameter as its flag).
+    """
+
+    def __init__(self, *parts: str | Param) -> None:
+        if len(parts) == 1 and isinstance(parts[0], str):
+            parts = (Param("prices", spelled="prices"), ": ", parts[0])
+        super().__init__(*parts)
 
 
 @attrs.frozen

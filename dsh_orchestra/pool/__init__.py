@@ -11,6 +11,7 @@ from ._pool import (
     SpecFactory as SpecFactory,
     open_pool as open_pool,
 )
+from ._places import Lease as Lease, Places as Places, job_warnings as job_warnings, open_places as open_places
 from ._retry import (
     Backoff as Backoff,
     PoolClosedError as PoolClosedError,

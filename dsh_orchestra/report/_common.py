@@ -11,7 +11,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from ..batch._transcripts import transcript_name
+from ..batch import transcript_name
 
 DEFAULT_MAX_TEXT = 20_000  # characters of one prompt / response / subagent text kept in the report
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from ..eval._compare import reduce_items
+from ..eval import reduce_items
 from ._common import DEFAULT_MAX_TEXT, clip
 from ._eval_html import fmt, interval_svg, interval_text
 from ._items import PREVIEW

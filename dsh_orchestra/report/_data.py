@@ -15,15 +15,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import attrs
 import orjson
 
-from .._params import integer
+from .._params import Param, integer
 from .._version import __version__
 from ..approvals import DecisionRecord
 from ..results import read_results
 from ..eval import percentile
 from ..workflow import WorkflowResult
-from ..eval._compare import compare_runs, scorer_names
+from ..eval import CompareInputError, compare_runs, scorer_names
 from ._common import DEFAULT_MAX_TEXT as DEFAULT_MAX_TEXT, clip as _clip, number as _number
 from ._comparison import comparison_payload
 from ._conversation import DEFAULT_MAX_CHARS
@@ -93,8 +94,7 @@ def load_result_lines(path: str | os.PathLike[str], what: str = "results file", 
         raise ReportInputError(f"{what} {str(path)!r} does not exist")
     lines: list[dict[str, Any]] = []
     try:
-        for line in read_results(path):  # its rules: a string "status" ("ok" or "error") included
-            lines.append(line.to_json())
+        lines.extend(read_results(path).objects())  # its rules: a string "status" ("ok" or "error") included
     except OSError as exc:
         raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:
@@ -493,7 +493,13 @@ def build_payload(
             group_by=group_by,
         )
         if compare is not None:
-            payload["comparison"] = build_comparison(compare, results, candidate_lines=lines, prompts=prompts, seed=seed, max_text=max_text)
+            try:
+                payload["comparison"] = build_comparison(compare, results, candidate_lines=lines, prompts=prompts, seed=seed,
+                                                         max_text=max_text)
+            except CompareInputError as exc:  # said with this function's parameters: compare (the base), results
+                names = {"base": "compare", "candidate": "results"}
+                raise CompareInputError(*(attrs.evolve(p, name=names.get(p.name, p.name), spelled=names.get(p.name, p.name))
+                                          if isinstance(p, Param) and p.name in names else p for p in exc.parts)) from exc
     if workflow is not None:
         payload["workflow"] = workflow_payload(load_workflow(workflow), max_text=max_text)
     return payload

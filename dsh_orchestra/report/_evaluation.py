@@ -11,9 +11,7 @@ import math
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from ..batch._summary import percentile
-from ..eval._compare import reduce_items, scorer_names
-from ..eval._metrics import DEFAULT_REDUCER, ScoreTally, bootstrap_ci, parse_reducer, pass_at_k, pass_hat_k
+from ..eval import DEFAULT_REDUCER, ScoreTally, bootstrap_ci, parse_reducer, pass_at_k, pass_hat_k, percentile, reduce_items, scorer_names
 
 DISTRIBUTION_BINS = 10
 MAX_DISTINCT = 11  # up to this many distinct values are counted one by one, else binned

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..batch._transcripts import read_transcript, transcript_name
+from ..batch import read_transcript, transcript_name
 from ._common import clip, number, transcript_link
 from ._conversation import DEFAULT_MAX_CHARS, line_entries, transcript_entries
 from ._evaluation import score_value

@@ -208,10 +208,11 @@ class ResultLine:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The object of the results file: the line as read, or the documented keys in their
-        order (the evaluation keys only when set), then ``extra``."""
+        """The object of the results file: for a line read from a file, the very object it was
+        decoded from (not a copy: change a copy); else the documented keys in their order (the
+        evaluation keys only when set), then ``extra``."""
         if self.source is not None:
-            return dict(self.source)
+            return self.source  # type: ignore[return-value]  # (a dict: what the reader decoded)
         return unstructure_line(self)
 
     def evaluation_json(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The one reader of results files: ``read_results`` streams ``ResultLine``s, line by line.
 
-The rules are those of ``--resume``: a last line without its newline that is not valid JSON is
+The rules are those of a resumed batch (``resume=True``): a last line without its newline that is not valid JSON is
 torn (a crash while writing) and skipped (with ``repair`` cut off; a valid last line without
 its newline gets it back); any other line that is not a result object of the documented schema
 (``result_problem``) raises ``ResultsFileError`` naming the line, and the file is left as it was.
@@ -105,29 +105,39 @@ class ResultsFileError(ValueError):
 class ResultStream:
     """The lines of one results file, read as they are iterated (see ``read_results``).
 
-    ``number``: the file line of the last line given; after the last one, ``count`` (lines
-    given) and ``torn`` (bytes of a torn last line, skipped).
+    ``number``: the file line of the last line given, ``offset`` its first byte and ``raw`` its
+    bytes as in the file (for an index of the file, or to copy lines unchanged); after the last
+    one, ``count`` (lines given) and ``torn`` (bytes of a torn last line, skipped).
     """
 
     def __init__(self, path: Path, *, repair: bool, check: Check | None) -> None:
         self.path = path
         self.number = 0
+        self.offset = 0
+        self.raw = b""
         self.count = 0
         self.torn = 0
         self._repair = repair
         self._check = check
 
     def __iter__(self) -> Iterator[ResultLine]:
-        return self._lines()
+        return (structure_line(value) for value in self._objects())
 
-    def _lines(self) -> Iterator[ResultLine]:
+    def objects(self) -> Iterator[dict[str, Any]]:
+        """The same lines, by the same rules, as the JSON objects decoded (no ``ResultLine``
+        made: for a reader that only passes the objects on, as the report's pages do)."""
+        return self._objects()
+
+    def _objects(self) -> Iterator[dict[str, Any]]:
         path, check = self.path, self._check
         if not path.exists():
             return
         torn = 0
         newline = False
+        position = 0
         with open(path, "rb") as handle:
             for number, line in enumerate(handle, start=1):
+                start, position = position, position + len(line)
                 last = not line.endswith(b"\n")
                 if not line.strip():
                     torn = len(line) if last else 0
@@ -145,8 +155,10 @@ class ResultStream:
                         raise ResultsFileError(str(path), number, problem)
                 newline = last
                 self.number = number
+                self.offset = start
+                self.raw = line
                 self.count += 1
-                yield structure_line(value)
+                yield value
         self.torn = torn
         if self._repair and torn:
             with open(path, "r+b") as handle:
@@ -161,7 +173,7 @@ def read_results(path: str | os.PathLike[str], *, repair: bool = False, check: C
     read line by line as the returned ``ResultStream`` is iterated (memory stays flat: only
     the line at hand is held). A missing file has no lines.
 
-    ``repair`` (what ``--resume`` does) cuts a torn last line off, or restores a valid last
+    ``repair`` (what a resumed batch does) cuts a torn last line off, or restores a valid last
     line's newline, once every line was read and accepted. ``check`` (default
     ``result_problem``) says what is wrong with a decoded line (None: nothing).
 

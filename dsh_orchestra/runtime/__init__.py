@@ -1,4 +1,5 @@
-"""Runtime layer: RuntimeSpec and the runtime actor (process, handshake, close ladder).
+"""Runtime layer: RuntimeSpec, the runtime actor (process, handshake, close ladder) and the
+approval relay (its socket server, ``ApprovalRelay``, beside its plugin's files in ``relay/``).
 
 Knows nothing about sessions, pools or workflows.
 """
@@ -6,7 +7,9 @@ Knows nothing about sessions, pools or workflows.
 from .._public import publish as _publish
 from .._redact import redact as redact
 from ._actor import RuntimeActor as RuntimeActor, StderrTail as StderrTail
+from ._relay import ApprovalRelay as ApprovalRelay, relay_warnings as relay_warnings
 from ._spec import (
+    APPROVAL_RELAY_MODES as APPROVAL_RELAY_MODES,
     DEFAULT_MODEL as DEFAULT_MODEL,
     DEFAULT_PROVIDER as DEFAULT_PROVIDER,
     Connector as Connector,

@@ -88,8 +88,7 @@ class RuntimeActor:
         self.exit_error: TransportClosedError | None = None
         self.stderr = StderrTail(spec.stderr_tail_lines)
         self._handlers: dict[str, tuple[Handler, type | None]] = {}
-        self._sinks: list[Callable[[Notification], None]] = []
-        self._batch_sinks: list[Callable[[list[Notification]], None]] = []
+        self._sinks: list[Callable[[list[Notification]], None]] = []
         self._close_requested = trio.Event()
         self._stopped = trio.Event()
         self._started = False
@@ -122,17 +121,11 @@ class RuntimeActor:
         if self.connection is not None:
             self.connection.register(method, handler, params_type)
 
-    def add_sink(self, sink: Callable[[Notification], None]) -> None:
-        """Receive every notification in wire order (see Connection.add_sink)."""
+    def add_sink(self, sink: Callable[[list[Notification]], None]) -> None:
+        """Receive every read's notifications in one call, in wire order (see Connection.add_sink)."""
         self._sinks.append(sink)
         if self.connection is not None:
             self.connection.add_sink(sink)
-
-    def add_batch_sink(self, sink: Callable[[list[Notification]], None]) -> None:
-        """Receive every read's notifications in one call (see Connection.add_batch_sink)."""
-        self._batch_sinks.append(sink)
-        if self.connection is not None:
-            self.connection.add_batch_sink(sink)
 
     def _tail(self) -> str:
         return redact(self.stderr.text(), self.spec.secrets())
@@ -185,8 +178,6 @@ class RuntimeActor:
                     # fail them for good (and the runtime sends nothing before a client request).
                     for sink in self._sinks:
                         connection.add_sink(sink)
-                    for batch_sink in self._batch_sinks:
-                        connection.add_batch_sink(batch_sink)
                     self.connection = connection
                     log.info("runtime %r ready (pid %s)", self.name, self.pid)
                     task_status.started(self)

@@ -226,7 +226,7 @@ class RuntimeSpec:
     def argv(self) -> list[str]:
         """The full argv to launch (bundled dsh resolved here)."""
         if self.connect is not None:
-            raise ValueError("an in-process runtime has no argv")
+            raise ParamValueError("an in-process runtime (", Param("connect", spelled="connect="), ") has no argv")
         bundled = self.command is None
         argv = list(bundled_dsh_command() if bundled else self.command or ())
         if bundled or self.append_profile:
@@ -238,9 +238,9 @@ class RuntimeSpec:
     def process_env(self) -> dict[str, str]:
         """The child's environment: ours (if inherited), overrides, DSH_HOME and the endpoint."""
         if self.dsh_home is None:
-            raise ValueError(
-                f"runtime {self.display_name!r} needs an explicit dsh_home (DSH_HOME); "
-                "dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=...)"
+            raise ParamValueError(
+                f"runtime {self.display_name!r} needs an explicit ", Param("dsh_home", spelled="dsh_home"),
+                " (DSH_HOME); dsh_orchestra never falls back to ~/.dsh: pass RuntimeSpec(dsh_home=...)",
             )
         env = dict(os.environ) if self.inherit_env else {}
         env.update(self.env)

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor
-from ..batch._local import PoolRunner
+from ..batch import PoolRunner
 from ..protocol import OrchestraError
 from ._portable import ActorSpec, RemoteError
 

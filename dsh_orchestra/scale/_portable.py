@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from .._params import Param, ParamValueError
 from .._scratch import scratch_dir
 from ..protocol import OrchestraError, RuntimeStartError
 from ..runtime import RuntimeSpec
@@ -90,8 +91,8 @@ def split_spec(spec: RuntimeSpec, *, temp_home: bool = False,
         ValueError: an in-process spec (``connect=...``): it cannot run in another process.
     """
     if spec.connect is not None:
-        raise ValueError(
-            "an in-process runtime (RuntimeSpec(connect=...)) cannot run in a Ray actor; "
+        raise ParamValueError(
+            "an in-process runtime (RuntimeSpec(", Param("connect", spelled="connect=..."), ")) cannot run in a Ray actor; "
             "use a process spec (RuntimeSpec.simulator(...), the bundled dsh or a command)"
         )
     environ = os.environ if environ is None else environ

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 import attrs
 import trio
 
-from .._params import Param, integer, positive
+from .._params import Param, ParamValueError, integer, positive
 from ..batch import Attempt, BatchItem, BatchOptions, BatchSummary, BatchUsageError, run_batch
 from ..pool import Backoff, Ended, Supervisor, serving
 from ..protocol import OrchestraError
@@ -57,13 +57,15 @@ def _resources_per_slot(value: Any) -> tuple[dict[str, float], ...] | None:
         return None
     entries = [value] if isinstance(value, Mapping) else value
     if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence) or not entries:
-        raise ValueError(f"actor_resources must be a mapping or a non-empty list of mappings, not {value!r}")
+        raise ParamValueError(Param("actor_resources", value, spelled="actor_resources"),
+                              f" must be a mapping or a non-empty list of mappings, not {value!r}")
     out = []
     for entry in entries:
         if not isinstance(entry, Mapping) or not all(
                 isinstance(k, str) and k and not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
                 for k, v in entry.items()):
-            raise ValueError(f"actor_resources: each entry must map resource names to positive numbers, not {entry!r}")
+            raise ParamValueError(Param("actor_resources", value, spelled="actor_resources"),
+                                  f": each entry must map resource names to positive numbers, not {entry!r}")
         out.append({k: float(v) for k, v in entry.items()})
     return tuple(out)
 
@@ -221,6 +223,16 @@ class RayRunner:
 
     def pending_approvals(self) -> int:
         return 0  # decided inside the actors; not polled over Ray
+
+    @property
+    def lease(self) -> None:
+        """None: the runtimes live in the actors, so judges open their own here."""
+        return None
+
+    @property
+    def server_version(self) -> None:
+        """None: the actors greet their runtimes on their own nodes."""
+        return None
 
     def slot_options(self, index: int) -> dict[str, Any]:
         """Ray's options for the actor of slot ``index``: every actor's, with the slot's own resources."""

@@ -2,7 +2,7 @@
 
 Owns: the session router sink, session handles, abandoned sessions, the approval and
 question handlers' registration, the start-up warnings about configuration that cannot take
-effect, and the lifetime of the relay (``_relay``) when ``spec.approval_relay`` (``auto`` by
+effect, and the lifetime of the relay (``runtime.ApprovalRelay``) when ``spec.approval_relay`` (``auto`` by
 default) calls for it. Must not know about pools or graphs.
 """
 
@@ -37,7 +37,7 @@ from ..protocol import (
 from ..questions import QuestionService
 from ..runtime import RuntimeActor, RuntimeSpec
 from ..transport import DEFAULT_CAPACITY, Connection, NoReply, Notification
-from ._relay import ApprovalRelay, relay_warnings
+from ..runtime import ApprovalRelay, relay_warnings
 from ._router import SessionRouter
 from ._session import Session
 from ._turn import TurnCollector
@@ -207,7 +207,7 @@ async def open_runtime(
     receives one JSON line per approval decision. ``approval_relay`` (``auto``, ``on``,
     ``off``; None: the spec's, ``auto`` by default) decides whether the real runtime's
     internal approval and question chains are answered by the same policy and answerer
-    (see ``_relay``). Configuration that cannot take effect is logged as a warning once.
+    (see ``runtime.ApprovalRelay``). Configuration that cannot take effect is logged as a warning once.
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.
@@ -235,7 +235,7 @@ async def open_runtime(
         # The real runtime ignores the handshake flags; with the relay they say what we answer.
         actor = RuntimeActor(resolved, approval_requests=approvals is not None, user_questions=answerer is not None)
         router = SessionRouter(source=lambda: actor.connection)
-        actor.add_batch_sink(router.push_many)
+        actor.add_sink(router.push_many)
         runtime = Runtime(actor, router)
         _install_handlers(runtime, approvals=approvals, answerer=answerer, audit=audit)
         runtime.relay = relay
@@ -328,7 +328,7 @@ def _install_handlers(runtime: Runtime, *, approvals: Any, answerer: Any, audit:
             return result
 
         actor.register(USER_QUESTION_ASK, ask, UserQuestionAskParams)
-        actor.add_sink(_QuestionSink(questions).push)
+        actor.add_sink(_QuestionSink(questions).push_many)
 
 
 class _QuestionSink:
@@ -337,6 +337,7 @@ class _QuestionSink:
     def __init__(self, service: QuestionService) -> None:
         self.service = service
 
-    def push(self, notification: Notification) -> None:
-        if notification.method == USER_QUESTION_CANCELLED:
-            self.service.on_notification(notification.method, notification.params)
+    def push_many(self, notifications: list[Notification]) -> None:
+        for notification in notifications:
+            if notification.method == USER_QUESTION_CANCELLED:
+                self.service.on_notification(notification.method, notification.params)

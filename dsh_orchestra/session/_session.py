@@ -13,7 +13,7 @@ import attrs
 import orjson
 import trio
 
-from .._params import Param, ParamValueError
+from .._params import Param, ParamTypeError, ParamValueError
 from .._tracing import observed_turn
 from ..protocol import (
     SESSION_PROMPT,
@@ -51,6 +51,10 @@ log = logging.getLogger("dsh_orchestra.session")
 PromptInput = str | Sequence[ContentBlock | dict[str, Any]]
 
 
+_PROMPT = Param("prompt", spelled="a prompt")  # the subject of a sentence
+_PROMPT_AT = Param("prompt", spelled="prompt")  # where in it
+
+
 def content_blocks(value: PromptInput) -> list[dict[str, Any]]:
     """Wire content blocks for ``value``: a string becomes one text block.
 
@@ -60,22 +64,22 @@ def content_blocks(value: PromptInput) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"type": "text", "text": value}]
     if isinstance(value, (bytes, dict)) or not isinstance(value, Sequence):
-        raise TypeError(f"a prompt is a string or a list of content blocks, not {type(value).__name__}")
+        raise ParamTypeError(_PROMPT, f" is a string or a list of content blocks, not {type(value).__name__}")
     if not value:
-        raise ValueError("a prompt needs at least one content block, not an empty list")
+        raise ParamValueError(_PROMPT, " needs at least one content block, not an empty list")
     blocks: list[dict[str, Any]] = []
     for index, block in enumerate(value):
         raw = block if isinstance(block, dict) else unstructure(block) if attrs.has(type(block)) else None
         if not isinstance(raw, dict):
-            raise TypeError(f"content block {index} must be an object, not {type(block).__name__}")
+            raise ParamTypeError(_PROMPT_AT, f": content block {index} must be an object, not {type(block).__name__}")
         kind = raw.get("type")
         if not isinstance(kind, str) or not kind:
-            raise ValueError(f"content block {index} needs a string 'type', not {kind!r}")
+            raise ParamValueError(_PROMPT_AT, f": content block {index} needs a string 'type', not {kind!r}")
         if kind == "text" and not isinstance(raw.get("text"), str):
-            raise ValueError(f"text block {index} needs a string 'text'")
+            raise ParamValueError(_PROMPT_AT, f": text block {index} needs a string 'text'")
         if kind == "image" and "attachment" not in raw:
             if not isinstance(raw.get("data"), str) or not isinstance(raw.get("mimeType"), str):
-                raise ValueError(f"image block {index} needs base64 'data' and a 'mimeType' string")
+                raise ParamValueError(_PROMPT_AT, f": image block {index} needs base64 'data' and a 'mimeType' string")
         blocks.append(raw)
     return blocks
 

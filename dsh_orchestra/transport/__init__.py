@@ -10,11 +10,10 @@ from ._connection import (
     NoReply as NoReply,
     RpcError as RpcError,
 )
+from ._notification import Notification as Notification, NotificationFilter as NotificationFilter
 from ._subscription import (
     DEFAULT_CAPACITY as DEFAULT_CAPACITY,
     Lender as Lender,
-    Notification as Notification,
-    NotificationFilter as NotificationFilter,
     Subscription as Subscription,
 )
 

@@ -31,6 +31,7 @@ from ._open import (
     open_workflow as open_workflow,
     run_workflow as run_workflow,
 )
+from ._options import WorkflowOptions as WorkflowOptions
 from ._output import (
     REPAIR_PREFIX as REPAIR_PREFIX,
     OutputParseError as OutputParseError,

@@ -27,6 +27,8 @@ from typing import Any, Iterable
 import attrs
 import orjson
 
+from .._params import Param, ParamError
+
 FORMAT = "dsh-orchestra-checkpoint/1"
 
 _SCHEMA = """
@@ -49,12 +51,29 @@ PLAIN = -1
 """The ``items.idx`` of a step that does not fan out."""
 
 
-class CheckpointError(ValueError):
-    """The checkpoint cannot be used as asked; ``parameter`` names the argument to fix."""
+class CheckpointError(ParamError, ValueError):
+    """The checkpoint cannot be used as asked; ``.param`` (also ``.parameter``) names the
+    argument to fix (``checkpoint``, ``resume`` or ``inputs``), first in the message.
 
-    def __init__(self, message: str, *, parameter: str = "checkpoint") -> None:
-        super().__init__(message)
-        self.parameter = parameter
+    ``CheckpointError(text, parameter=name)`` says ``<name>: <text>``; the CLI spells the name
+    as its flag. ``CheckpointError(*parts)`` is any ``ParamError`` message.
+    """
+
+    def __init__(self, *parts: str | Param, parameter: str | None = None) -> None:
+        if parameter is not None or (len(parts) == 1 and isinstance(parts[0], str)):
+            parts = (Param(parameter or "checkpoint", spelled=parameter or "checkpoint"), ": ", *parts)
+        super().__init__(*parts)
+
+    @property
+    def parameter(self) -> str:
+        """The argument to fix (the same as ``.param``)."""
+        return self.param or "checkpoint"
+
+    @property
+    def reason(self) -> str:
+        """The message without the parameter it starts with."""
+        parts = self.parts[2:] if len(self.parts) > 2 and self.parts[1] == ": " else self.parts
+        return "".join(part if isinstance(part, str) else part.python() for part in parts)
 
 
 @attrs.frozen(kw_only=True)

@@ -14,29 +14,28 @@ import attrs
 import trio
 
 from .._params import Check, Param, ParamValueError, integer
-from ..approvals import AuditLog
-from ..pool import RuntimePool, open_pool
-from ..runtime import RuntimeSpec
-from ..session import Runtime, configuration_warnings, open_runtime, report_warnings, warnings_reported
-from ._engine import FailurePolicy, RunState, Statistics, _Engine
+from ..pool import RuntimePool, open_places
+from ..session import Runtime
+from ._engine import RunState, Statistics, _Engine
 from ._events import EventChannel, EventHub
 from ._fingerprint import digest, fingerprint
 from ._graph import Workflow
-from ._interrupts import Answers, Escalation, Interrupts
+from ._interrupts import Escalation, Interrupts
 from ._journal import CheckpointError, Journal
+from ._options import WorkflowOptions, resolve
 from ._result import Interrupt, WorkflowResult
 
 DEFAULT_EVENTS = 10_000
 """Events a reader may fall behind before its channel fails (``events(capacity=...)``)."""
 
 
-def _check_options(workflow: Workflow, failure: Any, concurrency: Any, runtime_limit: Any, runtimes: Any) -> None:
+def _check_options(workflow: Workflow, options: WorkflowOptions) -> None:
     workflow.validate()
-    Check(lambda v: v in ("fail-fast", "collect"), "'fail-fast' or 'collect'").check("failure", failure)
-    for name, value in (("concurrency", concurrency), ("runtime_limit", runtime_limit)):
+    Check(lambda v: v in ("fail-fast", "collect"), "'fail-fast' or 'collect'").check("failure", options.failure)
+    for name, value in (("concurrency", options.concurrency), ("runtime_limit", options.runtime_limit)):
         if value is not None:
             integer(1, "an integer >= 1 or None").check(name, value)
-    integer(1).check("runtimes", runtimes)
+    integer(1).check("runtimes", options.runtimes)
 
 
 def _escalations(target: Runtime | RuntimePool) -> list[Escalation]:
@@ -47,26 +46,13 @@ def _escalations(target: Runtime | RuntimePool) -> list[Escalation]:
 
 
 async def _execute(
-    workflow: Workflow,
-    target: Runtime | RuntimePool | None,
-    *,
-    spec: RuntimeSpec | None,
-    runtimes: int,
-    approvals: Any,
-    answerer: Any,
-    audit: AuditLog | str | os.PathLike[str] | None,
-    inputs: dict[str, Any] | None,
-    concurrency: int | None,
-    runtime_limit: int | None,
-    failure: FailurePolicy,
-    statistics: Statistics | None,
-    checkpoint: str | os.PathLike[str] | None,
-    resume: bool,
-    answers: Answers | None,
-    events: EventHub,
-    approval_relay: str | None = None,
+    workflow: Workflow, target: Runtime | RuntimePool | None, options: WorkflowOptions, events: EventHub,
 ) -> WorkflowResult:
-    _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
+    spec, runtimes, approvals, answerer, audit = (
+        options.spec, options.runtimes, options.approvals, options.answerer, options.audit)
+    approval_relay, checkpoint, resume, inputs = options.approval_relay, options.checkpoint, options.resume, options.inputs
+    concurrency, runtime_limit, failure = options.concurrency, options.runtime_limit, options.failure
+    _check_options(workflow, options)
     if resume and checkpoint is None:
         raise CheckpointError("resuming needs the checkpoint to resume from", parameter="checkpoint")
     given = [n for n, v in (("spec", spec), ("approvals", approvals), ("answerer", answerer), ("audit", audit),
@@ -87,27 +73,17 @@ async def _execute(
         if checkpoint is not None:
             journal = Journal.open(checkpoint, workflow=workflow.name, inputs_digest=digest(inputs), resume=resume)
             stack.callback(journal.close)
-        interrupts = Interrupts(journal, answers, events)
-        options: dict[str, Any] = dict(
+        interrupts = Interrupts(journal, options.answers, events)
+        state: dict[str, Any] = dict(
             concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
-            stats=statistics if statistics is not None else Statistics(), journal=journal,
+            stats=options.statistics if options.statistics is not None else Statistics(), journal=journal,
             interrupts=interrupts, events=events,
         )
         if target is not None:
-            return await _run_engine(workflow, RunState(target, **options), inputs)
-        if runtimes == 1:
-            async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit, approval_relay=approval_relay) as runtime:
-                return await _run_engine(workflow, RunState(runtime, **options), inputs)
-        assert spec is not None
-        if approval_relay is not None:
-            spec = spec.evolve(approval_relay=approval_relay)
-        report_warnings(configuration_warnings(spec, approvals=approvals is not None, answerer=answerer is not None))
-        stack.enter_context(warnings_reported())  # once for the pool, not once per runtime
-        log_: AuditLog | None = None
-        if audit is not None:
-            log_ = audit if isinstance(audit, AuditLog) else stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
-        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=log_) as pool:
-            return await _run_engine(workflow, RunState(pool, **options), inputs)
+            return await _run_engine(workflow, RunState(target, **state), inputs)
+        async with open_places(spec, runtimes, pooled=runtimes > 1, approvals=approvals, answerer=answerer,
+                               audit=audit, approval_relay=approval_relay) as places:
+            return await _run_engine(workflow, RunState(places.target, **state), inputs)
 
 
 async def _run_engine(workflow: Workflow, run: RunState, inputs: dict[str, Any]) -> WorkflowResult:
@@ -152,24 +128,14 @@ async def _run_engine(workflow: Workflow, run: RunState, inputs: dict[str, Any])
 
 async def run_workflow(
     workflow: Workflow,
-    target: Runtime | RuntimePool | None = None,
-    *,
-    spec: RuntimeSpec | None = None,
-    runtimes: int = 1,
-    approvals: Any = None,
-    answerer: Any = None,
-    audit: AuditLog | str | os.PathLike[str] | None = None,
-    inputs: dict[str, Any] | None = None,
-    concurrency: int | None = None,
-    runtime_limit: int | None = None,
-    failure: FailurePolicy = "fail-fast",
-    statistics: Statistics | None = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    answers: Answers | None = None,
-    approval_relay: str | None = None,
+    target: Runtime | RuntimePool | WorkflowOptions | None = None,
+    options: WorkflowOptions | None = None,
+    **keywords: Any,
 ) -> WorkflowResult:
-    """Run ``workflow`` on a runtime or pool, or on runtimes it opens from ``spec``.
+    """Run ``workflow`` on a runtime or pool (``target``), or on runtimes it opens from
+    ``options.spec``: ``run_workflow(workflow, WorkflowOptions(...))``, or
+    ``run_workflow(workflow, runtime, WorkflowOptions(...))``. The options' fields as keywords
+    (``run_workflow(workflow, concurrency=2)``) still work, deprecated (DeprecationWarning).
 
     With no ``target`` it opens one runtime from ``spec`` (the simulator process when None),
     or a pool of ``runtimes`` (``spec`` required), with ``approvals`` (a policy), ``answerer``
@@ -197,12 +163,9 @@ async def run_workflow(
     it opened is closed (no process is left). Nothing is returned; what completed before is
     in the checkpoint.
     """
-    return await _execute(
-        workflow, target, spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit,
-        inputs=inputs, concurrency=concurrency, runtime_limit=runtime_limit, failure=failure,
-        statistics=statistics, checkpoint=checkpoint, resume=resume, answers=answers, events=EventHub(),
-        approval_relay=approval_relay,
-    )
+    where, chosen = resolve("run_workflow", target, options, keywords)
+    _check_options(workflow, chosen)
+    return await _execute(workflow, where, chosen, EventHub())
 
 
 class WorkflowRun:
@@ -235,9 +198,9 @@ class WorkflowRun:
         assert self._result is not None
         return self._result
 
-    async def _drive(self, workflow: Workflow, target: Any, options: dict[str, Any]) -> None:
+    async def _drive(self, workflow: Workflow, target: Any, options: WorkflowOptions) -> None:
         try:
-            self._result = await _execute(workflow, target, events=self._hub, **options)
+            self._result = await _execute(workflow, target, options, self._hub)
         except Exception as exc:  # noqa: BLE001 (handed to result())
             self._error = exc
         finally:
@@ -248,23 +211,11 @@ class WorkflowRun:
 @asynccontextmanager
 async def open_workflow(
     workflow: Workflow,
-    target: Runtime | RuntimePool | None = None,
+    target: Runtime | RuntimePool | WorkflowOptions | None = None,
+    options: WorkflowOptions | None = None,
     *,
     turn_events: bool = False,
-    spec: RuntimeSpec | None = None,
-    runtimes: int = 1,
-    approvals: Any = None,
-    answerer: Any = None,
-    audit: AuditLog | str | os.PathLike[str] | None = None,
-    inputs: dict[str, Any] | None = None,
-    concurrency: int | None = None,
-    runtime_limit: int | None = None,
-    failure: FailurePolicy = "fail-fast",
-    statistics: Statistics | None = None,
-    checkpoint: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    answers: Answers | None = None,
-    approval_relay: str | None = None,
+    **keywords: Any,
 ) -> AsyncIterator[WorkflowRun]:
     """Start ``workflow`` (the arguments of ``run_workflow``) and yield its WorkflowRun.
 
@@ -275,15 +226,11 @@ async def open_workflow(
     Raises:
         WorkflowDefinitionError, ValueError: as run_workflow, before anything starts.
     """
-    _check_options(workflow, failure, concurrency, runtime_limit, runtimes)
-    options: dict[str, Any] = dict(
-        spec=spec, runtimes=runtimes, approvals=approvals, answerer=answerer, audit=audit, inputs=inputs,
-        concurrency=concurrency, runtime_limit=runtime_limit, failure=failure, statistics=statistics,
-        checkpoint=checkpoint, resume=resume, answers=answers, approval_relay=approval_relay,
-    )
+    where, chosen = resolve("open_workflow", target, options, keywords)
+    _check_options(workflow, chosen)
     run = WorkflowRun(EventHub(turn_events=turn_events))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run._drive, workflow, target, options)
+        nursery.start_soon(run._drive, workflow, where, chosen)
         yield run
         await run._done.wait()
     if run._error is not None and not run._taken:

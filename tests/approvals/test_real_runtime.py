@@ -23,7 +23,7 @@ from dsh_orchestra.protocol import unstructure
 from dsh_orchestra.questions import DISMISS, first_option
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import Runtime, open_runtime
-from dsh_orchestra.session._relay import SOCKET_ENV
+from dsh_orchestra.runtime._relay import SOCKET_ENV
 from dsh_orchestra.testing import Script, parse_script
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ import trio.testing
 from dsh_orchestra.approvals import ALLOWED_ONCE, REJECTED, ApprovalRequest, ApprovalService, AuditLog, Decision, allow, allow_tools
 from dsh_orchestra.questions import DISMISS, QuestionService, first_option
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.session._relay import FEATURES_ENV, SOCKET_ENV, ApprovalRelay, is_descendant, relay_source_files
+from dsh_orchestra.runtime._relay import FEATURES_ENV, SOCKET_ENV, ApprovalRelay, is_descendant, relay_source_files
 
 
 def frame(**fields: Any) -> bytes:
@@ -291,7 +291,7 @@ async def test_closing_the_service_answers_pending_relayed_requests_rejected(nur
 
 def test_only_a_dsh_program_without_patches_is_warned_about() -> None:
     from dsh_orchestra.runtime import RuntimeSpec
-    from dsh_orchestra.session._relay import relay_warnings
+    from dsh_orchestra.runtime._relay import relay_warnings
 
     def warned(**kwargs: object) -> list[str]:
         return relay_warnings(RuntimeSpec(dsh_home="home", **kwargs), approvals=True, answerer=False)  # type: ignore[arg-type]

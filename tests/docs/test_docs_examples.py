@@ -205,6 +205,7 @@ COMMAND_KINDS: dict[str, Callable[[list[str]], bool]] = {
     "a shell variable the loop or job array around it sets": lambda words: any("$" in w or "{}" in w for w in words),
     "a remote Ray cluster": lambda words: "--ray" in words and bool(
         _REMOTE_RAY.search(words[words.index("--ray") + 1] if words.index("--ray") + 1 < len(words) else "")),
+    "a shell glob over the files the loop above writes": lambda words: any(c in w for w in words for c in "*?["),
     "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)": lambda words: (
         "--ray" in words and words[words.index("--ray") + 1:words.index("--ray") + 2] == ["auto"]
         and not os.environ.get("RAY_ADDRESS")),
@@ -217,6 +218,7 @@ COMMAND_ALLOWLIST: dict[str, str] = {
     "docs/batch.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results/results-$I.jsonl": "a shell variable the loop or job array around it sets",
     "docs/scale-out.md: dsh-orchestra batch ds.jsonl --out results.jsonl --ray head.example:6379": "a remote Ray cluster",
     "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray head.example:6379": "a remote Ray cluster",
+    "docs/batch.md: dsh-orchestra merge results-[0-3].jsonl": "a shell glob over the files the loop above writes",
     "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray auto":
         "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)",
 }
@@ -272,7 +274,8 @@ def test_command_allowlist_is_minimal() -> None:
 
 
 def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
-    shell, cluster, job = COMMAND_KINDS.values()
+    shell, cluster, glob, job = COMMAND_KINDS.values()
+    assert glob(["dsh-orchestra", "merge", "r-*.jsonl"]) and not glob(["dsh-orchestra", "merge", "r-0.jsonl"])
     assert job(["dsh-orchestra", "batch", "d", "--ray", "auto"]) and not job(["dsh-orchestra", "batch", "d", "--ray"])
     assert shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "$i/4"]) and shell(["dsh-orchestra", "--out", "r-{}.jsonl"])
     assert not shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "0/4"])

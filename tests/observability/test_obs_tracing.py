@@ -22,7 +22,7 @@ from dsh_orchestra import Decision, enable_tracing
 from dsh_orchestra._tracing import APPROVAL_SPAN, ITEM_SPAN, NO_SPAN, STEP_SPAN, TURN_SPAN, span, tracing_enabled
 from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, run_workflow
 from obs_support import SCENARIO
 
 
@@ -119,7 +119,7 @@ async def test_workflow_steps_have_spans(tmp_path: Path, exporter: InMemorySpanE
 
     wf.prompt("work", "ITEM {item}", fan_out="plan")
     with trio.fail_after(30):
-        result = await run_workflow(wf, spec=spec_for(tmp_path))
+        result = await run_workflow(wf, WorkflowOptions(spec=spec_for(tmp_path)))
     assert result.ok
     spans = exporter.get_finished_spans()
     steps = {attr(s, "step"): s for s in named(spans, STEP_SPAN)}

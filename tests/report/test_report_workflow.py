@@ -11,7 +11,7 @@ import trio
 from cdp import Browser
 from report_support import cli
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, WorkflowResult, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult, run_workflow
 
 SCRIPT = '''
 default_reply = "done: {prompt}"
@@ -70,7 +70,7 @@ def run(tmp_path: Path) -> WorkflowResult:
 
     async def main() -> WorkflowResult:
         with trio.fail_after(30):
-            return await run_workflow(build_workflow(), spec=spec, failure="collect")
+            return await run_workflow(build_workflow(), WorkflowOptions(spec=spec, failure="collect"))
 
     return trio.run(main)
 

@@ -313,7 +313,7 @@ class SimClient:
         self.runtime = runtime
         self.connection = connection
         self.log: list[Any] = []
-        connection.add_sink(self.log.append)
+        connection.add_sink(self.log.extend)
 
     async def request(self, method: str, params: Any = None) -> Any:
         return await self.connection.request(method, params)

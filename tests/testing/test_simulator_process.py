@@ -97,7 +97,7 @@ async def test_a_turn_then_shutdown_exits_0(tmp_path: Path) -> None:
         async with sim_process("--profile", "sdk", "--patch", str(tmp_path / "x.json"), "--store", str(store),
                                cwd=tmp_path) as sim:
             seen: list[Any] = []
-            sim.connection.add_sink(seen.append)
+            sim.connection.add_sink(seen.extend)
             await sim.run("p", "hello")
             ends = [n.params["event"]["data"] for n in seen if n.method == "session.event"
                     and n.params["event"]["type"] == "turn/end"]
@@ -178,7 +178,7 @@ async def test_sessions_survive_a_process_restart(tmp_path: Path) -> None:
                 await sim.request("session/prompt", {"sessionId": "persisted", "contentBlocks": []})
             assert await sim.request("session/resume", {"sessionId": "persisted"}) == {}
             seen: list[Any] = []
-            sim.connection.add_sink(seen.append)
+            sim.connection.add_sink(seen.extend)
             await sim.run("persisted", "second")
             starts = [n.params["event"] for n in seen if n.method == "session.event" and n.params["event"]["type"] == "turn/start"]
             assert [(e["seq"], e["data"]["turn"]) for e in starts] == [(19, 2)]  # 0-17 stored, 18 restore marker

@@ -21,13 +21,14 @@ async def test_a_thousand_sessions_at_once(tmp_path: Path, persistent: bool) -> 
     counts = {"session.event": 0, "session.status": 0}
     ends: dict[str, Any] = {}
 
-    def count(note: Any) -> None:
-        counts[note.method] = counts.get(note.method, 0) + 1
-        if note.method == "session.event" and note.params["event"]["type"] == "turn/end":
-            ends[note.params["sessionId"]] = note.params["event"]["data"]["reason"]["kind"]
+    def count(notes: list[Any]) -> None:
+        for note in notes:
+            counts[note.method] = counts.get(note.method, 0) + 1
+            if note.method == "session.event" and note.params["event"]["type"] == "turn/end":
+                ends[note.params["sessionId"]] = note.params["event"]["data"]["reason"]["kind"]
 
     async with sim_client(store=tmp_path / "store" if persistent else None) as client:
-        client.connection.remove_sink(client.log.append)  # keep the client lean: count only
+        client.connection.remove_sink(client.log.extend)  # keep the client lean: count only
         client.connection.add_sink(count)
 
         async def one(index: int) -> None:

@@ -68,7 +68,7 @@ async def test_a_response_is_released_only_after_the_notifications_before_it(
     """When request() returns, everything the peer sent before the response is buffered."""
     subscription = wired.connection.subscribe()
     sunk: list[Notification] = []
-    wired.connection.add_sink(sunk.append)
+    wired.connection.add_sink(sunk.extend)
 
     async def runtime(split: bool) -> None:
         request = await wired.peer.receive()
@@ -194,8 +194,8 @@ async def test_sinks_see_every_notification_in_order_until_removed(
 ) -> None:
     seen: list[int] = []
 
-    def sink(notification: Notification) -> None:
-        seen.append(notification.params["index"])
+    def sink(notifications: list[Notification]) -> None:
+        seen.extend(notification.params["index"] for notification in notifications)
 
     wired.connection.add_sink(sink)
     probe = wired.connection.subscribe()
@@ -283,8 +283,8 @@ async def test_batch_sinks_get_each_read_once_in_wire_order(
     def batch_sink(notifications: list[Notification]) -> None:
         batches.append([notification.params["index"] for notification in notifications])
 
-    wired.connection.add_batch_sink(batch_sink)
-    wired.connection.add_sink(lambda notification: seen.append(notification.params["index"]))
+    wired.connection.add_sink(batch_sink)
+    wired.connection.add_sink(lambda notifications: seen.extend(n.params["index"] for n in notifications))
     assert wired.connection.statistics().subscribers == 2
     probe = wired.connection.subscribe()
     await wired.peer.send_raw(b"".join(encode_frame(status(index)) for index in range(3)))
@@ -293,8 +293,8 @@ async def test_batch_sinks_get_each_read_once_in_wire_order(
         await probe.receive()
     assert [index for batch in batches for index in batch] == seen == [0, 1, 2, 3, 4]
     assert all(batches) and len(batches) <= 2
-    wired.connection.remove_batch_sink(batch_sink)
-    wired.connection.remove_batch_sink(batch_sink)  # removing twice is harmless
+    wired.connection.remove_sink(batch_sink)
+    wired.connection.remove_sink(batch_sink)  # removing twice is harmless
     await wired.peer.send(status(5))
     await probe.receive()
     assert len([index for batch in batches for index in batch]) == 5 and seen[-1] == 5
@@ -303,8 +303,8 @@ async def test_batch_sinks_get_each_read_once_in_wire_order(
 async def test_a_close_from_a_sink_still_delivers_what_was_read_before_it(
     wired: Wired, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """A batch sink gets the read's notifications up to the one a sink closed the connection
-    on, then its owner's fail(), as one-at-a-time delivery would have done."""
+    """A sink fed before the one that closes the connection mid-read keeps that read's
+    notifications, then gets its owner's fail(); nothing after the close."""
 
     class Owner:
         def __init__(self) -> None:
@@ -317,13 +317,13 @@ async def test_a_close_from_a_sink_still_delivers_what_was_read_before_it(
             self.got.append(type(error).__name__)
 
     owner = Owner()
-    wired.connection.add_batch_sink(owner.push_many)
+    wired.connection.add_sink(owner.push_many)
 
-    def closer(notification: Notification) -> None:
-        if notification.params["index"] == 1:
+    def closer(notifications: list[Notification]) -> None:
+        if any(notification.params["index"] == 1 for notification in notifications):
             wired.connection.close("closed by a sink")
 
     wired.connection.add_sink(closer)
     await wired.peer.send_raw(b"".join(encode_frame(status(index)) for index in range(4)))
     await wired.connection.wait_closed()
-    assert owner.got == [0, 1, "TransportClosedError"]
+    assert owner.got == [0, 1, 2, 3, "TransportClosedError"]

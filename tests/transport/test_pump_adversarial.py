@@ -147,7 +147,7 @@ async def test_two_sessions_subscribers_both_waiting_get_their_own_in_order() ->
     with trio.fail_after(LIMIT):
         async with wired() as (connection, peer, nursery, theirs):
             router = SessionRouter(source=lambda: connection)
-            connection.add_sink(router.push)
+            connection.add_sink(router.push_many)
             await start_lending(connection, peer)
             subscriptions = {"a": router.subscribe("a"), "b": router.subscribe("b")}
             got: dict[str, list[int]] = {"a": [], "b": []}

@@ -135,7 +135,7 @@ async def test_the_reader_task_stays_parked_while_a_request_reads_chunk_after_ch
     with trio.fail_after(LIMIT):
         async with wired() as (connection, peer, nursery, theirs):
             seen: list[int] = []
-            connection.add_sink(lambda notification: seen.append(notification.params["index"]))
+            connection.add_sink(lambda notifications: seen.extend(n.params["index"] for n in notifications))
             nursery.start_soon(peer.answer, {"warm": True})
             await connection.request(SESSION_WAIT, wait_params())  # the reader now lends
 

@@ -11,7 +11,7 @@ import trio.testing
 from dsh_orchestra.protocol import SESSION_WAIT, encode_frame, notification_frame, result_frame
 from dsh_orchestra.transport import Connection, Notification, Subscription
 
-from transport_support import Peer, Wired
+from transport_support import Peer, Wired, start_request
 
 
 def chunk(*frames: dict[str, Any]) -> bytes:
@@ -27,7 +27,7 @@ async def test_a_subscriber_added_by_a_callback_gets_the_rest_of_the_read(wired:
         added.append(wired.connection.subscribe("late"))
 
     with trio.fail_after(5):
-        request_id = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, callback)
+        request_id = await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, callback)
         await wired.peer.receive()
         await wired.peer.send_raw(
             chunk(notification_frame("n", {"index": 0}), result_frame(request_id, {}),
@@ -54,9 +54,9 @@ async def test_a_subscriber_added_by_a_batch_sink_mid_read_gets_the_rest(wired: 
         if not added:
             added.append(wired.connection.subscribe("from a batch sink"))
 
-    wired.connection.add_batch_sink(batch_sink)
+    wired.connection.add_sink(batch_sink)
     with trio.fail_after(5):
-        request_id = await wired.connection.start_request(SESSION_WAIT, {}, lambda token, reply: None)
+        request_id = await start_request(wired.connection, SESSION_WAIT, {}, lambda token, reply: None)
         await wired.peer.receive()
         await wired.peer.send_raw(
             chunk(notification_frame("n", {"index": 0}), result_frame(request_id, {}),
@@ -78,12 +78,12 @@ async def test_a_raising_batch_sink_before_a_callback_still_settles_the_request(
     ours, theirs = trio.testing.memory_stream_pair()
     connection = Connection(ours, name="peer")
     peer = Peer(theirs)
-    connection.add_batch_sink(broken)
+    connection.add_sink(broken)
     with trio.fail_after(5):
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(connection.run)
-                request_id = await connection.start_request(SESSION_WAIT, {}, lambda token, reply: calls.append(reply))
+                request_id = await start_request(connection, SESSION_WAIT, {}, lambda token, reply: calls.append(reply))
                 await peer.receive()
                 await peer.send_raw(chunk(notification_frame("n", {"index": 0}), result_frame(request_id, {})))
                 await connection.wait_closed()
@@ -105,9 +105,9 @@ async def test_a_batch_sink_closing_the_connection_before_a_callback_calls_it_ba
         batches.append([n.params["index"] for n in notifications])
         wired.connection.close("closed by a batch sink")
 
-    wired.connection.add_batch_sink(closing)
+    wired.connection.add_sink(closing)
     with trio.fail_after(5):
-        request_id = await wired.connection.start_request(SESSION_WAIT, {}, lambda token, reply: calls.append(reply))
+        request_id = await start_request(wired.connection, SESSION_WAIT, {}, lambda token, reply: calls.append(reply))
         await wired.peer.receive()
         await wired.peer.send_raw(
             chunk(notification_frame("n", {"index": 0}), result_frame(request_id, {}), notification_frame("n", {"index": 1}))
@@ -130,8 +130,8 @@ async def test_a_request_in_a_read_of_notifications_is_handled_after_sinks_got_a
         return {"ok": True}
 
     wired.connection.register("approval/request", handler)
-    wired.connection.add_sink(lambda n: plain.append(n.params["index"]))
-    wired.connection.add_batch_sink(lambda ns: batched.extend(n.params["index"] for n in ns))
+    wired.connection.add_sink(lambda ns: plain.extend(n.params["index"] for n in ns))
+    wired.connection.add_sink(lambda ns: batched.extend(n.params["index"] for n in ns))
     with trio.fail_after(5):
         await wired.peer.send_raw(
             chunk(notification_frame("n", {"index": 0}), {"jsonrpc": "2.0", "id": 7, "method": "approval/request", "params": {}},

@@ -1,8 +1,8 @@
-"""Requests answered through a callback (``Connection.start_request``), no task waiting.
+"""Requests answered through a target (``Connection.send_request``), no task waiting.
 
-The callback is called exactly once, in the reader, with the reply or with None when the
-connection closed first; never after ``forget``; never when ``start_request`` raised.
-``send_request`` wakes a target object instead (the pending entry itself), possibly before\nit returns.
+The target (here mostly a callback, ``transport_support.start_request``) is woken exactly
+once, in the reader, with the reply or with None when the connection closed first; never
+after ``forget``; possibly before ``send_request`` returns.
 ``result_of`` turns a reply into what ``request`` returns or raises. Memory streams.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 import trio
 import trio.testing
-from transport_support import Peer, Wired
+from transport_support import Peer, Wired, start_request
 
 from dsh_orchestra.protocol import (
     SESSION_PROMPT,
@@ -49,7 +49,7 @@ PARAMS = PromptParams(session_id="s1", content_blocks=[TextBlock(text="hi")])
 async def test_the_reply_goes_to_the_callback_with_its_token(wired: Wired) -> None:
     calls = Calls()
     with trio.fail_after(5):
-        request_id = await wired.connection.start_request(SESSION_PROMPT, PARAMS, calls, "turn-1")
+        request_id = await start_request(wired.connection, SESSION_PROMPT, PARAMS, calls, "turn-1")
         request = await wired.peer.receive()
         assert request["id"] == request_id and request["method"] == SESSION_PROMPT
         assert request["params"] == {"sessionId": "s1", "contentBlocks": [{"type": "text", "text": "hi"}]}
@@ -67,8 +67,8 @@ async def test_the_reply_goes_to_the_callback_with_its_token(wired: Wired) -> No
 async def test_result_of_raises_what_request_raises(wired: Wired) -> None:
     calls = Calls()
     with trio.fail_after(5):
-        first = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, 1)
-        second = await wired.connection.start_request(SESSION_PROMPT, PARAMS, calls, 2)
+        first = await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, calls, 1)
+        second = await start_request(wired.connection, SESSION_PROMPT, PARAMS, calls, 2)
         await wired.peer.receive()
         await wired.peer.receive()
         # answered in reverse order, in one chunk: each by its id
@@ -86,8 +86,8 @@ async def test_result_of_raises_what_request_raises(wired: Wired) -> None:
 async def test_a_closing_connection_calls_back_once_with_none(wired: Wired) -> None:
     calls = Calls()
     with trio.fail_after(5):
-        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "a")
-        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s2"}, calls, "b")
+        await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, calls, "a")
+        await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s2"}, calls, "b")
         await wired.peer.stream.aclose()  # the runtime hangs up
         await wired.connection.wait_closed()
         await trio.testing.wait_all_tasks_blocked()
@@ -97,15 +97,15 @@ async def test_a_closing_connection_calls_back_once_with_none(wired: Wired) -> N
     with pytest.raises(TransportClosedError, match="'session/wait' got no reply"):
         wired.connection.result_of(SESSION_WAIT, None)
     with pytest.raises(TransportClosedError):  # closed: refused, never called back
-        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s3"}, calls, "c")
+        await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s3"}, calls, "c")
     assert len(calls.calls) == 2
 
 
 async def test_a_forgotten_request_is_never_called_back(wired: Wired) -> None:
     calls = Calls()
     with trio.fail_after(5):
-        forgotten = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "gone")
-        kept = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s2"}, calls, "kept")
+        forgotten = await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, calls, "gone")
+        kept = await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s2"}, calls, "kept")
         assert wired.connection.forget(forgotten) is True and wired.connection.forget(forgotten) is False
         await wired.peer.receive()
         await wired.peer.receive()
@@ -121,13 +121,13 @@ async def test_cancelled_before_sending_sends_nothing(wired: Wired) -> None:
     calls = Calls()
     with trio.CancelScope() as scope:
         scope.cancel()
-        await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x")
+        await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, calls, "x")
     assert scope.cancelled_caught
     assert wired.connection.statistics().pending_requests == 0 and wired.connection.statistics().frames_sent == 0
     # the connection works on: a plain request alongside a callback one
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(wired.connection.start_request, SESSION_WAIT, {"sessionId": "s2"}, calls, "y")
+            nursery.start_soon(start_request, wired.connection, SESSION_WAIT, {"sessionId": "s2"}, calls, "y")
             waiting = await wired.peer.receive()
             await wired.peer.send(result_frame(waiting["id"], {}))
             await calls.event.wait()
@@ -161,16 +161,6 @@ async def closed_while_writing(nursery: trio.Nursery, send: Callable[[Connection
             check()
             await Peer(theirs).receive()  # the peer reads: the write ends
     return outcome
-
-
-async def test_closed_while_writing_raises_and_never_calls_back(nursery: trio.Nursery) -> None:
-    """The peer stopped reading, the frame is half-way out, the connection closes: the caller
-    gets TransportClosedError once the write ends, the callback nothing."""
-    calls = Calls()
-    outcome = await closed_while_writing(
-        nursery, lambda connection: connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, calls, "x"))
-    assert len(outcome) == 1 and isinstance(outcome[0], TransportClosedError) and "got no reply" in str(outcome[0])
-    assert calls.calls == []
 
 
 class Target:
@@ -238,14 +228,14 @@ async def test_a_batch_sink_has_what_came_before_the_reply_when_the_callback_run
     from dsh_orchestra.protocol import encode_frame, notification_frame
 
     got: list[int] = []
-    wired.connection.add_batch_sink(lambda notifications: got.extend(n.params["index"] for n in notifications))
+    wired.connection.add_sink(lambda notifications: got.extend(n.params["index"] for n in notifications))
     seen_at_reply: list[list[int]] = []
 
     def callback(token: Any, reply: dict[str, Any] | None) -> None:
         seen_at_reply.append(list(got))
 
     with trio.fail_after(5):
-        request_id = await wired.connection.start_request(SESSION_WAIT, {"sessionId": "s1"}, callback)
+        request_id = await start_request(wired.connection, SESSION_WAIT, {"sessionId": "s1"}, callback)
         await wired.peer.receive()
         await wired.peer.send_raw(
             b"".join(encode_frame(notification_frame("n", {"index": index})) for index in range(3))

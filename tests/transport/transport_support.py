@@ -63,3 +63,19 @@ class Wired:
     connection: Connection
     peer: Peer
     stream: trio.StapledStream[Any, Any]
+
+
+class Callback:
+    """A reply target calling ``callback(token, reply)`` (what ``start_request`` took)."""
+
+    def __init__(self, callback: Any, token: Any = None) -> None:
+        self.callback = callback
+        self.token = token
+
+    def wake(self, reply: dict[str, Any] | None = None) -> None:
+        self.callback(self.token, reply)
+
+
+async def start_request(connection: Connection, method: str, params: Any, callback: Any, token: Any = None) -> int:
+    """``send_request`` with a callback target."""
+    return await connection.send_request(method, params, Callback(callback, token))

@@ -12,7 +12,7 @@ from dsh_orchestra.approvals import allow_tools, first_match
 from dsh_orchestra.pool import open_pool
 from dsh_orchestra.questions import by_rule
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, WorkflowResult, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult, run_workflow
 
 SpecFactory = Callable[..., RuntimeSpec]
 
@@ -67,9 +67,7 @@ def check(result: WorkflowResult, targets: int) -> None:
 
 async def test_policy_and_answerer_through_run_workflow(sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock) -> None:
     audit = tmp_path / "audit.jsonl"
-    result = await run_workflow(
-        operations(3), spec=sim_spec(SCRIPT), approvals=POLICY, answerer=ANSWERER, audit=str(audit)
-    )
+    result = await run_workflow(operations(3), WorkflowOptions(spec=sim_spec(SCRIPT), approvals=POLICY, answerer=ANSWERER, audit=str(audit)))
     check(result, 3)
     lines = [json.loads(line) for line in audit.read_text().splitlines()]
     assert sorted((line["tool"], line["outcome"]) for line in lines) == [("bash", "allowed-once")] * 3 + [("rm", "rejected")]
@@ -85,9 +83,7 @@ async def test_policy_and_answerer_through_a_pool(sim_spec: SpecFactory, autojum
 
 async def test_run_workflow_opens_a_pool_with_the_policy(sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock) -> None:
     audit = tmp_path / "audit.jsonl"
-    result = await run_workflow(
-        operations(4), spec=sim_spec(SCRIPT), runtimes=2, approvals=POLICY, answerer=ANSWERER, audit=audit
-    )
+    result = await run_workflow(operations(4), WorkflowOptions(spec=sim_spec(SCRIPT), runtimes=2, approvals=POLICY, answerer=ANSWERER, audit=audit))
     check(result, 4)
     assert len(audit.read_text().splitlines()) == 5
 
@@ -95,6 +91,6 @@ async def test_run_workflow_opens_a_pool_with_the_policy(sim_spec: SpecFactory, 
 async def test_without_a_policy_approvals_fail_closed(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     wf = Workflow("ops")
     wf.prompt("deploy", "DEPLOY now")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert result.ok and result.steps["deploy"].approvals == ()
     assert "allowed" not in result.output("deploy")

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, run_workflow
 
 from .workflow_support import children_pids
 
@@ -60,7 +60,7 @@ async def test_cancelling_a_workflow_leaves_no_runtime_process(tmp_path: Path, r
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                await run_workflow(hanging(seen, running, before, runtimes), spec=spec, runtimes=runtimes)
+                await run_workflow(hanging(seen, running, before, runtimes), WorkflowOptions(spec=spec, runtimes=runtimes))
                 raise AssertionError("a workflow of hanging prompts returned")
 
             nursery.start_soon(run)

@@ -24,6 +24,7 @@ from dsh_orchestra.workflow import (
 )
 
 from .workflow_support import WireMeter
+from dsh_orchestra.workflow import WorkflowOptions
 
 SpecFactory = Callable[..., RuntimeSpec]
 
@@ -93,11 +94,11 @@ async def test_a_resumed_run_reuses_completed_steps_and_reads_typed_outputs_back
 ) -> None:
     path = tmp_path / "run.ckpt"
     meter = WireMeter()
-    first = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT, meter=meter), checkpoint=path)
+    first = await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path))
     assert first.ok, first.summary()
     assert meter.prompts == 7
     again = WireMeter()
-    second = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT, meter=again), checkpoint=path, resume=True)
+    second = await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=again), checkpoint=path, resume=True))
     assert again.prompts == 0
     assert comparable(second) == comparable(first)
     assert second.output("review") == [Review("f", "approve")] * 5  # structured back into Review
@@ -116,12 +117,12 @@ async def test_a_crash_in_a_fan_out_loses_only_the_items_in_flight(
     wf.step("review", fan_out="files")(_slow_review(delays))
     meter = WireMeter()
     with trio.move_on_after(3.0):
-        await run_workflow(wf, spec=sim_spec(script, meter=meter), checkpoint=path)
+        await run_workflow(wf, WorkflowOptions(spec=sim_spec(script, meter=meter), checkpoint=path))
     with sqlite3.connect(path) as db:
         (done,) = db.execute("SELECT count(*) FROM items WHERE path = 'review'").fetchone()
     assert done == 3
     again = WireMeter()
-    result = await run_workflow(wf, spec=sim_spec(script, meter=again), checkpoint=path, resume=True)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(script, meter=again), checkpoint=path, resume=True))
     assert result.ok, result.summary()
     assert again.prompts == 3  # f3 and f4 again (in flight at the crash), then summary ("other" completed)
     assert [r.file for r in result.output("review")] == [f"f{i}.py" for i in range(5)]
@@ -140,13 +141,13 @@ async def test_a_changed_prompt_reruns_that_step_and_its_dependents_only(
     sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock
 ) -> None:
     path = tmp_path / "run.ckpt"
-    await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path)
+    await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     changed = review_workflow(summary="RESUME the reviews: {review}")
     changes = checkpoint_changes(changed, path)
     assert changes.changed == ("summary",)
     assert set(changes.reusable) == {"files", "review", "summary", "other", "final"} - {"summary"}
     meter = WireMeter()
-    result = await run_workflow(changed, spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True)
+    result = await run_workflow(changed, WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True))
     assert result.ok, result.summary()
     assert meter.prompts == 1  # the summary only: reviews and "other" are reused
     assert result.output("summary") == "all fine"
@@ -166,16 +167,16 @@ async def test_a_dependent_reruns_even_when_the_changed_step_answers_the_same(
         calls.append(ctx.inputs["summary"])
         return "done"
 
-    await run_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=path)
+    await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     wf.steps.pop("summary")
     wf.prompt("summary", "SUMMARY (edited) of {review}", depends_on="review")
-    await run_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=path, resume=True)
+    await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True))
     assert calls == ["all good", "all good"]
 
 
 async def test_runtime_options_are_not_part_of_the_fingerprint(tmp_path: Path, sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     path = tmp_path / "run.ckpt"
-    await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path)
+    await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     wf = review_workflow()
     wf.steps["summary"] = attrs.evolve(wf.steps["summary"], timeout=30.0, retries=3, concurrency=2)
     assert checkpoint_changes(wf, path).changed == ()
@@ -184,25 +185,25 @@ async def test_runtime_options_are_not_part_of_the_fingerprint(tmp_path: Path, s
 async def test_journal_errors_name_what_to_fix(tmp_path: Path, sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     path = tmp_path / "run.ckpt"
     with pytest.raises(CheckpointError, match="no checkpoint") as missing:
-        await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True)
+        await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True))
     assert missing.value.parameter == "checkpoint"
-    await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, inputs={"x": 1})
+    await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, inputs={"x": 1}))
     before = path.read_bytes()
     with pytest.raises(CheckpointError, match="exists already") as exists:
-        await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path)
+        await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     assert exists.value.parameter == "resume"
     assert path.read_bytes() == before  # nothing overwritten
     with pytest.raises(CheckpointError, match="other workflow inputs") as inputs:
-        await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True, inputs={"x": 2})
+        await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True, inputs={"x": 2}))
     assert inputs.value.parameter == "inputs"
     with pytest.raises(CheckpointError, match="belongs to workflow 'review', not 'other'"):
         checkpoint_changes(_named("other"), path, inputs={"x": 1})
     junk = tmp_path / "junk.ckpt"
     junk.write_text("not a database, just text\n" * 100)
     with pytest.raises(CheckpointError, match="is not a checkpoint"):
-        await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=junk, resume=True)
+        await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=junk, resume=True))
     with pytest.raises(CheckpointError, match="needs the checkpoint"):
-        await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), resume=True)
+        await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), resume=True))
 
 
 def _named(name: str) -> Workflow:
@@ -220,7 +221,7 @@ async def test_an_output_the_journal_cannot_hold_fails_the_step_clearly(
     async def odd(ctx: StepContext) -> object:
         return object()
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c"))
     assert result.status == "failed"
     assert "cannot be stored in the checkpoint" in result.steps["odd"].errors[0].message
 
@@ -229,15 +230,15 @@ async def test_compaction_keeps_the_final_result_and_a_resume_still_reuses_it(
     sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock
 ) -> None:
     path = tmp_path / "run.ckpt"
-    await run_workflow(review_workflow(summary="RESUME {review}"), spec=sim_spec(SCRIPT), checkpoint=path)
-    first = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True)
+    await run_workflow(review_workflow(summary="RESUME {review}"), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
+    first = await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True))
     before, after = compact_checkpoint(path)
     assert after <= before
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM items").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM result").fetchone() == (1,)
     meter = WireMeter()
-    second = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True)
+    second = await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True))
     assert meter.prompts == 0
     assert comparable(second) == comparable(first)
     assert second.output("review")[0] == Review("f", "approve")
@@ -251,7 +252,7 @@ async def test_compaction_refuses_an_unfinished_run(tmp_path: Path, sim_spec: Sp
     async def ask(ctx: StepContext) -> str:
         return await ctx.interrupt("go?")
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=path)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     assert result.status == "interrupted"
     with pytest.raises(CheckpointError, match=r"waits for answers \(ask:0\)"):
         compact_checkpoint(path)
@@ -273,12 +274,10 @@ async def test_a_named_session_is_resumed_from_the_store_on_resume(
         return await ctx.interrupt("continue?")
 
     wf.prompt("second", "OTHER two", session="writer", depends_on="gate")
-    first = await run_workflow(wf, spec=sim_spec(SCRIPT, store=str(store)), checkpoint=path)
+    first = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT, store=str(store)), checkpoint=path))
     assert first.status == "interrupted"
     meter = WireMeter()
-    second = await run_workflow(
-        wf, spec=sim_spec(SCRIPT, store=str(store), meter=meter), checkpoint=path, resume=True, answers={"gate:0": "yes"}
-    )
+    second = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT, store=str(store), meter=meter), checkpoint=path, resume=True, answers={"gate:0": "yes"}))
     assert second.ok, second.summary()
     assert second.steps["second"].items[0].session_id == first.steps["first"].items[0].session_id
     assert meter.prompts == 1
@@ -290,6 +289,6 @@ async def test_resuming_a_checkpoint_killed_before_its_first_commit_starts_afres
     path = tmp_path / "run.ckpt"
     sqlite3.connect(path).close()  # the file exists, with no table yet
     path.touch()
-    result = await run_workflow(review_workflow(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True)
+    result = await run_workflow(review_workflow(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True))
     assert result.ok, result.summary()
     assert checkpoint_changes(review_workflow(), path).reusable == ("files", "review", "summary", "other", "final")

@@ -13,7 +13,7 @@ import trio
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script
-from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, run_workflow
 
 from .workflow_support import scenario
 
@@ -54,14 +54,12 @@ async def test_resume_continues_the_persisted_named_session_in_a_new_runtime_pro
 ) -> None:
     checkpoint = tmp_path / "writer.ckpt"
     with trio.fail_after(240):  # a start took 37-60+ s under disk contention
-        first = await run_workflow(writer(), spec=dsh_spec(), checkpoint=checkpoint)
+        first = await run_workflow(writer(), WorkflowOptions(spec=dsh_spec(), checkpoint=checkpoint))
     assert first.status == "interrupted", first.summary()
     session = first.steps["outline"].items[0].session_id
     assert session is not None and session.startswith("wf-writer-")
     with trio.fail_after(240):  # a start took 37-60+ s under disk contention
-        second = await run_workflow(
-            writer(), spec=dsh_spec(), checkpoint=checkpoint, resume=True, answers={"review:0": "yes"}
-        )
+        second = await run_workflow(writer(), WorkflowOptions(spec=dsh_spec(), checkpoint=checkpoint, resume=True, answers={"review:0": "yes"}))
     assert second.ok, second.summary()
     assert second.steps["expand"].items[0].session_id == session  # resumed, not re-created
     assert second.output("outline") == "1. nurseries 2. cancel scopes"  # reused from the checkpoint

@@ -11,7 +11,7 @@ from trio.testing import MockClock
 from dsh_orchestra.pool import open_pool
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
-from dsh_orchestra.workflow import StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, run_workflow
 
 from .workflow_support import WireMeter
 
@@ -58,7 +58,7 @@ def fan_workflow(items: list[Any]) -> Workflow:
 
 async def test_join_gets_fanned_out_results_in_input_order(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     """Items finish c, b, a; the join still sees a, b, c, and each item had its own session."""
-    result = await run_workflow(fan_workflow(["a", "b", "c"]), spec=sim_spec(ORDER_SCRIPT))
+    result = await run_workflow(fan_workflow(["a", "b", "c"]), WorkflowOptions(spec=sim_spec(ORDER_SCRIPT)))
     assert result.ok, result.summary()
     assert result.output("work") == ["A", "B", "C"]
     assert result.output("join") == "ABC"
@@ -71,7 +71,7 @@ async def test_join_gets_fanned_out_results_in_input_order(sim_spec: SpecFactory
 
 
 async def test_empty_fan_out_joins_an_empty_list(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
-    result = await run_workflow(fan_workflow([]), spec=sim_spec(ORDER_SCRIPT))
+    result = await run_workflow(fan_workflow([]), WorkflowOptions(spec=sim_spec(ORDER_SCRIPT)))
     assert result.ok and result.output("work") == [] and result.output("join") == ""
 
 
@@ -83,7 +83,7 @@ async def test_fan_out_over_something_not_a_list_fails_the_step(sim_spec: SpecFa
         return "abc"
 
     wf.prompt("work", "ITEM {item}", fan_out="source")
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT)))
     assert result.status == "failed"
     assert result.steps["work"].errors[0].message == "fan-out source 'source' returned str, not a list"
 
@@ -96,7 +96,7 @@ async def test_prompt_step_values_dependencies_inputs_and_item(sim_spec: SpecFac
         return f"{ctx.workflow_inputs['subject']}!"
 
     wf.prompt("ask", "Tell me about {topic} for {audience} (attempt {attempt})", depends_on="topic")
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), inputs={"subject": "trio", "audience": "ops"})
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), inputs={"subject": "trio", "audience": "ops"}))
     assert result.output("ask") == "echo: Tell me about trio! for ops (attempt 1)"
     item = result.steps["ask"].items[0]
     assert item.index is None and item.finish_reason == "completed" and item.session_id
@@ -112,7 +112,7 @@ async def test_function_steps_prompt_through_the_context(sim_spec: SpecFactory) 
         fresh = await ctx.prompt("three")
         return [first, second, fresh, *(t.session_id for t in ctx.turns)]
 
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT)))
     first, second, fresh, s1, s2, s3 = result.output("chat")
     assert (first, second, fresh) == ("echo: one", "echo: two", "echo: three")
     assert s1 == s2 != s3
@@ -125,7 +125,7 @@ async def test_named_session_is_reused_across_steps(sim_spec: SpecFactory) -> No
     wf.prompt("draft", "draft it", session="writer")
     wf.prompt("polish", "polish {draft}", depends_on="draft", session="writer")
     wf.prompt("other", "unrelated")
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT, meter=meter))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT, meter=meter)))
     assert result.ok
     draft, polish, other = (result.steps[n].items[0].session_id for n in ("draft", "polish", "other"))
     assert draft == polish != other
@@ -172,14 +172,14 @@ async def test_route_chooses_the_next_step(sim_spec: SpecFactory) -> None:
         return "notified"
 
     wf.route("grade", lambda score: "accept" if score >= 5 else "reject", ["accept", "reject"])
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), inputs={"score": 7})
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), inputs={"score": 7}))
     assert result.ok
     assert result.output("accept") == "accepted 7"
     assert result.steps["reject"].status == "skipped"
     assert result.steps["reject"].reason == "not chosen by the route from 'grade'"
     assert result.steps["notify"].status == "skipped" and result.steps["notify"].reason == "dependency 'reject' skipped"
 
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), inputs={"score": 2})
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), inputs={"score": 2}))
     assert [result.steps[n].status for n in ("accept", "reject", "notify")] == ["skipped", "ok", "ok"]
 
 
@@ -195,7 +195,7 @@ async def test_route_may_choose_none_or_several(sim_spec: SpecFactory, choose: A
     for name in ("source", "left", "right"):
         wf.step(name)(_const(name))
     wf.route("source", choose, ["left", "right"])
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT)))
     assert result.ok
     assert [result.steps["left"].status, result.steps["right"].status] == statuses
 
@@ -205,7 +205,7 @@ async def test_a_route_choosing_an_unknown_step_fails_its_source(sim_spec: SpecF
     for name in ("source", "left"):
         wf.step(name)(_const(name))
     wf.route("source", lambda out: "elsewhere", ["left"])
-    result = await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), failure="collect")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), failure="collect"))
     assert result.status == "failed"
     source = result.steps["source"]
     assert source.status == "failed" and source.reason == "its route failed"
@@ -225,13 +225,13 @@ async def test_contradictory_arguments_are_rejected(sim_spec: SpecFactory) -> No
     wf = fan_workflow([])
     async with open_runtime(sim_spec(ORDER_SCRIPT)) as runtime:
         with pytest.raises(ValueError, match="approvals only apply when run_workflow opens the runtimes"):
-            await run_workflow(wf, runtime, approvals=lambda request: None)
+            await run_workflow(wf, runtime, WorkflowOptions(approvals=lambda request: None))
     with pytest.raises(ValueError, match="failure must be"):
-        await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), failure="sometimes")  # type: ignore[arg-type]
+        await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), failure="sometimes"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="concurrency must be an integer >= 1"):
-        await run_workflow(wf, spec=sim_spec(ORDER_SCRIPT), concurrency=0)
+        await run_workflow(wf, WorkflowOptions(spec=sim_spec(ORDER_SCRIPT), concurrency=0))
     with pytest.raises(ValueError, match="needs a spec"):
-        await run_workflow(wf, runtimes=2)
+        await run_workflow(wf, WorkflowOptions(runtimes=2))
 
 
 def _const(value: str) -> Any:

@@ -15,7 +15,7 @@ from dsh_orchestra.pool import open_pool
 from dsh_orchestra.protocol import JsonRpcResponseError, SdkProtocolError, TransportClosedError
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.session import open_runtime
-from dsh_orchestra.workflow import Statistics, StepContext, StepFailedError, Workflow, retryable, run_workflow
+from dsh_orchestra.workflow import Statistics, StepContext, StepFailedError, Workflow, WorkflowOptions, retryable, run_workflow
 
 from .workflow_support import WireMeter
 
@@ -67,7 +67,7 @@ def mixed() -> Workflow:
 
 
 async def test_fail_fast_cancels_siblings_and_skips_dependents(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
-    result = await run_workflow(mixed(), spec=sim_spec(SCRIPT), failure="fail-fast")
+    result = await run_workflow(mixed(), WorkflowOptions(spec=sim_spec(SCRIPT), failure="fail-fast"))
     assert result.status == "failed"
     assert result.duration_s == pytest.approx(1.0, abs=0.1)  # nothing waited for the 10 s prompts
     work = result.steps["work"]
@@ -91,7 +91,7 @@ async def test_collect_finishes_what_can_finish_and_reports_every_failure(
 ) -> None:
     wf = mixed()
     wf.prompt("also_bad", "BOOM again")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), failure="collect")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), failure="collect"))
     assert result.status == "failed" and result.failure_policy == "collect"
     assert result.duration_s == pytest.approx(10.0, abs=0.5)  # the slow prompts ran to the end
     work = result.steps["work"]
@@ -118,7 +118,7 @@ async def test_retry_after_the_runtime_was_lost(sim_spec: SpecFactory, autojump_
     wf.prompt("work", "SECOND {item}", fan_out="items", retries=3, backoff=0.25, concurrency=1)
     stats = Statistics()
     async with open_pool(lambda i: sim_spec(crashing), size=1, backoff=(0.5, 1.0)) as pool:
-        result = await run_workflow(wf, pool, statistics=stats)
+        result = await run_workflow(wf, pool, WorkflowOptions(statistics=stats))
         restarts = pool.statistics().restarts
     assert result.ok, result.summary()
     assert result.output("work") == ["second done"] * 3
@@ -131,7 +131,7 @@ async def test_runtime_lost_without_retries_fails(sim_spec: SpecFactory, autojum
     crashing = "crash_after_prompts = 1\n" + SCRIPT
     wf = Workflow("crash")
     wf.prompt("work", "SECOND")
-    result = await run_workflow(wf, spec=sim_spec(crashing))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(crashing)))
     work = result.steps["work"]
     assert work.status == "failed" and work.attempts == 1
     assert work.errors[0].type in ("TransportClosedError", "RuntimeExitedError")
@@ -141,7 +141,7 @@ async def test_protocol_rejections_are_not_retried(sim_spec: SpecFactory, autoju
     meter = WireMeter(reject=lambda n, params: n == 1)
     wf = Workflow("reject")
     wf.prompt("work", "SECOND", retries=3)
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT, meter=meter))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter)))
     work = result.steps["work"]
     assert work.status == "failed" and work.attempts == 1 and meter.prompts == 1
     assert work.errors[0].type == "JsonRpcResponseError" and "rejected by the wire meter" in work.errors[0].message
@@ -151,7 +151,7 @@ async def test_model_errors_are_not_retried(sim_spec: SpecFactory, autojump_cloc
     meter = WireMeter()
     wf = Workflow("boom")
     wf.prompt("work", "BOOM", retries=3)
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT, meter=meter))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter)))
     assert result.steps["work"].attempts == 1 and meter.prompts == 1
     assert result.steps["work"].items[0].finish_reason == "error"  # the failed turn is kept for debugging
 
@@ -161,7 +161,7 @@ async def test_timeout_then_retry_with_backoff(sim_spec: SpecFactory, autojump_c
     wf = Workflow("retry")
     wf.prompt("work", "SECOND attempt {attempt}", timeout=2.0, retries=1, backoff=0.5)
     stats = Statistics()
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), statistics=stats)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), statistics=stats))
     work = result.steps["work"]
     assert work.ok and work.output == "second done" and work.attempts == 2 and stats.retries == 1
     assert work.duration_s == pytest.approx(2.0 + 0.5 + 1.0, abs=0.05)
@@ -170,7 +170,7 @@ async def test_timeout_then_retry_with_backoff(sim_spec: SpecFactory, autojump_c
 async def test_timeouts_exhaust_the_retries_with_doubling_backoff(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     wf = Workflow("timeout")
     wf.prompt("work", "SLOW forever", timeout=2.0, retries=3, backoff=0.5)
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     work = result.steps["work"]
     assert work.status == "failed" and work.attempts == 4
     assert work.errors[0].type == "TimeoutError"
@@ -187,7 +187,7 @@ async def test_timeout_does_not_count_waiting_for_a_slot(sim_spec: SpecFactory, 
         return list(range(5))
 
     wf.prompt("work", "SECOND {item}", fan_out="items", timeout=1.5, concurrency=1)
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert result.ok and result.steps["work"].duration_s == pytest.approx(5.0, abs=0.1)
 
 
@@ -198,7 +198,7 @@ async def test_function_step_timeout(sim_spec: SpecFactory, autojump_clock: Mock
     async def sleepy(ctx: StepContext) -> None:
         await trio.sleep(5)
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert result.steps["sleepy"].errors[0].message == "step 'sleepy' did not finish within 1 s"
     assert result.duration_s == pytest.approx(1.0, abs=0.05)
 
@@ -219,7 +219,7 @@ async def test_function_step_retries_only_retryable_errors(sim_spec: SpecFactory
         calls["bug"] += 1
         raise ValueError("a bug in the step")
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), failure="collect")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), failure="collect"))
     assert result.steps["lost"].output == 3 and result.steps["lost"].duration_s == pytest.approx(3.0, abs=0.05)
     assert calls == {"lost": 3, "bug": 1}
     assert result.steps["bug"].errors[0].type == "ValueError"
@@ -247,7 +247,7 @@ async def test_a_named_session_abandoned_by_a_timeout_is_not_reused(sim_spec: Sp
         await trio.sleep(0.5)  # so "first" holds the session first
 
     wf.prompt("second", "continue", session="chat", depends_on="pause")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT, meter=meter), failure="collect")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), failure="collect"))
     assert result.steps["first"].errors[0].type == "TimeoutError"
     assert result.steps["second"].status == "failed"
     (error,) = result.steps["second"].errors

@@ -24,6 +24,7 @@ from dsh_orchestra.workflow import (
 )
 
 from .workflow_support import WireMeter
+from dsh_orchestra.workflow import WorkflowOptions
 
 SpecFactory = Callable[..., RuntimeSpec]
 
@@ -69,7 +70,7 @@ async def test_parallel_branches_get_distinct_ids_and_the_rest_keeps_running(
 ) -> None:
     wf = branches()
     wf.prompt("unrelated", "PUBLISH the rest")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c"))
     assert result.status == "interrupted"
     assert [(i.id, i.question, i.choices) for i in result.pending] == [
         ("approve[0]:0", "deploy alpha?", ("yes", "no")),
@@ -90,15 +91,11 @@ async def test_parallel_interrupts_answered_in_either_order(
 ) -> None:
     path = tmp_path / "c"
     answer = {"approve[0]:0": "yes", "approve[1]:0": "no"}
-    await run_workflow(branches(), spec=sim_spec(SCRIPT), checkpoint=path)
+    await run_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path))
     meter = WireMeter()
-    first = await run_workflow(
-        branches(), spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True, answers={order[0]: answer[order[0]]}
-    )
+    first = await run_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True, answers={order[0]: answer[order[0]]}))
     assert [i.id for i in first.pending] == [order[1]]
-    second = await run_workflow(
-        branches(), spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True, answers={order[1]: answer[order[1]]}
-    )
+    second = await run_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path, resume=True, answers={order[1]: answer[order[1]]}))
     assert second.ok, second.summary()
     assert second.output("approve") == ["yes", "no"]
     assert second.pending == ()
@@ -112,7 +109,7 @@ async def test_a_live_answerer_answers_while_the_run_goes_on(sim_spec: SpecFacto
         await trio.sleep(30 if interrupt.id.startswith("approve[0]") else 5)  # beta is answered first
         return "yes"
 
-    result = await run_workflow(branches(), spec=sim_spec(SCRIPT), answers=person)
+    result = await run_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT), answers=person))
     assert result.ok, result.summary()
     assert sorted(i.id for i in asked) == ["approve[0]:0", "approve[1]:0"]
 
@@ -134,7 +131,7 @@ async def test_an_unanswered_interrupt_times_out_into_the_step(sim_spec: SpecFac
         raise AssertionError
 
     start = trio.current_time()
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), answers=silent)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), answers=silent))
     assert result.output("ask") == "nobody answered"
     assert seen == ["interrupt 'ask:0' was not answered within 60 s"]
     assert trio.current_time() - start == pytest.approx(60, abs=1)
@@ -152,7 +149,7 @@ async def test_a_bad_answer_and_bad_arguments_fail_the_step(sim_spec: SpecFactor
     async def empty(ctx: StepContext) -> str:
         return await ctx.interrupt("which?", choices=[])
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), answers={"ask:0": "c"}, failure="collect")
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), answers={"ask:0": "c"}, failure="collect"))
     assert result.steps["ask"].errors[0].message == "the answer 'c' to interrupt 'ask:0' is not one of its choices: a, b"
     assert "choices must be a non-empty list" in result.steps["empty"].errors[0].message
 
@@ -169,7 +166,7 @@ async def test_catching_the_pending_interrupt_still_ends_the_branch_interrupted(
         except InterruptPending:
             return "carry on"
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert result.status == "interrupted"
     assert [i.id for i in result.pending] == ["ask:0"]
 
@@ -202,16 +199,13 @@ def review_sub() -> Workflow:
 async def test_a_subworkflow_interrupt_resumes_in_place(sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock) -> None:
     path = tmp_path / "c"
     meter = WireMeter()
-    first = await run_workflow(review_sub(), spec=sim_spec(SCRIPT, meter=meter), checkpoint=path)
+    first = await run_workflow(review_sub(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), checkpoint=path))
     assert first.status == "interrupted"
     assert [i.id for i in first.pending] == ["post[0]/check:0", "post[1]/check:0"]
     assert first.steps["post[0]/draft"].status == "ok"
     assert meter.prompts == 2
     again = WireMeter()
-    second = await run_workflow(
-        review_sub(), spec=sim_spec(SCRIPT, meter=again), checkpoint=path, resume=True,
-        answers={"post[0]/check:0": "yes", "post[1]/check:0": "no"},
-    )
+    second = await run_workflow(review_sub(), WorkflowOptions(spec=sim_spec(SCRIPT, meter=again), checkpoint=path, resume=True, answers={"post[0]/check:0": "yes", "post[1]/check:0": "no"}))
     assert second.ok, second.summary()
     assert again.prompts == 2  # the two publishes: the drafts were not run again
     assert second.output("count") == 1
@@ -226,14 +220,12 @@ async def test_escalate_turns_an_undecided_approval_into_an_interrupt(
     wf.prompt("deploy", "DEPLOY now")
     policy = escalate(allow_tools("git"), timeout=120)  # a rule: None (undecided) for bash
     path = tmp_path / "c"
-    first = await run_workflow(wf, spec=sim_spec(SCRIPT), approvals=policy, checkpoint=path)
+    first = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), approvals=policy, checkpoint=path))
     assert first.status == "interrupted", (first.summary(), first.steps["deploy"].approvals)
     assert [(i.id, i.question, i.choices) for i in first.pending] == [
         ("deploy:0", "allow tool bash (escalate sandbox to danger-full-access: restart the service)?", ("allow", "reject")),
     ]
-    second = await run_workflow(
-        wf, spec=sim_spec(SCRIPT), approvals=policy, checkpoint=path, resume=True, answers={"deploy:0": "allow"}
-    )
+    second = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), approvals=policy, checkpoint=path, resume=True, answers={"deploy:0": "allow"}))
     assert second.ok, second.summary()
     assert second.output("deploy") == "the bash call was allowed-once"
     assert [a.rule for a in second.steps["deploy"].approvals] == ["escalate"]
@@ -247,7 +239,7 @@ async def test_escalate_rejects_without_an_answer_before_the_deadline(sim_spec: 
         await trio.sleep(500)
         return "allow"
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), approvals=escalate(lambda r: None, timeout=100), answers=slow)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), approvals=escalate(lambda r: None, timeout=100), answers=slow))
     assert result.ok, result.summary()
     assert result.output("deploy") == "the bash call was rejected"
     assert result.steps["deploy"].approvals[0].outcome == "rejected"
@@ -256,7 +248,7 @@ async def test_escalate_rejects_without_an_answer_before_the_deadline(sim_spec: 
 async def test_escalate_lets_the_policy_decide_first(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     wf = Workflow("ops")
     wf.prompt("deploy", "DEPLOY now")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT), approvals=escalate(allow_tools("bash"), timeout=1))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), approvals=escalate(allow_tools("bash"), timeout=1)))
     assert result.output("deploy") == "the bash call was allowed-once"
     assert result.pending == ()
 
@@ -264,7 +256,7 @@ async def test_escalate_lets_the_policy_decide_first(sim_spec: SpecFactory, auto
 async def test_events_stream_while_the_run_goes(sim_spec: SpecFactory, tmp_path: Path, autojump_clock: MockClock) -> None:
     path = tmp_path / "c"
     seen: list[WorkflowEvent] = []
-    async with open_workflow(branches(), spec=sim_spec(SCRIPT), checkpoint=path) as run:
+    async with open_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path)) as run:
         async for event in run.events():
             seen.append(event)
         result = await run.result()
@@ -278,10 +270,7 @@ async def test_events_stream_while_the_run_goes(sim_spec: SpecFactory, tmp_path:
     assert [e.time for e in seen] == sorted(e.time for e in seen)
 
     resumed: list[tuple[str, str, int | None]] = []
-    async with open_workflow(
-        branches(), spec=sim_spec(SCRIPT), checkpoint=path, resume=True,
-        answers={"approve[0]:0": "yes", "approve[1]:0": "yes"},
-    ) as run:
+    async with open_workflow(branches(), WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=path, resume=True, answers={"approve[0]:0": "yes", "approve[1]:0": "yes"})) as run:
         async for event in run.events():
             resumed.append((event.kind, event.step, event.index))
     assert resumed[0] == ("resumed", "hosts", None)
@@ -292,7 +281,7 @@ async def test_events_stream_while_the_run_goes(sim_spec: SpecFactory, tmp_path:
 async def test_turn_events_and_a_reader_that_falls_behind(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     wf = Workflow("one")
     wf.prompt("draft", "DRAFT it")
-    async with open_workflow(wf, spec=sim_spec(SCRIPT), turn_events=True) as run:
+    async with open_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)), turn_events=True) as run:
         events = run.events()
         slow = run.events(capacity=2)
         turns = [e async for e in events if e.kind == "turn"]
@@ -309,7 +298,7 @@ async def test_an_error_of_the_run_comes_from_result(sim_spec: SpecFactory, tmp_
     wf.prompt("a", "DRAFT")
     (tmp_path / "c").write_text("x")
     with trio.fail_after(10):
-        async with open_workflow(wf, spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c") as run:
+        async with open_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT), checkpoint=tmp_path / "c")) as run:
             with pytest.raises(Exception, match="exists already"):
                 await run.result()
 

@@ -16,7 +16,7 @@ from trio.testing import MockClock
 
 from dsh_orchestra.pool import open_pool
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import Statistics, StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import Statistics, StepContext, Workflow, WorkflowOptions, run_workflow
 
 from .workflow_support import WireMeter
 
@@ -48,9 +48,7 @@ async def test_workflow_concurrency_bounds_prompts_in_flight(
     sim_spec: SpecFactory, autojump_clock: MockClock, limit: int
 ) -> None:
     meter, stats = WireMeter(), Statistics()
-    result = await run_workflow(
-        workload(12, branches=2), spec=sim_spec(SLOW, meter=meter), concurrency=limit, statistics=stats
-    )
+    result = await run_workflow(workload(12, branches=2), WorkflowOptions(spec=sim_spec(SLOW, meter=meter), concurrency=limit, statistics=stats))
     assert result.ok
     assert stats.max_in_flight == limit and meter.max_in_flight == limit
     assert stats.prompts == meter.prompts == 24
@@ -59,7 +57,7 @@ async def test_workflow_concurrency_bounds_prompts_in_flight(
 
 async def test_step_concurrency_bounds_each_step(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     meter, stats = WireMeter(), Statistics()
-    result = await run_workflow(workload(10, branches=2, step_concurrency=2), spec=sim_spec(SLOW, meter=meter), statistics=stats)
+    result = await run_workflow(workload(10, branches=2, step_concurrency=2), WorkflowOptions(spec=sim_spec(SLOW, meter=meter), statistics=stats))
     assert result.ok
     assert stats.max_in_flight == meter.max_in_flight == 4  # two steps, two each
     for branch in ("work0", "work1"):
@@ -68,15 +66,13 @@ async def test_step_concurrency_bounds_each_step(sim_spec: SpecFactory, autojump
 
 async def test_step_limit_inside_a_workflow_limit(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     meter = WireMeter()
-    result = await run_workflow(
-        workload(10, branches=2, step_concurrency=4), spec=sim_spec(SLOW, meter=meter), concurrency=5
-    )
+    result = await run_workflow(workload(10, branches=2, step_concurrency=4), WorkflowOptions(spec=sim_spec(SLOW, meter=meter), concurrency=5))
     assert result.ok and meter.max_in_flight == 5
 
 
 async def test_without_limits_everything_runs_at_once(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     meter = WireMeter()
-    result = await run_workflow(workload(20), spec=sim_spec(SLOW, meter=meter))
+    result = await run_workflow(workload(20), WorkflowOptions(spec=sim_spec(SLOW, meter=meter)))
     assert result.ok and meter.max_in_flight == 20 and result.duration_s == pytest.approx(1.0, abs=0.1)
 
 
@@ -84,7 +80,7 @@ async def test_runtime_limit_bounds_each_runtime_of_a_pool(sim_spec: SpecFactory
     meters = [WireMeter(), WireMeter()]
     stats = Statistics()
     async with open_pool(lambda i: sim_spec(SLOW, meter=meters[i], name=f"sim#{i}"), size=2) as pool:
-        result = await run_workflow(workload(12), pool, runtime_limit=2, statistics=stats)
+        result = await run_workflow(workload(12), pool, WorkflowOptions(runtime_limit=2, statistics=stats))
     assert result.ok
     assert [m.max_in_flight for m in meters] == [2, 2]
     assert stats.max_in_flight == 4
@@ -93,14 +89,14 @@ async def test_runtime_limit_bounds_each_runtime_of_a_pool(sim_spec: SpecFactory
 
 async def test_runtime_limit_on_one_runtime(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     meter = WireMeter()
-    result = await run_workflow(workload(9), spec=sim_spec(SLOW, meter=meter), runtime_limit=3)
+    result = await run_workflow(workload(9), WorkflowOptions(spec=sim_spec(SLOW, meter=meter), runtime_limit=3))
     assert result.ok and meter.max_in_flight == 3 and result.duration_s == pytest.approx(3.0, abs=0.2)
 
 
 async def test_pool_max_sessions_bounds_with_the_workflow(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     meters = [WireMeter(), WireMeter(), WireMeter()]
     async with open_pool(lambda i: sim_spec(SLOW, meter=meters[i]), size=3, max_sessions=1) as pool:
-        result = await run_workflow(workload(9), pool, concurrency=10)
+        result = await run_workflow(workload(9), pool, WorkflowOptions(concurrency=10))
     assert result.ok and [m.max_in_flight for m in meters] == [1, 1, 1]
 
 
@@ -117,5 +113,5 @@ async def test_function_steps_prompting_in_parallel_share_the_limit(
         return len(ctx.turns)
 
     meter = WireMeter()
-    result = await run_workflow(wf, spec=sim_spec(SLOW, meter=meter), concurrency=3)
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SLOW, meter=meter), concurrency=3))
     assert result.output("burst") == 8 and meter.max_in_flight == 3

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 import trio
 
-from dsh_orchestra.workflow import load_recipe
+from dsh_orchestra.workflow import WorkflowOptions, load_recipe
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script, load_script
@@ -34,7 +34,7 @@ async def test_code_review_recipe_on_the_real_runtime(
 ) -> None:
     recipe = load_recipe(RECIPES / "code_review")
     with trio.fail_after(240):  # a start took 37-60+ s under disk contention
-        result = await run_workflow(recipe.workflow, spec=dsh_spec(), inputs=recipe.inputs, concurrency=3)
+        result = await run_workflow(recipe.workflow, WorkflowOptions(spec=dsh_spec(), inputs=recipe.inputs, concurrency=3))
     assert result.ok, result.summary()
     reviews = result.output("review")
     assert [(r.file, r.verdict) for r in reviews] == [
@@ -56,7 +56,7 @@ async def test_map_reduce_recipe_subagents_on_the_real_runtime(
     """Real subagents: each mapper's children report back, session/wait settles the tree."""
     recipe = load_recipe(RECIPES / recipe_name)
     with trio.fail_after(240):  # a start took 37-60+ s under disk contention
-        result = await run_workflow(recipe.workflow, spec=dsh_spec(), inputs=recipe.inputs)
+        result = await run_workflow(recipe.workflow, WorkflowOptions(spec=dsh_spec(), inputs=recipe.inputs))
     assert result.ok, result.summary()
     step = result.steps["map"]
     assert len(step.subagents) == 3 and all(s.stop_reason == "completed" for s in step.subagents)
@@ -86,7 +86,7 @@ async def test_cancelling_a_workflow_on_the_real_runtime_leaves_no_process(dsh_s
         async with trio.open_nursery() as nursery:
 
             async def run() -> None:
-                await run_workflow(wf, spec=dsh_spec())
+                await run_workflow(wf, WorkflowOptions(spec=dsh_spec()))
 
             nursery.start_soon(run)
             await running.wait()

@@ -13,7 +13,7 @@ from trio.testing import MockClock
 
 from dsh_orchestra.cli._main import build_parser
 from dsh_orchestra.cli._run import parse_inputs
-from dsh_orchestra.workflow import RecipeError, load_recipe
+from dsh_orchestra.workflow import RecipeError, WorkflowOptions, load_recipe
 from dsh_orchestra.runtime import RuntimeSpec
 from dsh_orchestra.testing._script import load_script
 from dsh_orchestra.workflow import run_workflow
@@ -63,9 +63,9 @@ async def test_review_with_human_in_process_with_answers(sim_spec: SpecFactory, 
     recipe = load_recipe(RECIPES / "review_with_human")
     assert recipe.script is not None
     spec = sim_spec(load_script(recipe.script))
-    waiting = await run_workflow(recipe.workflow, spec=spec, inputs=recipe.inputs)
+    waiting = await run_workflow(recipe.workflow, WorkflowOptions(spec=spec, inputs=recipe.inputs))
     assert waiting.status == "interrupted" and [i.id for i in waiting.pending] == ["approval:0"]
-    result = await run_workflow(recipe.workflow, spec=spec, inputs=recipe.inputs, answers={"approval:0": "reject"})
+    result = await run_workflow(recipe.workflow, WorkflowOptions(spec=spec, inputs=recipe.inputs, answers={"approval:0": "reject"}))
     assert result.ok, result.summary()
     assert result.output("revise").startswith("Batch retries wait at most 30 s")
     assert result.steps["publish"].status == "skipped"
@@ -76,7 +76,7 @@ async def test_recipe_in_process(name: str, sim_spec: SpecFactory, autojump_cloc
     recipe = load_recipe(RECIPES / name)
     assert recipe.script == (RECIPES / name / "scenario.toml").resolve()
     assert recipe.script is not None
-    result = await run_workflow(recipe.workflow, spec=sim_spec(load_script(recipe.script)), inputs=recipe.inputs)
+    result = await run_workflow(recipe.workflow, WorkflowOptions(spec=sim_spec(load_script(recipe.script)), inputs=recipe.inputs))
     assert result.ok, result.summary()
     data = result.to_json()
     CHECKS[name]({step: data["steps"][step]["output"] for step in data["steps"]})

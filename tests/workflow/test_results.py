@@ -11,7 +11,7 @@ from trio.testing import MockClock
 
 from dsh_orchestra.approvals import allow_tools, first_match
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, WorkflowResult, run_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, WorkflowResult, run_workflow
 
 SpecFactory = Callable[..., RuntimeSpec]
 
@@ -83,9 +83,7 @@ def everything() -> Workflow:
 
 @pytest.fixture
 async def result(sim_spec: SpecFactory, autojump_clock: MockClock) -> WorkflowResult:
-    return await run_workflow(
-        everything(), spec=sim_spec(SCRIPT), failure="collect", approvals=first_match(allow_tools("bash"))
-    )
+    return await run_workflow(everything(), WorkflowOptions(spec=sim_spec(SCRIPT), failure="collect", approvals=first_match(allow_tools("bash"))))
 
 
 async def test_statuses_timing_attempts_outputs_approvals_errors(result: WorkflowResult, autojump_clock: MockClock) -> None:

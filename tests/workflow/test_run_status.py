@@ -10,7 +10,7 @@ from trio.testing import MockClock
 
 from dsh_orchestra.cli._run_status import StepBoard
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import StepContext, Workflow, open_workflow
+from dsh_orchestra.workflow import StepContext, Workflow, WorkflowOptions, open_workflow
 
 SpecFactory = Callable[..., RuntimeSpec]
 
@@ -41,7 +41,7 @@ def workflow() -> Workflow:
 
 async def test_lines_every_interval_while_it_runs(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     out = io.StringIO()
-    async with open_workflow(workflow(), spec=sim_spec(SCRIPT)) as run:
+    async with open_workflow(workflow(), WorkflowOptions(spec=sim_spec(SCRIPT))) as run:
         board = StepBoard(workflow(), run.events(), stream=out, interval=10.0)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(board.run)
@@ -54,7 +54,7 @@ async def test_lines_every_interval_while_it_runs(sim_spec: SpecFactory, autojum
 
 async def test_a_bar_on_a_terminal(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     out = Terminal()
-    async with open_workflow(workflow(), spec=sim_spec(SCRIPT)) as run:
+    async with open_workflow(workflow(), WorkflowOptions(spec=sim_spec(SCRIPT))) as run:
         board = StepBoard(workflow(), run.events(), stream=out)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(board.run)

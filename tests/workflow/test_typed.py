@@ -8,7 +8,7 @@ import attrs
 from trio.testing import MockClock
 
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.workflow import Statistics, StepContext, Workflow, run_workflow
+from dsh_orchestra.workflow import Statistics, StepContext, Workflow, WorkflowOptions, run_workflow
 
 from .workflow_support import WireMeter
 
@@ -99,7 +99,7 @@ def review_workflow(files: list[str], *, output: type = Review, parse_attempts: 
 
 async def test_a_bad_answer_is_re_prompted_in_the_same_session(sim_spec: SpecFactory) -> None:
     meter, stats = WireMeter(), Statistics()
-    result = await run_workflow(review_workflow(["good.py", "messy.py"]), spec=sim_spec(SCRIPT, meter=meter), statistics=stats)
+    result = await run_workflow(review_workflow(["good.py", "messy.py"]), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter), statistics=stats))
     assert result.ok, result.summary()
     assert result.output("review") == [
         Review(file="good.py", verdict="approve"),
@@ -115,7 +115,7 @@ async def test_a_bad_answer_is_re_prompted_in_the_same_session(sim_spec: SpecFac
 async def test_re_prompting_is_bounded_then_the_step_fails(sim_spec: SpecFactory) -> None:
     """The repair answer lacks ``score`` too: after 2 repairs the item fails with the parse error."""
     meter = WireMeter()
-    result = await run_workflow(review_workflow(["messy.py"], output=Scored), spec=sim_spec(SCRIPT, meter=meter))
+    result = await run_workflow(review_workflow(["messy.py"], output=Scored), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter)))
     assert result.status == "failed"
     (item,) = result.steps["review"].items
     assert item.status == "failed" and item.attempts == 1 and item.reprompts == 2
@@ -127,7 +127,7 @@ async def test_re_prompting_is_bounded_then_the_step_fails(sim_spec: SpecFactory
 
 async def test_parse_attempts_zero_never_re_prompts(sim_spec: SpecFactory) -> None:
     meter = WireMeter()
-    result = await run_workflow(review_workflow(["messy.py"], parse_attempts=0), spec=sim_spec(SCRIPT, meter=meter))
+    result = await run_workflow(review_workflow(["messy.py"], parse_attempts=0), WorkflowOptions(spec=sim_spec(SCRIPT, meter=meter)))
     assert result.status == "failed" and meter.prompts == 1
     assert "no JSON found" in result.steps["review"].errors[0].message
 
@@ -139,7 +139,7 @@ async def test_function_steps_get_typed_outputs_too(sim_spec: SpecFactory) -> No
     async def both(ctx: StepContext) -> list[Review]:
         return [await ctx.prompt(f"REVIEW {name}", output=Review) for name in ("good.py", "messy.py")]
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert [r.file for r in result.output("both")] == ["good.py", "messy.py"]
     assert result.steps["both"].items[0].reprompts == 1
 
@@ -153,7 +153,7 @@ async def test_subagent_results_are_collected_and_typed(sim_spec: SpecFactory, a
         counts: tuple[Count, ...] = ctx.results["map"].subagent_outputs
         return sum(c.count for c in counts)
 
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert result.ok, result.summary()
     step = result.steps["map"]
     assert step.output == "Both counters reported."  # session/wait waited for the children and the follow-up turn
@@ -167,14 +167,14 @@ async def test_subagent_results_are_collected_and_typed(sim_spec: SpecFactory, a
 async def test_untyped_subagents_are_still_collected(sim_spec: SpecFactory, autojump_clock: MockClock) -> None:
     wf = Workflow("map")
     wf.prompt("map", "MAP words")
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     assert len(result.steps["map"].subagents) == 2 and result.steps["map"].subagent_outputs == ()
 
 
 async def test_a_subagent_output_that_does_not_parse_fails_the_step(sim_spec: SpecFactory) -> None:
     wf = Workflow("map")
     wf.prompt("map", "BADMAP", subagent_output=Count)
-    result = await run_workflow(wf, spec=sim_spec(SCRIPT))
+    result = await run_workflow(wf, WorkflowOptions(spec=sim_spec(SCRIPT)))
     (error,) = result.steps["map"].errors
     assert error.type == "OutputParseError" and "subagent" in error.message and "no JSON found" in error.message
     assert len(result.steps["map"].items[0].subagents) == 1  # what the child said is still on the result

@@ -44,7 +44,7 @@ from .._tracing import observed_approvals
 from ..approvals import ApprovalService
 from ..protocol import USER_QUESTION_CANCELLED, ApprovalRequestParams, UserQuestionAskParams, structure, unstructure
 from ..questions import QuestionAnswerError, QuestionService
-from ..runtime import RuntimeSpec
+from ._spec import RuntimeSpec
 
 log = logging.getLogger("dsh_orchestra.session.relay")
 
