@@ -10,12 +10,15 @@ file) to its output, ``--runs`` times; the median is reported:
   3 epochs, two scorers), reduced with pass^2, clustered metrics and the epoch variance;
 * ``compare --cluster-by``: ``compare_runs`` of two 100,000-item runs (two scorers: 0/1 and a
   judge's 0/0.5/1), clustered; and the same with a continuous second scorer;
-* ``compare 3 candidates, holm``: ``compare_many`` of a base and three candidates (no clusters);
+* ``compare 3 candidates --cluster-by, holm``: ``compare_many`` of a base and three candidates,
+  clustered (without clusters a 0/1 scorer's exact McNemar test dominates: its sum of C(b + c, i)
+  big integers grows as (b + c)^2, about 48,000 discordant pairs here);
 * ``plan paired --epochs 4 --cluster-by``: ``plan_runs`` of two 3-epoch runs;
 * ``score --labels``: ``agreement`` of 100,000 judge values (0/0.5/1) with 1,000 labels (kappa, PPI);
 * ``adjust_pvalues holm / bh``: 100,000 p-values.
 
     python bench/stats_scale.py --runs 3          # a markdown table
+    python bench/stats_scale.py --runs 1 --only plan --only labels
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", action="append", default=None, metavar="TEXT",
+                        help="only the statistics whose name contains TEXT (repeatable)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     values = (rng.random(ITEMS) < 0.6).astype(float).tolist()
@@ -100,7 +105,8 @@ def main() -> None:
         ("compare --cluster-by (2 runs, 2 scorers)", lambda: compare_runs(one[0], one[1], cluster_by="passage")),
         ("compare --cluster-by, continuous scores (2 runs, 2 scorers)",
          lambda: compare_runs(smooth[0], smooth[1], cluster_by="passage")),
-        ("compare 3 candidates, holm (4 runs, 2 scorers)", lambda: compare_many(list(zip("wxyz", one, strict=True)))),
+        ("compare 3 candidates --cluster-by, holm (4 runs, 2 scorers)",
+         lambda: compare_many(list(zip("wxyz", one, strict=True)), cluster_by="passage")),
         ("plan paired --epochs 4 --cluster-by (2 runs × 3 epochs)",
          lambda: plan_runs(three[0], three[1], mde=0.01, epochs=4, cluster_by="passage")),
         ("score --labels: agreement + PPI (1,000 labels)", lambda: agreement(judged, labels)),
@@ -110,6 +116,8 @@ def main() -> None:
     print(f"| statistic ({ITEMS:,} items, {CLUSTERS:,} clusters) | wall s (median of {args.runs}) | CPU s |")
     print("|---|---|---|")
     for name, fn in cases:
+        if args.only and not any(text in name for text in args.only):
+            continue
         wall, cpu = timed(fn, args.runs)
         print(f"| {name} | {wall:.2f} | {cpu:.2f} |", flush=True)
 

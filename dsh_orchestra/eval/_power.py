@@ -155,7 +155,10 @@ def plan_runs(
             extra["correlation"] = (v1 + v2 - variance) / (2 * math.sqrt(v1 * v2)) if v1 > 0 and v2 > 0 else None
         planned = variance
         if epochs is not None:
-            parts = [epoch_variance(_epoch_rows(run, name).get(i, []) for i in ids) for run in runs]
+            parts = []
+            for run in runs:
+                rows = _epoch_rows(run, name)  # once per run (not per item)
+                parts.append(epoch_variance(rows.get(i, []) for i in ids))
             if any(p is None for p in parts):
                 raise PlanInputError(f"planning for epochs needs a run with 2 or more epochs per item (scorer {name!r} "
                                      "has none): the within-item variance comes from the epochs; run the pilot with 2 or more")
