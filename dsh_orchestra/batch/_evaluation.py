@@ -58,7 +58,7 @@ def plan_of(options: BatchOptions, spec: RuntimeSpec | None) -> EvalPlan:
         route = (spec.provider, spec.model) if spec is not None else _default_route()
         plan = make_plan(
             options.scorers, scoring=scoring, epochs=options.epochs, reducer=options.epoch_reducer,
-            group_by=options.group_by, seed=options.seed, prices=prices, route=route,
+            group_by=options.group_by, seed=options.seed, prices=prices, route=route, cluster_by=options.cluster_by,
         )
         plan.price()
         check_scorers(plan.scorers)
@@ -246,6 +246,7 @@ def run_info(
         "reducer": plan.reducer.name,
         "seed": plan.seed,
         "group_by": plan.group_by,
+        "cluster_by": plan.cluster_by,
         "argv": list(options.argv) if options.argv is not None else list(sys.argv),
         "start_time": started,
         "end_time": ended,

@@ -47,7 +47,7 @@ class BatchOptions:
 
     Evaluation (docs/evaluation.md): ``scorers`` (scorer SPECs), ``scoring`` (a scoring file),
     ``epochs`` sessions per item reduced by ``epoch_reducer``, ``group_by`` a metadata key,
-    ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
+    ``cluster_by`` a metadata key (clustered standard errors), ``seed`` of the bootstrap, ``prices`` (a prices file) for ``cost_usd``, the budgets
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
     (kept with ``keep_workspaces``). ``module:attr`` scorers run in ``scorer_workers`` worker
     processes (0: in this process, unprotected), each call bounded by ``scorer_timeout`` seconds.
@@ -80,6 +80,7 @@ class BatchOptions:
     epochs: int = attrs.field(default=1, validator=_count(1))
     epoch_reducer: str = "mean"
     group_by: str | None = None
+    cluster_by: str | None = None  # a metadata key: clustered stderr and ci95 (docs/evaluation.md)
     seed: int = attrs.field(default=0, validator=_count(0))
     prices: Any = None  # a prices TOML path, or an eval.Prices
     max_total_tokens: int | None = attrs.field(default=None, validator=v.optional(_count(0)))

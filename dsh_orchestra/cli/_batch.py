@@ -41,6 +41,7 @@ from ._ray_options import (  # --ray: scale-out (imports no Ray)
     ray_options,
 )
 from ._score import add_scoring_options
+from ._stats import dataset_clusters
 from ..session import warnings_reported
 
 log = logging.getLogger("dsh_orchestra.batch")
@@ -134,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
                 epochs=args.epochs,
                 epoch_reducer=args.epoch_reducer,
                 group_by=args.group_by,
+                cluster_by=args.cluster_by,
                 seed=args.seed,
                 prices=args.prices,
                 max_total_tokens=args.max_total_tokens,
@@ -146,9 +148,12 @@ def main(args: argparse.Namespace) -> int:
                 gateway=gateway_options(args),
                 control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
             )
+            dataset_clusters(args.cluster_by, args.dataset)
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             printed = start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
+            return fail(exc)
+        except DatasetError as exc:
             return fail(exc)
         try:
             executor = None

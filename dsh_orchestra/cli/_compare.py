@@ -1,4 +1,5 @@
-"""``dsh-orchestra compare``: two scored runs paired by item id, with paired statistics."""
+"""``dsh-orchestra compare``: scored runs paired by item id, with paired statistics: a base and
+one candidate, or several candidates (or ``--all-pairs``) with adjusted p-values and a leaderboard."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import trio
 
 from ..batch import DatasetError, load_dataset
 from ..eval import RescoreError, ScoringError, rescore
-from ..eval import CompareInputError, compare_runs, scorer_names
+from ..eval import CompareInputError, compare_many, compare_runs, scorer_names
 from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report import load_result_lines
@@ -25,26 +26,36 @@ from ._errors import message
 from ._common import UsageError, fail
 from ._paths import Paths
 from ._score import scoring_plan
+from ._stats import lines_clusters
 
 
 def register(sub: Any) -> None:
     """Add the ``compare`` subcommand."""
     parser = sub.add_parser(
         "compare",
-        help="compare two scored runs item by item: mean differences, intervals, paired tests, regressions",
-        description="Pair the items of two results files by id (epochs reduced per item first) and compare "
-        "every scorer: means, the mean difference with a paired bootstrap 95%% interval, a paired test "
-        "(McNemar's exact test for 0/1 scores, else a sign-flip permutation test), the regressions and "
-        "improvements, and usage and latency side by side. Exit status: 0 compared, 2 bad input.",
+        help="compare scored runs item by item: mean differences, intervals, paired tests, regressions, a leaderboard",
+        description="Pair the items of results files by id (epochs reduced per item first) and compare each "
+        "CANDIDATE with BASE (or, with --all-pairs, every pair) for every scorer: means, the mean difference with "
+        "a paired bootstrap 95%% interval, a paired test (McNemar's exact test for 0/1 scores, else a sign-flip "
+        "permutation test; with --cluster-by a sign-flip test of the clusters' sums) with its p-value raw and "
+        "adjusted across candidates and scorers (--correction), the regressions and improvements, usage and "
+        "latency side by side, and a leaderboard. Exit status: 0 compared, 2 bad input.",
     )
     parser.add_argument("base", metavar="BASE", help="the baseline's results file (JSON Lines of `dsh-orchestra batch`)")
-    parser.add_argument("candidate", metavar="CANDIDATE", help="the candidate's results file")
+    parser.add_argument("candidates", metavar="CANDIDATE", nargs="+", help="a candidate's results file (one or more)")
+    parser.add_argument("--all-pairs", action="store_true", help="compare every pair of the runs, not each candidate with BASE")
+    parser.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
+                        help="adjust the p-values across comparisons and scorers: holm (default; family-wise), "
+                        "bh (Benjamini-Hochberg; false discovery rate) or none")
+    parser.add_argument("--cluster-by", default=None, metavar="FIELD",
+                        help="items sharing this metadata key's value form a cluster: clustered standard error, cluster "
+                        "bootstrap interval and cluster sign-flip test of the differences")
     parser.add_argument("--score", action="append", default=None, metavar="NAME",
                         help="compare this scorer (repeatable; default: every scorer either run has). A run without "
                         "it is scored first, as `score` does, when --dataset is given (any SPEC of `score`)")
     parser.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML) naming the --score scorers, as for `score`")
     parser.add_argument("--epoch-reducer", default="mean", metavar="R",
-                        help="how an item's epochs become one value: mean (default), max, min, mode, pass@k")
+                        help="how an item's epochs become one value: mean (default), max, min, mode, pass@k, pass^k")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap and the permutation test (default 0)")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
     parser.add_argument("--out", default=None, metavar="FILE", help="also write the comparison page (self-contained HTML)")
@@ -56,7 +67,9 @@ def register(sub: Any) -> None:
 
 def paths(args: argparse.Namespace) -> Paths:
     """The inputs and the page, by flag (checked before anything is written)."""
-    inputs = {"BASE": args.base, "CANDIDATE": args.candidate, "--dataset": args.dataset, "--scoring": args.scoring}
+    inputs = {"BASE": args.base, "--dataset": args.dataset, "--scoring": args.scoring}
+    for number, path in enumerate(args.candidates, 1):
+        inputs["CANDIDATE" if number == 1 else f"CANDIDATE {number}"] = path
     return inputs, {"--out": args.out}, {}
 
 
@@ -94,7 +107,35 @@ def verdict(name: str, s: dict[str, Any]) -> str:
 
 
 def render_text(doc: dict[str, Any]) -> str:
-    """The comparison as plain text, for a terminal: a verdict line per scorer first."""
+    """The comparison as plain text, for a terminal (one comparison, or many with a leaderboard)."""
+    if "comparisons" in doc:
+        out = []
+        for one in doc["comparisons"]:
+            out += [f"== {one['candidate']} against {one['base']}", _render_one(one)]
+        out.append(render_leaderboard(doc["leaderboard"], doc["correction"], doc["alpha"]))
+        return "\n".join(out)
+    return _render_one(doc) + "\n" + render_leaderboard(doc["leaderboard"], doc["correction"], 0.05)
+
+
+def render_leaderboard(board: dict[str, Any], correction: str, alpha: float) -> str:
+    """The leaderboard: per scorer the runs ranked by mean, their intervals and the differences
+    that hold after the correction."""
+    out = [f"leaderboard (differences that hold: adjusted p < {alpha:g}, correction {correction}):"]
+    for name, rows in board.items():
+        out.append(f"  {name}:")
+        for row in rows:
+            interval = "—" if row["ci95"] is None else f"[{_fmt(row['ci95'][0])}, {_fmt(row['ci95'][1])}]"
+            holds = ""
+            if row["better_than"]:
+                holds += "   better than " + ", ".join(row["better_than"])
+            if row["worse_than"]:
+                holds += "   worse than " + ", ".join(row["worse_than"])
+            out.append(f"    {row['rank']}. {row['run']}   mean {_fmt(row['mean'])}   95% CI {interval}   n {row['n']}{holds}")
+    return "\n".join(out)
+
+
+def _render_one(doc: dict[str, Any]) -> str:
+    """One comparison: a verdict line per scorer first, then the details."""
     out = [verdict(name, s) for name, s in doc["scorers"].items()]
     out += [
         "",
@@ -107,7 +148,11 @@ def render_text(doc: dict[str, Any]) -> str:
         interval = "—" if s["ci95"] is None else f"[{_fmt(s['ci95'][0])}, {_fmt(s['ci95'][1])}]"
         diff = "—" if s["diff"] is None else f"{s['diff']:+.3f}"
         out.append(f"{name}: n {s['n']}   base {_fmt(s['mean_base'])}   candidate {_fmt(s['mean_candidate'])}   "
-                   f"diff {diff}   95% CI {interval}   p {_fmt(s['p_value'], 4)}")
+                   f"diff {diff}   95% CI {interval}   p {_fmt(s['p_value'], 4)}   "
+                   f"p adjusted {_fmt(s.get('p_adjusted'), 4)}")
+        if s.get("n_clusters") is not None:
+            out.append(f"  clusters {s['n_clusters']}   clustered stderr {_fmt(s['stderr'], 4)}   "
+                       f"design effect {_fmt(s['design_effect'], 2)}")
         out.append(f"  regressions ({len(s['regressions'])}): {_ids(s['regressions'])}")
         out.append(f"  improvements ({len(s['improvements'])}): {_ids(s['improvements'])}")
         strict = s.get("strict")
@@ -153,16 +198,29 @@ def _score_run(args: argparse.Namespace, path: str, lines: list[dict[str, Any]],
 
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
+    many = len(args.candidates) > 1 or args.all_pairs
     try:
         base = load_result_lines(args.base, "base results file", strict=True)
-        candidate = load_result_lines(args.candidate, "candidate results file", strict=True)
+        candidates = [load_result_lines(path, "candidate results file", strict=True) for path in args.candidates]
         with scratch_dir("compare") as directory:
             base = _score_run(args, args.base, base, directory, "base")
-            candidate = _score_run(args, args.candidate, candidate, directory, "candidate")
+            candidates = [_score_run(args, path, lines, directory, f"candidate-{number}")
+                          for number, (path, lines) in enumerate(zip(args.candidates, candidates, strict=True), 1)]
         names = None
         if args.score:
             names = [spec.name for spec in scoring_plan(args, (DEFAULT_PROVIDER, DEFAULT_MODEL)).scorers] if args.dataset else args.score
-        doc = compare_runs(base, candidate, scorers=names, reducer=args.epoch_reducer, seed=args.seed)
+        if args.cluster_by is not None:  # over every run: an item's cluster is from the first run that has the item
+            lines_clusters(args.cluster_by, [line for lines in (base, *candidates) for line in lines],
+                           " or ".join([args.base, *args.candidates]))
+        if many:
+            doc = compare_many([(args.base, base), *zip(args.candidates, candidates, strict=True)], all_pairs=args.all_pairs,
+                               scorers=names, reducer=args.epoch_reducer, seed=args.seed, cluster_by=args.cluster_by,
+                               correction=args.correction)
+        else:
+            labels = (args.base, args.candidates[0]) if args.base != args.candidates[0] else ("base", "candidate")
+            doc = compare_runs(base, candidates[0], scorers=names, reducer=args.epoch_reducer, seed=args.seed,
+                               cluster_by=args.cluster_by, correction=args.correction, labels=labels)
+        candidate = candidates[0]
     except (ReportInputError, CompareInputError, UsageError, DatasetError, RescoreError, ScoringError, ValueError) as exc:
         text = message(exc)
         if isinstance(exc, CompareInputError) and "in neither run" in text and args.dataset is None:
@@ -175,9 +233,13 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         from ..report import write_compare
 
+        page_doc = doc
+        if many:  # the page: the first comparison's pairs, every comparison's statistics and the leaderboard
+            first = doc["comparisons"][0]
+            page_doc = {**first, "leaderboard": doc["leaderboard"], "all_comparisons": doc["comparisons"]}
         try:
-            path = write_compare(args.out, base=args.base, candidate=args.candidate, comparison=doc, dataset=args.dataset,
-                                 title=args.title, base_lines=base, candidate_lines=candidate)
+            path = write_compare(args.out, base=args.base, candidate=args.candidates[0], comparison=page_doc,
+                                 dataset=args.dataset, title=args.title, base_lines=base, candidate_lines=candidate)
         except (ReportInputError, ValueError) as exc:
             return fail(exc)
         except OSError as exc:

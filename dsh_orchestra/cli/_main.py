@@ -92,10 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch, _compare, _ctl, _export, _gateway, _merge, _policy, _report, _run, _score, _view
+    from . import _batch, _compare, _ctl, _export, _gateway, _merge, _plan, _policy, _report, _run, _score, _view
 
     return [_batch.register, _compare.register, _ctl.register, _export.register, _gateway.register, _merge.register,
-            _policy.register, _report.register, _run.register, _score.register, _view.register]
+            _plan.register, _policy.register, _report.register, _run.register, _score.register, _view.register]
 
 
 _EXTRA_COMMANDS = _extra_commands()

@@ -32,6 +32,7 @@ from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
 from ._paths import Paths
 from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, say, stdout_to_stderr
+from ._stats import labels_agreement, read_labels, results_clusters
 
 
 def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> None:
@@ -43,8 +44,11 @@ def add_scoring_options(parser: argparse.ArgumentParser, *, epochs: bool) -> Non
     group.add_argument("--scoring", default=None, metavar="FILE", help="scoring file (TOML): named scorers and their settings")
     if epochs:
         group.add_argument("--epochs", type=int, default=1, metavar="K", help="run each item K times, each in its own session (default 1)")
-    group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode or pass@k: one value per item from its epochs")
+    group.add_argument("--epoch-reducer", default="mean", metavar="R", help="mean (default), max, min, mode, pass@k or pass^k: one value per item from its epochs")
     group.add_argument("--group-by", default=None, metavar="FIELD", help="also report the scores per value of this metadata key")
+    group.add_argument("--cluster-by", default=None, metavar="FIELD",
+                       help="items sharing this metadata key's value form a cluster: cluster-robust (CR1) stderr and a "
+                       "cluster bootstrap ci95; the summary adds n_clusters and design_effect")
     group.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the bootstrap confidence intervals (default 0)")
     group.add_argument("--prices", default=None, metavar="FILE", help='prices (TOML): ["provider/model"] input_per_mtok, output_per_mtok; adds cost_usd')
     group.add_argument("--scorer-workers", type=int, default=SCORER_WORKERS, metavar="N",
@@ -69,7 +73,7 @@ def scoring_plan(args: argparse.Namespace, route: tuple[str, str]) -> Any:
         epochs = getattr(args, "epochs", None) or reducer.k or 1
         plan = make_plan(
             args.score, scoring=scoring, epochs=epochs, reducer=reducer,
-            group_by=args.group_by, seed=args.seed, prices=prices, route=route,
+            group_by=args.group_by, seed=args.seed, prices=prices, route=route, cluster_by=args.cluster_by,
         )
         if prices is not None:
             plan.price()  # the route must have a price before anything runs
@@ -91,6 +95,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--dataset", required=True, metavar="DATASET", help="the dataset the results came from")
     parser.add_argument("--out", required=True, metavar="RESCORED", help="where to write the re-scored result lines")
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--labels", default=None, metavar="LABELS",
+                        help='people\'s labels (JSON Lines {"id": ..., "label": <number, true/false or '
+                        'correct/partial/incorrect>}): the summary adds each scorer\'s agreement with them (accuracy, '
+                        "Cohen's kappa, the confusion matrix) and a prediction-powered mean")
     add_scoring_options(parser, epochs=False)
     add_runtime_options(parser)
     parser.set_defaults(func=main, paths=paths)
@@ -115,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)
+            results_clusters(args.cluster_by, args.results)
+            labels = read_labels(args.labels, args.results) if args.labels is not None else None
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
             items, _ = load_dataset(args.dataset)
             keys: Counter[str] = Counter(key for item in items for key in item.metadata)
@@ -138,5 +148,10 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"the judge's runtime failed: {exc}")
     for line in summary.get("warnings", ()):
         say(f"warning: {line}")
+    if labels is not None:
+        summary["agreement"] = labels_agreement(args.out, plan, labels)
+        if args.summary is not None:
+            with open(args.summary, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     return 1 if summary.get("scorers_without_value") else 0

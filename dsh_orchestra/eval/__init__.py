@@ -1,4 +1,5 @@
-"""Evaluation: scorers, epoch reducers, metrics with stderr and bootstrap intervals, usage and cost.
+"""Evaluation: scorers, epoch reducers, metrics with stderr and bootstrap intervals (clustered too),
+many-run comparisons with adjusted p-values, power planning, judge agreement, usage and cost.
 
 Pure where it can be (a results file in, numbers out); only the ``judge`` scorer runs a session
 (through a pool lease). Knows nothing about datasets' files, batches or the CLI.
@@ -27,6 +28,20 @@ from ._builtin import (
     squad_tokens as squad_tokens,
     token_f1 as token_f1,
 )
+from ._agreement import (
+    LabelsError as LabelsError,
+    agreement as agreement,
+    kappa as kappa,
+    parse_labels as parse_labels,
+    ppi_mean as ppi_mean,
+)
+from ._cluster import (
+    ClusterError as ClusterError,
+    check_cluster_field as check_cluster_field,
+    cluster_bootstrap_ci as cluster_bootstrap_ci,
+    cluster_stderr as cluster_stderr,
+    design_effect as design_effect,
+)
 from ._compare import (
     CompareInputError as CompareInputError,
     compare_runs as compare_runs,
@@ -35,6 +50,10 @@ from ._compare import (
     mcnemar_exact as mcnemar_exact,
     sign_flip_test as sign_flip_test,
 )
+from ._epochs import epoch_variance as epoch_variance
+from ._many import compare_many as compare_many
+from ._multiple import adjust_pvalues as adjust_pvalues
+from ._power import PlanInputError as PlanInputError, items_needed as items_needed, min_detectable as min_detectable, plan_runs as plan_runs
 from ._config import (
     ScorerSpec as ScorerSpec,
     ScoringError as ScoringError,
@@ -62,6 +81,7 @@ from ._metrics import (
     ScoreTally as ScoreTally,
     bootstrap_ci as bootstrap_ci,
     MISSING_GROUP as MISSING_GROUP,
+    cluster_metrics as cluster_metrics,
     group_key as group_key,
     group_names as group_names,
     group_value as group_value,
@@ -69,6 +89,7 @@ from ._metrics import (
     metrics as metrics,
     parse_reducer as parse_reducer,
     pass_at_k as pass_at_k,
+    pass_hat_k as pass_hat_k,
     percentile as percentile,
     reduce_epochs as reduce_epochs,
     stderr as stderr,

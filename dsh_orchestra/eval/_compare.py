@@ -21,7 +21,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .._params import Param, ParamError
 from ._frames import Comparison
-from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
+from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer, stderr
+from ._leaderboard import leaderboard
+from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
 PERMUTATIONS = 10_000
 _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignment
@@ -214,23 +216,46 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def compare_scorer(
-    pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES
+    pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    clusters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``scorers`` entry of one scorer from its (id, base, candidate) pairs (both values present)."""
+    """The ``scorers`` entry of one scorer from its (id, base, candidate) pairs (both values
+    present). With ``clusters`` (id -> cluster), the differences' standard error is the CR1
+    clustered one, ``ci95`` a cluster bootstrap and ``p_value`` a sign-flip test of the
+    clusters' sums of differences (``_cluster``)."""
     n = len(pairs)
     base = [b for _, b, _ in pairs]
     candidate = [c for _, _, c in pairs]
     mean_base, mean_candidate = _mean(base), _mean(candidate)
     differences = [c - b for _, b, c in pairs]
-    interval = bootstrap_ci(differences, seed=seed, resamples=resamples) if n else None
-    if not n:
-        p_value = None
-    elif all(v in (0.0, 1.0) for v in base + candidate):
-        went_down = sum(1 for _, b, c in pairs if b == 1.0 and c == 0.0)
-        went_up = sum(1 for _, b, c in pairs if b == 0.0 and c == 1.0)
-        p_value = mcnemar_exact(went_down, went_up)
+    extra: dict[str, Any] = {"stderr": stderr(differences)}
+    if clusters is not None:
+        from ._cluster import cluster_bootstrap_ci, cluster_codes, cluster_stderr
+
+        of_pair = [clusters[i] for i, _, _ in pairs]
+        interval = cluster_bootstrap_ci(differences, of_pair, seed=seed, resamples=resamples) if n else None
+        codes, g = cluster_codes(of_pair)
+        sums = [0.0] * g
+        for code, d in zip(codes, differences, strict=True):
+            sums[code] += d
+        p_value = sign_flip_test(sums, seed=seed) if n else None
+        clustered = cluster_stderr(differences, of_pair)
+        iid = extra["stderr"]
+        extra = {"stderr": clustered, "stderr_iid": iid, "n_clusters": g, "test": "cluster sign-flip",
+                 "design_effect": clustered**2 / iid**2 if clustered is not None and iid else None}
     else:
-        p_value = sign_flip_test(differences, seed=seed)
+        interval = bootstrap_ci(differences, seed=seed, resamples=resamples) if n else None
+        if not n:
+            p_value = None
+            extra["test"] = None
+        elif all(v in (0.0, 1.0) for v in base + candidate):
+            went_down = sum(1 for _, b, c in pairs if b == 1.0 and c == 0.0)
+            went_up = sum(1 for _, b, c in pairs if b == 0.0 and c == 1.0)
+            p_value = mcnemar_exact(went_down, went_up)
+            extra["test"] = "mcnemar"
+        else:
+            p_value = sign_flip_test(differences, seed=seed)
+            extra["test"] = "sign-flip"
     return {
         "n": n,
         "mean_base": mean_base,
@@ -240,6 +265,7 @@ def compare_scorer(
         "p_value": p_value,
         "regressions": sorted(i for i, b, c in pairs if c < b),
         "improvements": sorted(i for i, b, c in pairs if c > b),
+        **extra,
     }
 
 
@@ -331,12 +357,20 @@ def compare_runs(
     scorers: Sequence[str] | None = None,
     reducer: str | Reducer = DEFAULT_REDUCER,
     seed: int = 0,
+    cluster_by: str | None = None,
+    correction: str = DEFAULT_CORRECTION,
+    labels: tuple[str, str] = ("base", "candidate"),
+    _of_other_runs: bool = False,  # compare_many: a scorer may be in other runs only
+    _reduced: tuple[Any, Any] | None = None,  # compare_many: both runs' reduce_items, once per run; no leaderboard
 ) -> Comparison:
     """The comparison document of ``dsh-orchestra compare`` for two runs' result lines (a dict;
     a ``Comparison`` displays as a table in a notebook and a terminal).
 
     ``scorers`` names the scorers to compare (default: every scorer either run has). A scorer
-    one run lacks is compared over no pairs (``n`` 0, nulls).
+    one run lacks is compared over no pairs (``n`` 0, nulls). ``cluster_by``: a metadata key
+    whose values cluster the items (clustered differences). ``correction`` (``holm``, ``bh``,
+    ``none``) adjusts the scorers' p-values into ``p_adjusted``; ``leaderboard`` ranks the two
+    runs (named by ``labels``) per scorer.
 
     Raises:
         CompareInputError: no item id in both runs, a named scorer in neither run, or a
@@ -348,7 +382,7 @@ def compare_runs(
     else:
         names = list(dict.fromkeys(scorers))
         missing = [n for n in names if n not in base_names and n not in candidate_names]
-        if missing:
+        if missing and not _of_other_runs:
             known = ", ".join(dict.fromkeys(base_names + candidate_names)) or "none"
             raise CompareInputError(Param("scorers", missing[0], spelled="scorers"),
                                     f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
@@ -360,13 +394,14 @@ def compare_runs(
                 raise CompareInputError(Param("reducer", chosen.name, spelled="reducer"),
                                         f": the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
                                         f"{what} run has {epochs} epoch(s): lower k, or compare runs with more epochs")
-    reducer = chosen
+    reducer = chosen  # both runs' strict values too (``_reduced`` holds the plain ones only)
     base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)
     candidate_values, candidate_status, candidate_strict = reduce_items_strict(candidate, names, reducer)
     common = [i for i in base_values if i in candidate_values]
     if not common:
         raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
                                 ": the two runs have no item id in common: nothing to pair")
+    clusters = item_clusters([*base, *candidate], cluster_by) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
     for name in names:
         pairs = []
@@ -374,10 +409,18 @@ def compare_runs(
             b, c = base_values[item_id][name], candidate_values[item_id][name]
             if b is not None and c is not None:
                 pairs.append((item_id, b, c))
-        entry = compare_scorer(pairs, seed=seed)
+        entry = compare_scorer(pairs, seed=seed, clusters=clusters)
         entry["strict"] = _strict_entry(entry, name, common, (base_values, base_strict),
                                         (candidate_values, candidate_strict), seed)
         out_scorers[name] = entry
+    adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
+    for entry, p in zip(out_scorers.values(), adjusted, strict=True):
+        entry["p_adjusted"] = p
+    board = None if _reduced is not None else leaderboard(
+        dict(zip(labels, (base_values, candidate_values), strict=True)), names,
+        [{"base": labels[0], "candidate": labels[1], "scorers": out_scorers}],
+        clusters=None if clusters is None else dict.fromkeys(labels, clusters), seed=seed,
+    )
     return Comparison({
         "pairs": len(common),
         "only_in_base": sorted(i for i in base_values if i not in candidate_values),
@@ -389,4 +432,19 @@ def compare_runs(
         "scorers": out_scorers,
         "usage": _side_by_side(usage_side(base), usage_side(candidate)),
         "latency": _side_by_side(latency_side(base), latency_side(candidate)),
+        "correction": correction,
+        "cluster_by": cluster_by,
+        "leaderboard": board,
     })
+
+
+def item_clusters(lines: Iterable[Mapping[str, Any]], field: str) -> dict[str, Any]:
+    """Each item id's cluster (``_cluster.cluster_of``) from the first of its lines."""
+    from ._cluster import cluster_of
+
+    out: dict[str, Any] = {}
+    for line in lines:
+        item_id = str(line.get("id"))
+        if item_id not in out:
+            out[item_id] = cluster_of(line.get("metadata"), field, item_id)
+    return out

@@ -53,9 +53,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass^k estimator ``C(c, k) / C(n, k)`` (all of k samples correct, as
+    tau-bench): n samples, c correct.
+
+    Raises:
+        ValueError: not 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass^k needs 0 <= c <= n and 1 <= k <= n, not n={n}, c={c}, k={k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
 @attrs.frozen
 class Reducer:
-    """How epochs of one item become one value: ``mean``, ``max``, ``min``, ``mode`` or ``pass@k``."""
+    """How epochs of one item become one value: ``mean``, ``max``, ``min``, ``mode``, ``pass@k``
+    or ``pass^k``."""
 
     name: str
     k: int | None = None
@@ -71,6 +84,8 @@ class Reducer:
         if self.k is not None:
             if len(present) < self.k:
                 return None
+            if self.name.startswith("pass^"):
+                return pass_hat_k(len(present), sum(1 for v in present if v == 1), self.k)
             return pass_at_k(len(present), sum(1 for v in present if v == 1), self.k)
         if self.name == "mean":
             return math.fsum(present) / len(present)
@@ -82,7 +97,7 @@ class Reducer:
 
 
 def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
-    """``mean``, ``max``, ``min``, ``mode`` or ``pass@k`` (1 <= k <= epochs, when given).
+    """``mean``, ``max``, ``min``, ``mode``, ``pass@k`` or ``pass^k`` (1 <= k <= epochs, when given).
 
     Raises:
         ValueError: anything else; the message lists the choices.
@@ -90,12 +105,14 @@ def parse_reducer(value: str, epochs: int | None = None) -> Reducer:
     if value in REDUCERS:
         return Reducer(value)
     name, sep, number = value.partition("@")
+    if not sep:
+        name, sep, number = value.partition("^")
     if name == "pass" and sep and number.isdigit() and int(number) >= 1:
         k = int(number)
         if epochs is not None and k > epochs:
             raise ParamValueError(Param("epoch_reducer", value), f" needs k <= the epochs ({epochs}); raise ", Param("epochs"), " or lower k")
         return Reducer(value, k)
-    raise ParamValueError(Param("epoch_reducer", value, spelled="epoch_reducer"), f" must be mean, max, min, mode or pass@k (k >= 1), not {value!r}")
+    raise ParamValueError(Param("epoch_reducer", value, spelled="epoch_reducer"), f" must be mean, max, min, mode, pass@k or pass^k (k >= 1), not {value!r}")
 
 
 def reduce_epochs(values: Sequence[float | None], reducer: str | Reducer = DEFAULT_REDUCER) -> float | None:
@@ -287,7 +304,7 @@ class ScoreTally:
 
     def __init__(
         self, names: Sequence[str], *, reducer: str | Reducer = DEFAULT_REDUCER, group_by: str | None = None,
-        seed: int = 0,
+        seed: int = 0, cluster_by: str | None = None,
     ) -> None:
         self.names = list(names)
         self.reducer = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
@@ -296,6 +313,8 @@ class ScoreTally:
         self._values: dict[str, dict[int, list[float | None]]] = {}
         self._failed: dict[str, dict[int, tuple[bool, ...]]] = {}  # only (item, epoch) rows with a failure
         self._groups: dict[str, Any] = {}
+        self.cluster_by = cluster_by
+        self._clusters: dict[str, Any] = {}
 
     def add(self, line: ResultLine) -> None:
         """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
@@ -333,6 +352,10 @@ class ScoreTally:
                 self._failed.setdefault(item_id, {})[epoch] = flags
         if self.group_by is not None and item_id not in self._groups:
             self._groups[item_id] = group_value(metadata, self.group_by)
+        if self.cluster_by is not None and item_id not in self._clusters:
+            from ._cluster import cluster_of  # _cluster imports nothing of this module
+
+            self._clusters[item_id] = cluster_of(metadata, self.cluster_by, item_id)
 
     def reduced(self) -> Reduced:
         """Each scorer's reduced value per item, in the order items were first seen (a
@@ -381,7 +404,18 @@ class ScoreTally:
         already computed)."""
         reduced = self.reduced() if reduced is None else reduced
         every = range(len(next(iter(reduced.values()), [])))
-        return {name: _metrics_of(reduced, name, every, self.seed) for name in self.names}
+        clusters = self.clusters()
+        out = {name: _metrics_of(reduced, name, every, self.seed, clusters) for name in self.names}
+        from ._epochs import add_epoch_variance
+
+        add_epoch_variance(out, self.names, self._values)
+        return out
+
+    def clusters(self) -> list[Any] | None:
+        """Each item's cluster (``cluster_by``), in the order items were first seen; None without it."""
+        if self.cluster_by is None:
+            return None
+        return [self._clusters[item_id] for item_id in self._values]
 
     def groups(self, reduced: Reduced | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group, per scorer. A group
@@ -394,8 +428,11 @@ class ScoreTally:
             members.setdefault(self._groups.get(item_id, MISSING), []).append(index)
         names = group_names(members)
         ordered = sorted(members.items(), key=lambda pair: names[pair[0]])
+        clusters = self.clusters()
         return {
-            names[value]: {name: _metrics_of(reduced, name, indices, self.seed) for name in self.names}
+            names[value]: {name: _metrics_of(reduced, name, indices, self.seed,
+                                             None if clusters is None else [clusters[i] for i in indices])
+                           for name in self.names}
             for value, indices in ordered
         }
 
@@ -415,20 +452,29 @@ def _failures(row: list[float | None], scores: Any, line_failed: bool, names: Se
     return tuple(flags) if any(flags) else None
 
 
-def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int) -> dict[str, Any]:
+def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int,
+                clusters: Sequence[Any] | None = None) -> dict[str, Any]:
+    """A scorer's metrics over the items ``indices``; ``clusters`` (one per index, in order):
+    clustered stderr and ci95 (``cluster_metrics``)."""
     column, failed = reduced[name], reduced.failed[name]
     present: list[float] = []
+    kept: list[Any] = []
     n_error = n_na = 0
     chosen = list(indices)
-    for i in chosen:
+    for position, i in enumerate(chosen):
         value = column[i]
         if value is not None:
             present.append(value)
+            if clusters is not None:
+                kept.append(clusters[position])
         elif failed[i]:
             n_error += 1
         else:
             n_na += 1
-    out = metrics(present, n_error, seed=seed)
+    if clusters is not None:
+        out = cluster_metrics(present, kept, n_error, seed=seed, strict=False)
+    else:
+        out = metrics(present, n_error, seed=seed)
     out["n_na"] = n_na
     if n_error and reduced.strict is not None:
         strict_column = reduced.strict[name]
@@ -436,4 +482,35 @@ def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int) 
     else:
         strict = out
     out["strict"] = {key: strict[key] for key in ("mean", "stderr", "ci95", "n")}
+    return out
+
+
+def cluster_metrics(values: Sequence[float], clusters: Sequence[Any], n_error: int = 0, *, seed: int = 0,
+                    strict: bool = True) -> dict[str, Any]:
+    """``metrics`` with clustered ``stderr`` and ``ci95`` and ``stderr_iid`` (the iid one),
+    ``n_clusters`` and ``design_effect``. With fewer than two clusters and not ``strict``, the
+    clustered fields are null.
+
+    Raises:
+        ClusterError: the values fall in fewer than two clusters (``strict``).
+    """
+    from ._cluster import ClusterError, cluster_bootstrap_ci, cluster_codes, cluster_stderr, design_effect
+
+    iid = stderr(values)  # no iid bootstrap: the interval is the clusters'
+    out: dict[str, Any] = {"mean": mean(values), "stderr": iid, "ci95": None, "n": len(values), "n_error": n_error}
+    if not values:
+        out.update(stderr_iid=None, n_clusters=0, design_effect=None)
+        return out
+    _, g = cluster_codes(clusters)
+    if g < 2:
+        if not strict:
+            out.update(stderr_iid=out["stderr"], stderr=None, ci95=None, n_clusters=g, design_effect=None)
+            return out
+        raise ClusterError(f"the {len(values)} values fall in {g} cluster: a clustered standard error needs at least 2")
+    interval = cluster_bootstrap_ci(values, clusters, seed=seed)
+    out["stderr_iid"] = out["stderr"]
+    out["stderr"] = cluster_stderr(values, clusters)
+    out["ci95"] = list(interval) if interval is not None else None
+    out["n_clusters"] = g
+    out["design_effect"] = design_effect(values, clusters)
     return out

@@ -201,6 +201,7 @@ async def rescore(
             "reducer": plan.reducer.name,
             "seed": plan.seed,
             "group_by": plan.group_by,
+            "cluster_by": plan.cluster_by,
             "argv": list(sys.argv if argv is None else argv),
             "start_time": started,
             "end_time": _now(),

@@ -60,7 +60,8 @@ class EvalPlan:
     """How a run is scored: ``scorers``, ``epochs`` (K sessions per item), ``reducer``,
     ``group_by`` (a metadata key), ``seed`` (the bootstrap's), ``prices`` and ``route``
     (``(provider, model)`` of the handshake, for cost), ``prompt_template`` (how an item with
-    choices is sent: ``render_prompt``; ``"none"`` as written)."""
+    choices is sent: ``render_prompt``; ``"none"`` as written), ``cluster_by`` (a metadata key:
+    the items' clusters for clustered standard errors)."""
 
     scorers: tuple[ScorerSpec, ...] = ()
     epochs: int = attrs.field(default=1, validator=_AT_LEAST_ONE)
@@ -70,6 +71,7 @@ class EvalPlan:
     prices: Prices | None = None
     route: tuple[str, str] | None = None
     prompt_template: str = DEFAULT_TEMPLATE
+    cluster_by: str | None = None  # a metadata key: clustered stderr and ci95 (docs/evaluation.md)
 
     def __attrs_post_init__(self) -> None:
         if self.reducer.k is not None and self.reducer.k > self.epochs:
@@ -78,6 +80,9 @@ class EvalPlan:
         if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by):
             raise ParamValueError(Param("group_by", self.group_by, spelled="group_by"),
                                   f" must be a metadata key (a non-empty string), not {self.group_by!r}")
+        if self.cluster_by is not None and (not isinstance(self.cluster_by, str) or not self.cluster_by):
+            raise ParamValueError(Param("cluster_by", self.cluster_by, spelled="cluster_by"),
+                                  f" must be a metadata key (a non-empty string), not {self.cluster_by!r}")
 
     @property
     def names(self) -> list[str]:
@@ -99,7 +104,7 @@ class EvalPlan:
 def make_plan(
     scorers: Sequence[str | ScorerSpec | Callable[..., Any]] = (), *, scoring: ScoringFile | None = None,
     epochs: int = 1, reducer: str | Reducer = DEFAULT_REDUCER, group_by: str | None = None, seed: int = 0,
-    prices: Prices | None = None, route: tuple[str, str] | None = None,
+    prices: Prices | None = None, route: tuple[str, str] | None = None, cluster_by: str | None = None,
 ) -> EvalPlan:
     """An ``EvalPlan`` from user-level values (SPEC strings, a reducer name).
 
@@ -111,7 +116,7 @@ def make_plan(
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer, epochs)
     template = scoring.prompt_template if scoring is not None and scoring.prompt_template is not None else DEFAULT_TEMPLATE
     return EvalPlan(scorers=specs, epochs=epochs, reducer=chosen, group_by=group_by, seed=seed, prices=prices, route=route,
-                    prompt_template=template)
+                    prompt_template=template, cluster_by=cluster_by)
 
 
 def sha256_file(path: str | os.PathLike[str] | None) -> str | None:
@@ -136,7 +141,8 @@ class EvalTally:
 
     def __init__(self, plan: EvalPlan | None = None) -> None:
         self.plan = plan = plan if plan is not None else EvalPlan()
-        self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed) if plan.scorers else None
+        self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed,
+                                 cluster_by=plan.cluster_by) if plan.scorers else None
         self.ok = 0
         self.error = 0
         self.durations = array("d")

@@ -128,11 +128,13 @@ def comparison_section(cmp: Mapping[str, Any]) -> Markup:
             tag("td", {"class": "num", "data-key": "diff", "data-value": orjson.dumps(s["diff"]).decode()}, _signed(s["diff"])),
             tag("td", {"class": "num", "data-key": "ci95", "data-value": orjson.dumps(s["ci95"]).decode()}, interval_text(s["ci95"])),
             tag("td", {"class": "num", "data-key": "p_value"}, fmt(s["p_value"])),
+            tag("td", {"class": "num", "data-key": "p_adjusted"}, fmt(s.get("p_adjusted"))),
             tag("td", {"class": "num"}, str(len(s["regressions"]))), tag("td", {"class": "num"}, str(len(s["improvements"]))),
         ))
     scorers = tag("table", {"class": "matrix", "id": "compare-scorers"},
                   tag("thead", None, tag("tr", None, [tag("th", {"class": None if h == "scorer" else "num"}, h) for h in (
-                      "scorer", "pairs", "base", "candidate", "difference", "95% interval", "p", "regressions", "improvements")])),
+                      "scorer", "pairs", "base", "candidate", "difference", "95% interval", "p", "p adjusted", "regressions",
+                      "improvements")])),
                   tag("tbody", None, summary_rows))
     chart = interval_svg([(n, doc["scorers"][n]["diff"], doc["scorers"][n]["ci95"]) for n in names], zero=True, id="compare-chart")
     cards = tag("div", {"class": "cards"}, [
@@ -171,6 +173,7 @@ def comparison_section(cmp: Mapping[str, Any]) -> Markup:
         tag("div", {"class": "grid", "style": "grid-template-columns: 3fr 2fr"}, scorers, chart),
         tag("p", {"class": "muted"}, "Differences are candidate − base over the pairs where both have a value; 95 % paired percentile bootstrap "
             "(10,000 resamples); p: McNemar's exact test for 0/1 scores, else a paired sign-flip permutation test."),
+        leaderboard_section(doc),
         tag("h3", None, "Status changes") if changes is not None else None, changes,
         per_scorer,
         tag("h3", None, "Usage and latency"), usage,
@@ -181,6 +184,41 @@ def comparison_section(cmp: Mapping[str, Any]) -> Markup:
         tag("div", {"class": "pager"}, tag("button", {"type": "button", "id": "pairs-prev"}, "‹ Prev"), tag("span", {"id": "pairs-page", "class": "muted"}),
             tag("button", {"type": "button", "id": "pairs-next"}, "Next ›")),
     )
+
+
+def leaderboard_section(doc: Mapping[str, Any]) -> Markup | None:
+    """The leaderboard (runs ranked per scorer, the differences that hold after the correction)
+    and, for several candidates, every comparison's raw and adjusted p; None without one."""
+    board = doc.get("leaderboard")
+    if not board:
+        return None
+    tables = []
+    for name, rows in board.items():
+        tables.append(tag("table", {"class": "matrix leaderboard", "data-scorer": name},
+                          tag("caption", None, name),
+                          tag("thead", None, tag("tr", None, [tag("th", None, h) for h in (
+                              "rank", "run", "mean", "95% interval", "n", "better than", "worse than")])),
+                          tag("tbody", None, [tag("tr", {"data-run": row["run"]},
+                                                  tag("td", {"class": "num"}, str(row["rank"])), tag("td", None, tag("code", None, row["run"])),
+                                                  tag("td", {"class": "num"}, fmt(row["mean"])), tag("td", {"class": "num"}, interval_text(row["ci95"])),
+                                                  tag("td", {"class": "num"}, str(row["n"])), tag("td", None, ", ".join(row["better_than"])),
+                                                  tag("td", None, ", ".join(row["worse_than"])))
+                                              for row in rows])))
+    every = None
+    if doc.get("all_comparisons"):
+        every = tag("table", {"class": "matrix", "id": "all-comparisons"},
+                    tag("thead", None, tag("tr", None, [tag("th", None, h) for h in (
+                        "base", "candidate", "scorer", "n", "difference", "95% interval", "p", "p adjusted")])),
+                    tag("tbody", None, [tag("tr", None, tag("td", None, tag("code", None, one["base"])),
+                                            tag("td", None, tag("code", None, one["candidate"])), tag("td", None, name),
+                                            tag("td", {"class": "num"}, str(s["n"])), tag("td", {"class": "num"}, _signed(s["diff"])),
+                                            tag("td", {"class": "num"}, interval_text(s["ci95"])), tag("td", {"class": "num"}, fmt(s["p_value"])),
+                                            tag("td", {"class": "num"}, fmt(s.get("p_adjusted"))))
+                                        for one in doc["all_comparisons"] for name, s in one["scorers"].items()]))
+    return tag("div", {"id": "leaderboard"}, tag("h3", None, "Leaderboard"),
+               tag("p", {"class": "muted"}, f"Runs ranked by mean per scorer; a difference holds when its p, adjusted across "
+                   f"comparisons and scorers ({doc.get('correction', 'holm')}), is below 0.05."),
+               tables, tag("h3", None, "Every comparison") if every is not None else None, every)
 
 
 def pair_panel() -> Markup:

@@ -86,7 +86,20 @@ def _any_error(scores: Mapping[str, Any]) -> bool:
     return any(isinstance(s, Mapping) and (s.get("n_error") or 0) > 0 for s in scores.values())
 
 
+_EXTRA = {"n_clusters": "clusters", "design_effect": "design effect", "epochs.within_var": "within-item var",
+          "epochs.between_var": "between-item var", "epochs.narrowing": "narrowed by epochs"}
+
+
+def _stat(entry: Mapping[str, Any], key: str) -> Any:
+    outer, _, inner = key.partition(".")
+    value = entry.get(outer)
+    return (value.get(inner) if isinstance(value, Mapping) else None) if inner else value
+
+
 def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, first: str = "scorer") -> Markup:
+    """Per scorer: mean, interval, stderr, n, nulls; the clustered statistics and the epoch
+    variance when the summary has them."""
+    extra = [key for key in _EXTRA if any(_stat(scores.get(n) or {}, key) is not None for n in names)]
     rows = []
     strict_columns = _any_error(scores)
     for name in names:
@@ -94,7 +107,7 @@ def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, firs
         ci = s.get("ci95")
         found = s.get("strict")
         strict: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-        extra = [
+        strict_cells = [
             tag("td", {"class": "num", "data-key": "strict_mean", "data-value": orjson.dumps(strict.get("mean")).decode()}, fmt(strict.get("mean"))),
             tag("td", {"class": "num", "data-key": "strict_ci95"}, interval_text(strict.get("ci95"))),
             tag("td", {"class": "num", "data-key": "strict_n"}, fmt(strict.get("n"))),
@@ -108,11 +121,13 @@ def _scores_table(scores: Mapping[str, Any], names: Sequence[str], id: str, firs
             tag("td", {"class": "num"}, fmt(s.get("n"))),
             tag("td", {"class": "num", "data-key": "n_error"}, fmt(s.get("n_error"))),
             tag("td", {"class": "num", "data-key": "n_na"}, fmt(s.get("n_na"))),
-            extra,
+            strict_cells,
+            [tag("td", {"class": "num", "data-key": key}, fmt(_stat(s, key))) for key in extra],
         ))
     heads = [first, "mean", "95% interval", "stderr", "n", "errors", "n/a"]
     if strict_columns:
         heads += ["strict mean", "strict 95% interval", "strict n"]
+    heads += [_EXTRA[key] for key in extra]
     head = tag("tr", None, [tag("th", {"class": None if h == first else "num"}, h) for h in heads])
     return tag("table", {"class": "matrix", "id": id}, tag("thead", None, head), tag("tbody", None, rows))
 
@@ -173,14 +188,19 @@ def evaluation_section(ev: Mapping[str, Any]) -> Markup:
         parts += [tag("h3", None, f"By {ev.get('group_by') or 'group'}"), tag("div", {"id": "groups"}, blocks)]
     if ev.get("pass_at_k"):
         ks = max(len(table) for table in ev["pass_at_k"].values())
-        rows = [tag("tr", {"data-scorer": name}, tag("td", None, tag("code", None, name)),
-                    [tag("td", {"class": "num", "data-k": entry["k"]}, fmt(entry["value"])) for entry in table])
-                for name, table in ev["pass_at_k"].items()]
-        parts += [tag("h3", None, "pass@k"),
-                  tag("table", {"class": "matrix", "id": "pass-at-k"},
-                      tag("thead", None, tag("tr", None, tag("th", None, "scorer"), [tag("th", {"class": "num"}, f"pass@{k}") for k in range(1, ks + 1)])),
-                      tag("tbody", None, rows)),
-                  tag("p", {"class": "muted"}, "Unbiased estimator 1 − C(n−c, k)/C(n, k) per item (n epochs with a value, c of them 1), averaged over the items with n ≥ k.")]
+        for key, interval, title, table_id in (("value", "ci95", "pass@", "pass-at-k"), ("pass_hat", "pass_hat_ci95", "pass^", "pass-hat-k")):
+            rows = []
+            for name, table in ev["pass_at_k"].items():
+                rows.append(tag("tr", {"data-scorer": name}, tag("td", None, tag("code", None, name)),
+                                [tag("td", {"class": "num", "data-k": entry["k"]}, fmt(entry.get(key))) for entry in table]))
+                rows.append(tag("tr", {"data-scorer": name, "class": "interval"}, tag("td", {"class": "muted"}, "95% interval"),
+                                [tag("td", {"class": "num muted", "data-k": entry["k"]}, interval_text(entry.get(interval))) for entry in table]))
+            parts += [tag("h3", None, f"{title}k"),
+                      tag("table", {"class": "matrix", "id": table_id},
+                          tag("thead", None, tag("tr", None, tag("th", None, "scorer"), [tag("th", {"class": "num"}, f"{title}{k}") for k in range(1, ks + 1)])),
+                          tag("tbody", None, rows))]
+        parts.append(tag("p", {"class": "muted"}, "Unbiased estimators per item (n epochs with a value, c of them 1): pass@k = 1 − C(n−c, k)/C(n, k), "
+                         "pass^k = C(c, k)/C(n, k), averaged over the items with n ≥ k; 95 % percentile bootstrap intervals over those items."))
     if names:
         dists = [tag("div", {"class": "distribution", "data-scorer": name}, tag("h4", None, name),
                      count_bars({bar["label"]: bar["count"] for bar in ev["distributions"][name]["bars"]}))

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from ..eval import DEFAULT_REDUCER, ScoreTally, parse_reducer, pass_at_k, percentile, reduce_items, scorer_names
+from ..eval import DEFAULT_REDUCER, ScoreTally, bootstrap_ci, parse_reducer, pass_at_k, pass_hat_k, percentile, reduce_items, scorer_names
 
 DISTRIBUTION_BINS = 10
 MAX_DISTINCT = 11  # up to this many distinct values are counted one by one, else binned
@@ -68,8 +68,9 @@ def _distribution(values: list[float]) -> dict[str, Any]:
     ]}
 
 
-def _pass_at_k(lines: Sequence[Mapping[str, Any]], name: str, epochs: int) -> list[dict[str, Any]] | None:
-    """pass@k for k = 1..epochs over the items with at least k valued epochs (0/1 scores only)."""
+def _pass_at_k(lines: Sequence[Mapping[str, Any]], name: str, epochs: int, seed: int = 0) -> list[dict[str, Any]] | None:
+    """pass@k and pass^k for k = 1..epochs over the items with at least k valued epochs (0/1
+    scores only), each with a percentile bootstrap ci95 over those items (``bootstrap_ci``, ``seed``)."""
     if epochs < 2:
         return None
     per_item: dict[str, dict[int, float | None]] = {}
@@ -81,12 +82,18 @@ def _pass_at_k(lines: Sequence[Mapping[str, Any]], name: str, epochs: int) -> li
         return None
     out = []
     for k in range(1, epochs + 1):
-        estimates = []
+        estimates, all_k = [], []
         for item in per_item.values():
             present = [v for v in item.values() if v is not None]
             if len(present) >= k:
-                estimates.append(pass_at_k(len(present), sum(1 for v in present if v == 1.0), k))
-        out.append({"k": k, "value": math.fsum(estimates) / len(estimates) if estimates else None, "n": len(estimates)})
+                correct = sum(1 for v in present if v == 1.0)
+                estimates.append(pass_at_k(len(present), correct, k))
+                all_k.append(pass_hat_k(len(present), correct, k))
+        at, hat = bootstrap_ci(estimates, seed=seed), bootstrap_ci(all_k, seed=seed)
+        out.append({"k": k, "value": math.fsum(estimates) / len(estimates) if estimates else None, "n": len(estimates),
+                    "ci95": list(at) if at is not None else None,
+                    "pass_hat": math.fsum(all_k) / len(all_k) if all_k else None,
+                    "pass_hat_ci95": list(hat) if hat is not None else None})
     return out
 
 
@@ -163,7 +170,7 @@ def evaluation_payload(
         "groups": groups,
         "groups_source": groups_source,
         "group_by": group_by or _run(summary).get("group_by"),
-        "pass_at_k": {name: table for name in names if (table := _pass_at_k(lines, name, epochs)) is not None},
+        "pass_at_k": {name: table for name in names if (table := _pass_at_k(lines, name, epochs, seed)) is not None},
         "distributions": distributions,
         "usage": usage,
         "epochs": epochs,

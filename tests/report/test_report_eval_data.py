@@ -121,6 +121,12 @@ def test_pass_at_k_per_k_over_epochs() -> None:
     assert table[1]["value"] == pytest.approx((pass_at_k(3, 1, 1) + 1.0 + 0.0) / 3)
     assert table[2]["value"] == pytest.approx((pass_at_k(3, 1, 2) + 1.0 + 0.0) / 3)
     assert table[3]["value"] == pytest.approx((1.0 + 1.0) / 2) and table[3]["n"] == 2  # c has only 2 valued epochs
+    # pass^k beside it, and bootstrap intervals over the items for both
+    from dsh_orchestra.eval import bootstrap_ci, pass_hat_k
+
+    assert table[2]["pass_hat"] == pytest.approx((pass_hat_k(3, 1, 2) + 1.0 + 0.0) / 3)
+    assert table[2]["ci95"] == list(bootstrap_ci([pass_at_k(3, 1, 2), 1.0, 0.0], seed=0))
+    assert table[2]["pass_hat_ci95"] == list(bootstrap_ci([pass_hat_k(3, 1, 2), 1.0, 0.0], seed=0))
 
 
 def test_score_columns_previews_and_hostile_text(tmp_path: Path) -> None:
@@ -158,10 +164,12 @@ def test_compare_cli_json_and_text(tmp_path: Path) -> None:
     done = cli("compare", base, cand, "--json")
     assert done.returncode == 0, done.stderr
     doc = orjson.loads(done.stdout)  # ONE JSON document on stdout
-    assert set(doc) == {"pairs", "only_in_base", "only_in_candidate", "status_changes", "scorers", "usage", "latency"}
+    assert set(doc) == {"pairs", "only_in_base", "only_in_candidate", "status_changes", "scorers", "usage", "latency",
+                        "correction", "cluster_by", "leaderboard"}
     assert doc["pairs"] == 2 and doc["only_in_base"] == ["c"] and doc["only_in_candidate"] == ["d"]
     exact = doc["scorers"]["exact"]
-    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements", "strict"}
+    assert set(exact) == {"n", "mean_base", "mean_candidate", "diff", "ci95", "p_value", "regressions", "improvements",
+                          "stderr", "test", "p_adjusted", "strict"}
     assert exact["regressions"] == ["a"] and exact["improvements"] == ["b"] and exact["p_value"] == 1.0
     text = cli("compare", base, cand)
     assert text.returncode == 0 and "regressions (1): a" in text.stdout and "improvements (1): b" in text.stdout
@@ -204,8 +212,9 @@ def test_compare_scores_unscored_runs_with_the_dataset(eval_runs: EvalRuns, tmp_
     doc = orjson.loads(done.stdout)
     assert list(doc["scorers"]) == ["exact", "includes"]
     expected = eval_runs.compare_json["scorers"]  # the scored runs, compared without re-scoring
-    for name in ("exact", "includes"):
-        assert doc["scorers"][name] == expected[name]
+    for name in ("exact", "includes"):  # p_adjusted: over the scorers compared (two here)
+        assert {k: v for k, v in doc["scorers"][name].items() if k != "p_adjusted"} == {
+            k: v for k, v in expected[name].items() if k != "p_adjusted"}
     assert base_raw.read_bytes() == before  # the inputs are only read
     missing = cli("compare", base_raw, candidate_raw, "--score", "exact")
     assert missing.returncode == 2 and "give --dataset DATASET" in missing.stderr
