@@ -3,7 +3,7 @@
 The public API (the curated list ``_public.ROOT_EXPORTS``) is re-exported here, lazily:
 ``import dsh_orchestra.protocol`` stays free of trio.
 The subpackages are the layers (protocol, transport, runtime, session, approvals, questions,
-pool, workflow, results, eval, batch) and ``testing`` (simulator, scripted model server).
+pool, workflow, results, eval, batch, gateway) and ``testing`` (simulator, scripted model server).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._tracing import enable_tracing as enable_tracing
     from .approvals import ApprovalRequest as ApprovalRequest, ApprovalService as ApprovalService, AuditLog as AuditLog, Decision as Decision, DecisionRecord as DecisionRecord, load_policy as load_policy, replay as replay
     from .eval import EvalItem as EvalItem, EvalResult as EvalResult, Score as Score
+    from .gateway import GatewayOptions as GatewayOptions
     from .batch import BatchOptions as BatchOptions, BatchSummary as BatchSummary, BatchUsageError as BatchUsageError, DatasetError as DatasetError, load_dataset as load_dataset, run_batch as run_batch
     from .pool import PoolClosedError as PoolClosedError, RuntimePool as RuntimePool, open_places as open_places, open_pool as open_pool
     from .protocol import FrameTooLargeError as FrameTooLargeError, JsonRpcResponseError as JsonRpcResponseError, MethodNotSupportedError as MethodNotSupportedError, OrchestraError as OrchestraError, RequestTimeoutError as RequestTimeoutError, RuntimeExitedError as RuntimeExitedError, RuntimeStartError as RuntimeStartError, SdkProtocolError as SdkProtocolError, SubscriberOverflowError as SubscriberOverflowError, TransportClosedError as TransportClosedError

@@ -28,6 +28,7 @@ ROOT_EXPORTS: dict[str, str] = {
     "BatchOptions": "batch", "BatchSummary": "batch", "BatchUsageError": "batch", "DatasetError": "batch",
     "load_dataset": "batch", "run_batch": "batch",
     "EvalItem": "eval", "EvalResult": "eval", "Score": "eval",
+    "GatewayOptions": "gateway",
     "PoolClosedError": "pool", "RuntimePool": "pool", "open_places": "pool", "open_pool": "pool",
     "FrameTooLargeError": "protocol", "JsonRpcResponseError": "protocol", "MethodNotSupportedError": "protocol",
     "OrchestraError": "protocol", "RequestTimeoutError": "protocol", "RuntimeExitedError": "protocol",

@@ -20,15 +20,15 @@ import dsh_orchestra
 from dsh_orchestra._public import ROOT_EXPORTS
 
 PACKAGES = [
-    "approvals", "batch", "cli", "eval", "pool", "protocol", "questions", "report", "results", "runtime", "scale",
-    "session", "testing", "transport", "workflow",
+    "approvals", "batch", "cli", "eval", "gateway", "pool", "protocol", "questions", "report", "results", "runtime",
+    "scale", "session", "testing", "transport", "workflow",
 ]
 SOURCE = Path(dsh_orchestra.__file__).parent
 
 ROOT_NAMES = [
     "ApprovalRequest", "ApprovalService", "AuditLog", "BatchOptions", "BatchSummary", "BatchUsageError",
     "CheckpointError", "CommandResult", "Connection", "DatasetError", "Decision", "DecisionRecord", "EvalItem",
-    "EvalResult", "FrameTooLargeError", "JsonRpcResponseError", "MethodNotSupportedError", "Notification",
+    "EvalResult", "FrameTooLargeError", "GatewayOptions", "JsonRpcResponseError", "MethodNotSupportedError", "Notification",
     "OrchestraError", "PoolClosedError", "QuestionAnswerError", "QuestionsRequest", "RequestTimeoutError", "ResultLine",
     "Runtime", "RuntimeActor", "RuntimeExitedError", "RuntimePool", "RuntimeSpec", "RuntimeStartError", "Score",
     "SdkProtocolError", "Session", "StepContext", "StepResult", "SubagentResult", "SubscriberOverflowError",

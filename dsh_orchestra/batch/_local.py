@@ -198,6 +198,7 @@ class PoolExecutor:
             spec, runtimes, scratch="batch", approvals=options.policy, answerer=options.answerer, audit=options.audit,
             max_sessions=max(1, math.ceil(in_flight / runtimes)),
             max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
+            gateway=options.gateway,
         ) as places:
             assert places.pool is not None
             yield PoolRunner(places.pool, in_flight, options.timeout, transcripts)

@@ -9,6 +9,7 @@ import attrs
 from attrs import validators as v
 
 from .._params import Check, Param, ParamError, integer, non_negative, positive
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..pool import SESSIONS_PER_RUNTIME
 
 
@@ -86,6 +87,8 @@ class BatchOptions:
     # long runs: recycle a runtime after this many sessions / past this resident memory (None: never)
     max_sessions_per_runtime: int | None = attrs.field(default=MAX_SESSIONS_PER_RUNTIME, validator=_optional_count)
     max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
+    # the real dsh's model calls go through one model gateway of the run (docs/gateway.md); None: none
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY
 
     def __attrs_post_init__(self) -> None:
         if self.retry_jitter > 1:

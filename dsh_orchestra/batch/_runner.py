@@ -23,6 +23,7 @@ import trio
 from .._redact import Redactor
 from .._params import Param
 from .._tracing import ITEM_SPAN, observed
+from ..gateway import Gateway, gateway_for
 from ..pool import Backoff, job_warnings
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
@@ -32,7 +33,7 @@ from ..eval import EvalPlan
 from ..results import ResultLine, read_results
 from ._evaluation import BatchEval, check_workspace_template, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor, runner_lease, runner_server_version
-from ._local import default_executor
+from ._local import PoolExecutor, default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
@@ -56,6 +57,7 @@ class _Run:
     backoff: Backoff
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
+    gateway: Gateway | None = None  # the run's model gateway (local pool, real dsh)
     deaths: Deaths = attrs.field(factory=Deaths)
     # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
     clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
@@ -95,6 +97,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         if evaluation.workspaces is not None:
             workspace = await evaluation.prepare(item, epoch)  # a fresh copy for every attempt
         session_id = item.session_id or run.new_session_id()
+        if run.gateway is not None:
+            run.gateway.tag(session_id, epoch=epoch)  # the epoch is part of its calls' cache key
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(item, id=f"{item.id}#{epoch}") if options.epochs > 1 else item
         alone = crashes >= ALONE_AFTER
@@ -151,6 +155,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         metadata=item.metadata,
         **fields,
     )
+    if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
+        line = attrs.evolve(line, extra={**line.extra, "model": run.gateway.take(attempt.session_id).to_json()})
     _write(run, line)
 
 
@@ -300,6 +306,7 @@ async def _run_locked(
     progress = Progress(counters, mode=options.progress, clock=trio.current_time)
     started = trio.current_time()
     stopped: str | None = None
+    model_totals: dict[str, Any] | None = None
     server_version: str | None = None
     processed = 0
     if spec is not None and options.approval_relay is not None:
@@ -307,13 +314,16 @@ async def _run_locked(
     try:  # warnings once for the batch, not once per runtime
         with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
                 ResultsWriter(out) as writer:
+            local = isinstance(executor, PoolExecutor)  # Ray actors open their own (scale.RayExecutor)
             if todo:
-                async with executor.open(spec, options) as runner:
+                async with gateway_for(spec if local else None, options.gateway) as (gateway, routed), \
+                        executor.open(routed if local else spec, options) as runner:
                     server_version = runner_server_version(runner)
                     lease = runner_lease(runner)
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
-                        run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor)
+                        run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
+                                   gateway=gateway)
                         units = _Units(check, done, epochs, batch_eval)
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
@@ -323,6 +333,8 @@ async def _run_locked(
                             stopped = units.stopped
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed = tally.run_lines
+                if gateway is not None:
+                    model_totals = gateway.summary()
     finally:
         progress.close()
     duration = trio.current_time() - started
@@ -333,7 +345,7 @@ async def _run_locked(
     info = run_info(options=options, plan=plan, spec=spec, dataset=check, server_version=server_version,
                     started=started_at, ended=now_iso())
     summary = attrs.evolve(summary, evaluation=tally.to_json(), run=redactor.value(info), stopped=stopped,
-                           results=os.path.abspath(out), warnings=tuple(warnings))  # noqa: ASYNC240 - a string op
+                           results=os.path.abspath(out), warnings=tuple(warnings), model=model_totals)  # noqa: ASYNC240 - a string op
     if options.summary is not None:
         data = redactor.value(summary.to_json())
         await trio.Path(options.summary).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

@@ -86,6 +86,7 @@ class BatchSummary:
         return value
     results: str | None = None
     warnings: tuple[str, ...] = ()
+    model: dict[str, Any] | None = None  # the model gateway's totals (calls, hits, 429s absorbed, ...), when one ran
 
     @property
     def note(self) -> str | None:
@@ -102,6 +103,8 @@ class BatchSummary:
             out["items_per_s"] = None
         out["results"] = self.results
         out["warnings"] = list(self.warnings)
+        if self.model is not None:
+            out["model"] = self.model
         if self.note is not None:
             out["note"] = self.note
         return out

@@ -30,6 +30,7 @@ from ._common import (
     start_warnings,
 )
 from ._errors import message
+from ._gateway import add_gateway_options, gateway_options
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
@@ -75,6 +76,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_gateway_options(parser)  # --no-gateway --upstream --api-key-env --model-concurrency --cache ...
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
     add_scoring_options(parser, epochs=True)  # --score --scoring --epochs --epoch-reducer --group-by --seed --prices
     budget = parser.add_argument_group("budgets and workspaces")
@@ -128,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
                 workspace_template=args.workspace_template,
                 keep_workspaces=args.keep_workspaces,
                 argv=sys.argv,
+                gateway=gateway_options(args),
             )
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             start_warnings(spec, policy=options.policy, answerer=options.answerer)

@@ -52,7 +52,7 @@ def _command_index(argv: Sequence[str]) -> int | None:
 def _fake_model(args: argparse.Namespace) -> int:
     from ..testing import fake_model_main
 
-    return int(fake_model_main(args.port, args.script))
+    return int(fake_model_main(args.port, args.script, args.rate_limit))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fake.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0 picks a free one)")
     fake.add_argument("--script", default=None, help="scenario script (TOML); default answers anything")
+    fake.add_argument("--rate-limit", default=None, metavar="R/s|R/min",
+                      help="a quota: above R requests per second (or minute) answer 429 with retry-after")
     fake.set_defaults(func=_fake_model, paths=lambda args: ({"--script": args.script}, {}, {}))
 
     for register in _EXTRA_COMMANDS:
@@ -93,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any], None]]:
-    from . import _batch, _compare, _merge, _policy, _report, _run, _score
+    from . import _batch, _compare, _gateway, _merge, _policy, _report, _run, _score
 
-    return [_batch.register, _compare.register, _merge.register, _policy.register, _report.register, _run.register,
+    return [_batch.register, _compare.register, _gateway.register, _merge.register, _policy.register, _report.register, _run.register,
             _score.register]
 
 

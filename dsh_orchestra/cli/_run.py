@@ -57,6 +57,7 @@ from ._common import (
 )
 
 from ..session import warnings_reported
+from ._gateway import add_gateway_options, gateway_options
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
@@ -135,6 +136,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--answer", action="append", default=[], metavar="ID=VALUE", help="answer a pending interrupt (with --resume); repeatable")
     parser.add_argument("--compact", action="store_true", help="when the run finished, compact --checkpoint to its final result")
     parser.add_argument("--no-progress", action="store_true", help="no live step status on the terminal")
+    add_gateway_options(parser)
     parser.set_defaults(func=main, paths=paths)
 
 
@@ -164,7 +166,7 @@ def main(args: argparse.Namespace) -> int:
             options: dict[str, Any] = dict(
                 spec=spec, runtimes=args.runtimes, approvals=approvals, answerer=answerer, audit=args.audit,
                 inputs=inputs, concurrency=args.concurrency, runtime_limit=args.runtime_limit, failure=args.failure,
-                checkpoint=args.checkpoint, resume=args.resume, answers=answers,
+                checkpoint=args.checkpoint, resume=args.resume, answers=answers, gateway=gateway_options(args),
             )
             start_warnings(spec, policy=approvals, answerer=answerer)
         except (UsageError, RecipeError) as exc:

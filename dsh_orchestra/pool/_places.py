@@ -17,6 +17,7 @@ import attrs
 
 from .._scratch import scratch_dir
 from ..approvals import AuditLog
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..runtime import RuntimeSpec
 from ..session import Runtime, configuration_warnings, open_runtime, report_warnings, warnings_reported
 from ._pool import RuntimePool, open_pool
@@ -73,6 +74,7 @@ async def open_places(
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
     scratch: str = "places",
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
     **pool_options: Any,
 ) -> AsyncIterator[Places]:
     """Open ``runtimes`` runtimes from ``spec`` for one job; yield its ``Places``; close them on exit.
@@ -85,13 +87,14 @@ async def open_places(
     ``approvals`` (a policy), ``answerer`` and ``audit`` (an AuditLog or a path, opened here
     with the spec's secrets) apply to every session; ``approval_relay`` overrides the spec's.
     Configuration a runtime cannot honour is warned about once for the job (``job_warnings``).
+    ``gateway``: the real ``dsh``'s model calls go through one model gateway (None: none).
 
     Raises:
         RuntimeStartError: no runtime could be started (raised bare).
     """
     if not pooled and runtimes == 1:
         async with open_runtime(spec, approvals=approvals, answerer=answerer, audit=audit,
-                                approval_relay=approval_relay) as runtime:
+                                approval_relay=approval_relay, gateway=gateway) as runtime:
             yield Places(runtime=runtime)
         return
     with ExitStack() as stack:
@@ -103,6 +106,6 @@ async def open_places(
         stack.enter_context(job_warnings(spec, approvals=approvals is not None, answerer=answerer is not None))
         if audit is not None and not isinstance(audit, AuditLog):
             audit = stack.enter_context(AuditLog(audit, secrets=spec.secrets()))
-        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=audit,
+        async with open_pool(spec, runtimes, approvals=approvals, answerer=answerer, audit=audit, gateway=gateway,
                              **pool_options) as pool:
             yield Places(pool=pool)

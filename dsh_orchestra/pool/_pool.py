@@ -20,6 +20,7 @@ from .._params import Check, Param, ParamValueError, integer, positive
 from ..approvals import AuditLog
 from ..protocol import OrchestraError, TransportClosedError
 from ..runtime import RuntimeSpec
+from ..gateway import DEFAULT_GATEWAY, Gateway, GatewayOptions, gateway_for
 from ..session import PromptInput, Runtime, TurnResult, open_runtime
 from ._retry import Backoff, PoolClosedError
 from ._rss import runtime_rss_mib
@@ -177,6 +178,7 @@ class RuntimePool:
         max_sessions_per_runtime: int | None = None,
         max_runtime_rss_mib: float | None = None,
         measure_rss: RssReader = runtime_rss_mib,
+        gateway: GatewayOptions | None = DEFAULT_GATEWAY,
     ) -> None:
         if not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
             raise ParamValueError("pool ", Param("size", size, spelled="size"), f" must be an integer >= 1, not {size!r}")
@@ -194,8 +196,10 @@ class RuntimePool:
         self.approvals = approvals
         self.answerer = answerer
         self.audit = audit
+        self.gateway = gateway  # for runtimes not routed already (open_pool routes a RuntimeSpec once)
         self.backoff = (chosen.first, chosen.cap)
         self.max_start_failures = max_start_failures
+        self.model_gateway: Gateway | None = None  # the gateway open_pool runs for all its runtimes
         self._close_event = trio.Event()
         self._slots = [_Slot(i, Supervisor(chosen, self._close_event, on_change=self._notify)) for i in range(size)]
         self._nursery: trio.Nursery | None = None
@@ -274,7 +278,8 @@ class RuntimePool:
         """Run one runtime from its start to its close; say how it ended (``instance.released``)."""
         try:
             async with open_runtime(
-                self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit
+                self._spec_for(slot.index), approvals=self.approvals, answerer=self.answerer, audit=self.audit,
+                gateway=self.gateway,
             ) as runtime:
                 instance.runtime = runtime
                 slot.supervisor.ready()
@@ -549,8 +554,12 @@ async def _close_when_gone(runtime: Runtime, instance: _Instance) -> None:
 
 
 @asynccontextmanager
-async def open_pool(spec: RuntimeSpec | SpecFactory, size: int = 2, **kwargs: Any) -> AsyncIterator[RuntimePool]:
+async def open_pool(spec: RuntimeSpec | SpecFactory, size: int = 2, *, gateway: GatewayOptions | None = DEFAULT_GATEWAY,
+                    **kwargs: Any) -> AsyncIterator[RuntimePool]:
     """Start a pool, yield it once one runtime is ready, close it on exit.
+
+    ``gateway``: a RuntimeSpec for the real ``dsh`` gets one model gateway shared by all its
+    runtimes (docs/gateway.md; a spec factory: one per runtime); ``None``: none.
 
     On exit the pool stops taking work and closes every runtime (sessions still in flight,
     e.g. of tasks the block started, fail with TransportClosedError); every process is reaped
@@ -560,11 +569,14 @@ async def open_pool(spec: RuntimeSpec | SpecFactory, size: int = 2, **kwargs: An
         OrchestraError: no runtime could be started (raised bare, e.g. RuntimeStartError).
         ExceptionGroup: errors inside the block, or the pool giving up later (use except*).
     """
-    pool = RuntimePool(spec, size, **kwargs)
+    routing = spec if isinstance(spec, RuntimeSpec) else None
+    async with gateway_for(routing, gateway) as (running, routed):
+        pool = RuntimePool(routed or spec, size, gateway=gateway, **kwargs)
+        pool.model_gateway = running
 
-    async def close() -> None:
-        with trio.CancelScope(shield=True):
-            await pool.aclose(drain=False)
+        async def close() -> None:
+            with trio.CancelScope(shield=True):
+                await pool.aclose(drain=False)
 
-    async with serving(pool.run, close):
-        yield pool
+        async with serving(pool.run, close):
+            yield pool

@@ -23,6 +23,7 @@ from .._params import Param, ParamTypeError, ParamValueError
 from .._scratch import scratch_dir
 from .._tracing import observed_approvals
 from ..approvals import ApprovalService, AuditLog
+from ..gateway import DEFAULT_GATEWAY, Gateway, GatewayOptions, gateway_for
 from ..protocol import (
     APPROVAL_REQUEST,
     SESSION_RESUME,
@@ -84,6 +85,7 @@ class Runtime:
         self.approvals: ApprovalService | None = None
         self.questions: QuestionService | None = None
         self.relay: ApprovalRelay | None = None
+        self.gateway: Gateway | None = None  # the model gateway open_runtime ran for it, if any
         self.contexts = SessionContexts()  # log fields and spans of the turns running here
 
     @property
@@ -198,6 +200,7 @@ async def open_runtime(
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime, yield it ready, and close it (the whole ladder) on exit.
 
@@ -208,6 +211,8 @@ async def open_runtime(
     ``off``; None: the spec's, ``auto`` by default) decides whether the real runtime's
     internal approval and question chains are answered by the same policy and answerer
     (see ``runtime.ApprovalRelay``). Configuration that cannot take effect is logged as a warning once.
+    ``gateway``: the real ``dsh``'s model calls go through a model gateway run for the block
+    (docs/gateway.md); ``None`` lets the runtime call the provider itself.
 
     Raises:
         RuntimeStartError: the runtime did not start or greet.
@@ -215,6 +220,18 @@ async def open_runtime(
             that loads no ``--patch`` files.
         ExceptionGroup: an error inside the block, alongside the actor's own (use except*).
     """
+    async with gateway_for(spec, gateway) as (running, routed):
+        async with _open_runtime(routed, approvals=approvals, answerer=answerer, audit=audit,
+                                 approval_relay=approval_relay) as runtime:
+            runtime.gateway = running
+            yield runtime
+
+
+@asynccontextmanager
+async def _open_runtime(
+    spec: RuntimeSpec | None, *, approvals: Any, answerer: Any, audit: AuditLog | str | os.PathLike[str] | None,
+    approval_relay: str | None,
+) -> AsyncIterator[Runtime]:
     if approval_relay is not None and spec is not None:
         spec = spec.evolve(approval_relay=approval_relay)
     with _default_home(spec) as resolved, ExitStack() as stack:

@@ -24,11 +24,12 @@ def main(argv: list[str]) -> int:
         parser = argparse.ArgumentParser(prog="python -m dsh_orchestra.testing fake-model")
         parser.add_argument("--port", type=int, default=0)
         parser.add_argument("--script", default=None)
+        parser.add_argument("--rate-limit", default=None)
         try:
             args = parser.parse_args(rest)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 2
-        return fake_model_main(args.port, args.script)
+        return fake_model_main(args.port, args.script, args.rate_limit)
     print(f"unknown command {command!r}; {USAGE}", file=sys.stderr)
     return 2
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import re
 import signal
 import sys
@@ -266,17 +267,56 @@ class RequestRecord:
     rule: str | None
     prompt: str
     outcome: str  # the stop reason sent, or the fail mode
+    api_key: str | None = attrs.field(default=None, eq=False)  # the x-api-key header received (a test double keeps it)
+
+
+def parse_rate(text: str) -> float:
+    """``R/s``, ``R/min`` or ``R`` (per second) as requests per second.
+
+    Raises:
+        ValueError: not a positive rate.
+    """
+    number, _, unit = text.strip().partition("/")
+    scale = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 1 / 60}.get(unit.strip())
+    try:
+        rate = float(number) * scale if scale is not None else math.nan
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"--rate-limit must be a positive rate like 20/s or 600/min, not {text!r}")
+    return rate
+
+
+class Quota:
+    """A token bucket: ``rate`` requests per second, bursts up to one second's worth (at least 1)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.updated = trio.current_time()
+
+    def take(self) -> float:
+        """0.0 if a request may go now (it is counted), else the seconds until one may."""
+        now = trio.current_time()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
 
 
 class FakeModelServer:
     """The scripted model on 127.0.0.1; ``await nursery.start(server.run)`` returns it listening.
 
     Every connection is served by its own task, so a slow client or a ``delay`` holds up only
-    its own request.
+    its own request. ``rate_limit`` (requests per second): above it a request is answered 429
+    with ``retry-after`` and ``retry-after-ms`` (counted in ``rate_limited``, not in ``requests``).
     """
 
     def __init__(self, script: Script = DEFAULT_SCRIPT, *, host: str = LOOPBACK,
-                 port: int = 0) -> None:
+                 port: int = 0, rate_limit: float | None = None) -> None:
         if host != LOOPBACK:
             raise ValueError(f"the fake model listens on {LOOPBACK} only, not {host!r}")
         if type(port) is not int or not 0 <= port <= 65535:
@@ -290,6 +330,9 @@ class FakeModelServer:
         self._port: int | None = None
         self._ran = False
         self._responses = itertools.count(1)
+        self.rate_limit = rate_limit
+        self.rate_limited = 0
+        self._quota: Quota | None = None
 
     @property
     def port(self) -> int:
@@ -349,10 +392,23 @@ class FakeModelServer:
             status, error = 413, _error("request_too_large", f"body exceeds {MAX_BODY} bytes")
         elif payload is None:
             status, error = 400, _error("invalid_request_error", "body must be a JSON object")
+        elif (wait := self._over_quota()) > 0:
+            self.rate_limited += 1
+            await _send_json(stream, connection, 429, _error("rate_limit_error", "rate limited (fake quota)"),
+                             request_id, extra=[("retry-after", str(math.ceil(wait))),
+                                                ("retry-after-ms", str(math.ceil(wait * 1000)))])
+            return
         else:
             await self._answer(stream, connection, request, payload, request_id)
             return
         await _send_json(stream, connection, status, error, request_id)
+
+    def _over_quota(self) -> float:
+        if self.rate_limit is None:
+            return 0.0
+        if self._quota is None:
+            self._quota = Quota(self.rate_limit)
+        return self._quota.take()
 
     async def _answer(self, stream: trio.SocketStream, connection: h11.Connection,
                       request: h11.Request, payload: dict[str, Any], request_id: str) -> None:
@@ -360,9 +416,11 @@ class FakeModelServer:
                            if name == SESSION_HEADER), None)
         decision = decide(self.script, payload, self.state, session_id=session_id)
         outcome = decision.fail or decision.stop_reason
+        api_key = next((value.decode(errors="replace") for name, value in request.headers
+                        if name == b"x-api-key"), None)
         self.requests.append(RequestRecord(session_id=session_id, kind=decision.kind,
                                            rule=decision.rule, prompt=decision.prompt,
-                                           outcome=outcome))
+                                           outcome=outcome, api_key=api_key))
         _log.debug("fake model: session %s, %s, rule %s -> %s",
                    session_id, decision.kind, decision.rule, outcome)
         await trio.sleep(decision.delay)
@@ -419,11 +477,12 @@ async def _send(stream: trio.SocketStream, connection: h11.Connection, event: h1
 
 
 async def _send_json(stream: trio.SocketStream, connection: h11.Connection, status: int,
-                     body: dict[str, Any], request_id: str) -> None:
+                     body: dict[str, Any], request_id: str,
+                     extra: list[tuple[str, str]] | None = None) -> None:
     data = json.dumps(body).encode()
     await _send(stream, connection, h11.Response(status_code=status, headers=[
         ("content-type", "application/json"), ("content-length", str(len(data))),
-        ("request-id", request_id)]))
+        ("request-id", request_id), *(extra or [])]))
     await _send(stream, connection, h11.Data(data=data))
     await _send(stream, connection, h11.EndOfMessage())
 
@@ -442,20 +501,22 @@ async def open_fake_model(script: Script = DEFAULT_SCRIPT,
         nursery.cancel_scope.cancel(reason="open_fake_model block exited")
 
 
-def fake_model_main(port: int, script_path: str | None) -> int:
-    """Serve ``script_path`` (or the default script) on ``port`` until SIGINT or SIGTERM.
+def fake_model_main(port: int, script_path: str | None, rate_limit: str | None = None) -> int:
+    """Serve ``script_path`` (or the default script) on ``port`` until SIGINT or SIGTERM;
+    ``rate_limit`` (``R/s``, ``R/min``) answers 429 above that rate.
 
     Prints ``listening on http://127.0.0.1:PORT`` once ready. Returns 0 after a signal, 1 when
     the port cannot be bound, 2 when the script cannot be read or parsed.
     """
     try:
         script = DEFAULT_SCRIPT if script_path is None else load_script(script_path)
+        rate = None if rate_limit is None else parse_rate(rate_limit)
     except (OSError, ValueError) as exc:
         print(f"dsh-orchestra fake-model: {exc}", file=sys.stderr)
         return 2
     status = 0
     try:
-        trio.run(_serve_until_signal, script, port)
+        trio.run(_serve_until_signal, script, port, rate)
     except* OSError as group:  # binding failed; open_fake_model raises through a nursery
         print(f"dsh-orchestra fake-model: cannot listen on {LOOPBACK}:{port}: "
               f"{group.exceptions[0]}", file=sys.stderr)
@@ -463,9 +524,9 @@ def fake_model_main(port: int, script_path: str | None) -> int:
     return status
 
 
-async def _serve_until_signal(script: Script, port: int) -> None:
+async def _serve_until_signal(script: Script, port: int, rate: float | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_fake_model(script, port=port) as server:
+        async with open_fake_model(script, port=port, rate_limit=rate) as server:
             print(f"listening on {server.base_url}", flush=True)
             async for _ in signals:
                 break

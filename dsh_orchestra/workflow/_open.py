@@ -82,7 +82,7 @@ async def _execute(
         if target is not None:
             return await _run_engine(workflow, RunState(target, **state), inputs)
         async with open_places(spec, runtimes, pooled=runtimes > 1, approvals=approvals, answerer=answerer,
-                               audit=audit, approval_relay=approval_relay) as places:
+                               audit=audit, approval_relay=approval_relay, gateway=options.gateway) as places:
             return await _run_engine(workflow, RunState(places.target, **state), inputs)
 
 

@@ -17,6 +17,8 @@ from ..runtime import RuntimeSpec
 from ._engine import FailurePolicy, Statistics
 from ._interrupts import Answers
 
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
+
 if TYPE_CHECKING:
     from ..pool import RuntimePool
     from ..session import Runtime
@@ -32,7 +34,8 @@ class WorkflowOptions:
     ``on``, ``off``; None: the spec's). The run: ``inputs``; ``concurrency`` bounds sessions in
     flight in the workflow, ``runtime_limit`` per runtime; ``failure`` ("fail-fast" or
     "collect"); ``statistics`` collects counters; ``checkpoint`` journals the run, ``resume``
-    continues it; ``answers`` answer interrupts. Checked when the run starts.
+    continues it; ``answers`` answer interrupts. ``gateway``: the real ``dsh``'s model calls
+    go through a model gateway (docs/gateway.md; None: none). Checked when the run starts.
     """
 
     spec: RuntimeSpec | None = None
@@ -49,6 +52,7 @@ class WorkflowOptions:
     checkpoint: str | os.PathLike[str] | None = None
     resume: bool = False
     answers: Answers | None = attrs.field(default=None, eq=False)
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY
 
 
 FIELDS = frozenset(field.name for field in attrs.fields(WorkflowOptions))

@@ -62,7 +62,8 @@ async def test_batch_on_the_real_runtime(tmp_path: Path, fake_model: FakeModelSe
     with trio.fail_after(240):  # a dsh start took 37-60+ s under disk contention
         summary = await run_batch(dataset, out, dsh_spec(), BatchOptions(runtimes=2, progress="none", timeout=60))
     results = by_id(out)
-    assert len(results) == 8 and all(list(r) == RESULT_KEYS for r in results.values())
+    # "model": the item's calls through the model gateway (on by default for the real dsh)
+    assert len(results) == 8 and all(list(r) == [*RESULT_KEYS, "model"] for r in results.values())
     for i in range(4):
         plain = results[f"plain-{i}"]
         assert (plain["status"], plain["final_response"], plain["finish_reason"]) == ("ok", "real answer", "completed")

@@ -327,8 +327,9 @@ def _real_model_script() -> Any:
 
 def comparable(line: dict[str, Any]) -> dict[str, Any]:
     """A result line without what may differ between two runs of one batch: timings, the
-    random session ids, the tool call ids."""
-    out = {k: v for k, v in line.items() if k not in ("duration_s", "session_id")}
+    random session ids, the tool call ids, and the model gateway's counts (``model``: the local
+    run's gateway is on the driver; Ray actors each run their own and do not report them yet)."""
+    out = {k: v for k, v in line.items() if k not in ("duration_s", "session_id", "model")}
     out["approvals"] = [{k: v for k, v in a.items() if k != "call_id"} for a in line["approvals"]]
     out["subagents"] = [{k: v for k, v in s.items() if k != "child_session_id"} for s in line["subagents"]]
     return out

@@ -1,0 +1,14 @@
+"""The model gateway: every runtime's model calls through one loopback service of the run.
+
+Token auth (the real key stays here), adaptive concurrency with retries of rate-limited
+calls, a response cache with record/replay, and counters (docs/gateway.md).
+"""
+
+from .._public import publish as _publish
+from ._cache import CacheError as CacheError, ResponseCache as ResponseCache, cache_key as cache_key
+from ._limiter import AdaptiveLimiter as AdaptiveLimiter
+from ._options import DEFAULT_GATEWAY as DEFAULT_GATEWAY, DEFAULT_UPSTREAM as DEFAULT_UPSTREAM, GatewayOptions as GatewayOptions
+from ._route import gateway_for as gateway_for, needs_gateway as needs_gateway, open_gateway as open_gateway
+from ._server import CallStats as CallStats, Gateway as Gateway
+
+__all__ = _publish(globals())

@@ -1,0 +1,89 @@
+"""The gateway's HTTP/1.1 side towards the runtimes: h11 over trio sockets (loopback only).
+
+Owns reading one request and writing responses (whole or streamed); knows nothing of models.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import h11
+import trio
+
+MAX_BODY: Final = 64 * 1024 * 1024
+_HOP: Final = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"content-encoding",
+                         b"proxy-connection", b"te", b"trailer", b"upgrade"})
+
+
+class Peer:
+    """One runtime's connection: ``receive`` requests, ``start``/``send``/``end`` a response."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.connection = h11.Connection(h11.SERVER)
+
+    async def receive(self) -> tuple[h11.Request, bytes | None] | None:
+        """One request; None at a clean end of the connection; body None when over MAX_BODY."""
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = self.connection.next_event()
+            if event is h11.NEED_DATA:
+                self.connection.receive_data(await self.stream.receive_some(65536))
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY:
+                    assert request is not None
+                    return request, None
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                return request, bytes(body)
+            else:
+                return None
+
+    def reusable(self) -> bool:
+        """After a response: start the next request cycle if both sides are done."""
+        if self.connection.our_state is h11.DONE and self.connection.their_state is h11.DONE:
+            self.connection.start_next_cycle()
+            return True
+        return False
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Send the status line and headers of a streamed (chunked) response."""
+        await self._send(h11.Response(status_code=status, headers=headers))
+
+    async def send(self, data: bytes) -> None:
+        if data:
+            await self._send(h11.Data(data=data))
+
+    async def end(self) -> None:
+        await self._send(h11.EndOfMessage())
+
+    async def whole(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Send a complete response with a content-length."""
+        await self._send(h11.Response(status_code=status, headers=[*headers, (b"content-length", str(len(body)).encode())]))
+        await self.send(body)
+        await self.end()
+
+    async def error(self, status: int, kind: str, text: str) -> None:
+        """An Anthropic-style JSON error: ``{"type":"error","error":{"type","message"}}``."""
+        body = json.dumps({"type": "error", "error": {"type": kind, "message": f"dsh-orchestra gateway: {text}"}}).encode()
+        await self.whole(status, body, [(b"content-type", b"application/json")])
+
+    async def _send(self, event: Any) -> None:
+        data = self.connection.send(event)
+        if data:
+            await self.stream.send_all(data)
+
+
+def passed_headers(headers: Any) -> list[tuple[bytes, bytes]]:
+    """Response headers to pass through to the runtime (hop-by-hop ones left out)."""
+    return [(k.lower(), v) for k, v in headers.raw if k.lower() not in _HOP]
+
+
+def header(request: h11.Request, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower case), decoded."""
+    return next((v.decode("latin-1") for k, v in request.headers if k == name), None)

@@ -1,0 +1,67 @@
+"""GatewayOptions: how the model gateway of a run behaves (docs/gateway.md)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+
+from .._params import Param, ParamValueError, integer, one_of
+
+DEFAULT_UPSTREAM = "https://api.deepseek.com/anthropic"
+"""The provider's endpoint (``deepseek-official``) when neither ``upstream`` nor the user's
+``DEEPSEEK_BASE_URL`` names one; the runtime appends ``/v1/messages``."""
+DEFAULT_API_KEY_ENV = "DEEPSEEK_API_KEY"
+CACHE_MODES = ("use", "record", "replay")
+CACHE_EPOCHS = ("independent", "shared")
+MAX_ATTEMPTS = 8
+"""Attempts per call when the provider answers 429/529/overloaded or cannot be reached (the pauses
+between them: 1, 2, 4, 8, 16, 30, 30 s at most, each jittered to 50-100 %: about 90 s in all)."""
+
+
+def _concurrency(value: Any) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    integer(1, "an integer >= 1 or 'auto'").check("model_concurrency", value)
+    return int(value)
+
+
+def _path(value: Any) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+@attrs.frozen(kw_only=True)
+class GatewayOptions:
+    """How a run's model gateway behaves (docs/gateway.md).
+
+    ``upstream``: the provider's base URL (default: ``DEEPSEEK_BASE_URL`` as the runtime spec or
+    the environment had it, else ``DEFAULT_UPSTREAM``). ``api_key_env``: the variable holding
+    the real key (the spec's ``api_key`` wins). ``model_concurrency``: upstream calls in flight,
+    an integer or ``"auto"`` (AIMD). ``cache`` (a directory) with ``cache_mode`` ``use`` |
+    ``record`` | ``replay`` and ``cache_epochs`` ``independent`` | ``shared``.
+    ``max_attempts``: tries per call on 429/529/overloaded or an unreachable provider.
+    """
+
+    upstream: str | None = None
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    model_concurrency: int | str = attrs.field(default="auto", converter=_concurrency)
+    cache: str | None = attrs.field(default=None, converter=_path)
+    cache_mode: str = attrs.field(default="use", validator=one_of(*CACHE_MODES))
+    cache_epochs: str = attrs.field(default="independent", validator=one_of(*CACHE_EPOCHS))
+    max_attempts: int = attrs.field(default=MAX_ATTEMPTS, validator=integer(1))
+
+    def __attrs_post_init__(self) -> None:
+        if self.cache_mode == "replay" and self.cache is None:
+            raise ParamValueError(Param("cache_mode", "replay"), " needs ", Param("cache", spelled="cache"),
+                                  " (the directory to replay from)")
+        if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
+            raise ParamValueError(Param("upstream", self.upstream), " must be an http:// or https:// URL")
+        if not self.api_key_env:
+            raise ParamValueError(Param("api_key_env", self.api_key_env), " must name an environment variable")
+
+
+DEFAULT_GATEWAY = GatewayOptions()
+"""The default of every ``gateway=`` parameter: on, with the default options."""

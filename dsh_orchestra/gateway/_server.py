@@ -1,0 +1,419 @@
+"""Gateway: the loopback HTTP service every runtime of a run uses as its DEEPSEEK_BASE_URL.
+
+Owns token checks, the upstream client (httpx on trio), retries of rate-limited calls under
+the shared ``AdaptiveLimiter``, the cache lookups and stores, and the counters. It starts
+with ``await nursery.start(gateway.run)`` and stops when its scope is cancelled.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import random
+import re
+import secrets
+from typing import Any, Final
+
+import attrs
+import h11
+import httpx
+import trio
+
+from ._cache import Entry, ResponseCache, cache_key
+from ._http import Peer, header, passed_headers
+from ._limiter import AUTO_START, AdaptiveLimiter
+from ._options import GatewayOptions
+from ._sse import COUNTED, SseReader, Usage, overloaded_event
+
+LOOPBACK: Final = "127.0.0.1"
+SESSION_HEADER: Final = b"x-deepseek-harness-session-id"
+LIMITED_STATUS: Final = frozenset({429, 529})
+BACKOFF_BASE: Final = 1.0
+"""Seconds before the first retry of a limited call (then doubling), jittered to 50-100 %."""
+BACKOFF_MAX: Final = 30.0
+_FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
+                                  b"accept-encoding", b"transfer-encoding", b"keep-alive"})
+PARENT: Final = re.compile(r'Your parent agent id is "([^"]+)"')
+
+log = logging.getLogger("dsh_orchestra.gateway")
+
+
+@attrs.define
+class CallStats:
+    """Counters of one session's (or a whole run's) model calls."""
+
+    calls: int = 0  # answered, upstream or from the cache
+    upstream: int = 0  # calls that reached the provider and were answered
+    cache_hits: int = 0
+    retries: int = 0  # limited answers absorbed (retried inside the gateway)
+    errors: int = 0  # calls answered with an error
+    input_tokens: int = 0
+    output_tokens: int = 0
+    saved_tokens: int = 0  # tokens of the cache hits (not paid again)
+    first_token_s: float = 0.0  # summed over calls
+    duration_s: float = 0.0  # summed over calls
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``model`` object of a result line: counts, tokens, and mean times per call."""
+        timed = self.upstream or 1
+        return {"calls": self.calls, "upstream_calls": self.upstream, "cache_hits": self.cache_hits,
+                "retries": self.retries, "errors": self.errors, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "saved_tokens": self.saved_tokens,
+                "time_to_first_token_s": round(self.first_token_s / timed, 6) if self.upstream else None,
+                "call_duration_s": round(self.duration_s / timed, 6) if self.upstream else None}
+
+
+class Gateway:
+    """The model gateway of one run (see the module docstring and docs/gateway.md).
+
+    ``upstream`` is the provider's base URL (``/v1/messages`` is appended); ``api_key`` the
+    real key (None: none is sent). Each runtime presents :attr:`token` as its API key.
+    """
+
+    def __init__(self, options: GatewayOptions | None = None, *, upstream: str, api_key: str | None,
+                 cache: ResponseCache | None = None, rng: random.Random | None = None) -> None:
+        self.options = options or GatewayOptions()
+        self.upstream = upstream.rstrip("/")
+        self.token = "dsho-gw-" + secrets.token_urlsafe(24)
+        self._api_key = api_key
+        self.cache = cache
+        adaptive = self.options.model_concurrency == "auto"
+        start = AUTO_START if adaptive else int(self.options.model_concurrency)
+        self.limiter = AdaptiveLimiter(start, adaptive=adaptive, maximum=max(start, 128), minimum=1)
+        self.totals = CallStats()
+        self.sessions: dict[str, CallStats] = {}
+        self.epochs: dict[str, int] = {}  # session id -> epoch (batch items); children inherit
+        self.roots: dict[str, str] = {}  # subagent session id -> the session it was spawned from (at the top)
+        self._rng = rng or random.Random()
+        self._port: int | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"Gateway(upstream={self.upstream!r}, port={self._port})"
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` once :meth:`run` has started."""
+        if self._port is None:
+            raise RuntimeError("the gateway is not listening yet; start it with nursery.start(gateway.run)")
+        return f"http://{LOOPBACK}:{self._port}"
+
+    def tag(self, session_id: str, *, epoch: int) -> None:
+        """Key the cache of ``session_id``'s calls (and its subagents') by ``epoch``."""
+        self.epochs[session_id] = epoch
+
+    def stats_of(self, session_id: str) -> CallStats:
+        """The counters of a session and its subagents (a zero one if they made no call)."""
+        return self.sessions.get(session_id, CallStats())
+
+    def take(self, session_id: str) -> CallStats:
+        """:meth:`stats_of`, forgotten here (an item's line is written once)."""
+        self.epochs.pop(session_id, None)
+        return self.sessions.pop(session_id, CallStats())
+
+    def summary(self) -> dict[str, Any]:
+        """Run totals: calls, hits, hit rate, tokens, tokens saved, 429s absorbed, the limit over time."""
+        totals = self.totals
+        start = self.limiter.history[0][0]
+        return {**totals.to_json(), "hit_rate": round(totals.cache_hits / totals.calls, 6) if totals.calls else None,
+                "concurrency": {"mode": "auto" if self.limiter.adaptive else "fixed", "final": self.limiter.limit,
+                                "min": min(limit for _, limit in self.limiter.history),
+                                "max": max(limit for _, limit in self.limiter.history),
+                                "changes": [[round(t - start, 3), limit] for t, limit in self.limiter.history[-100:]]}}
+
+    async def run(self, *, task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
+        listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
+        timeout = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
+                self._client = client
+                self._port = listeners[0].socket.getsockname()[1]
+                task_status.started(self)
+                await trio.serve_listeners(self._serve, listeners)
+        finally:
+            for listener in listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        peer = Peer(stream)
+        try:
+            while (received := await peer.receive()) is not None:
+                await self._respond(peer, *received)
+                if not peer.reusable():
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError) as exc:
+            log.debug("gateway: a runtime's connection ended: %s", type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - one call's failure (e.g. the provider cut its stream) never stops the gateway
+            log.warning("gateway: a model call failed: %s: %s", type(exc).__name__, exc)
+            if peer.connection.our_state is h11.SEND_RESPONSE:
+                with trio.move_on_after(5):
+                    try:
+                        await peer.error(502, "api_error", f"the call failed: {type(exc).__name__}: {exc}")
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+        finally:
+            await stream.aclose()
+
+    async def _respond(self, peer: Peer, request: h11.Request, body: bytes | None) -> None:
+        presented = header(request, b"x-api-key") or (header(request, b"authorization") or "").removeprefix("Bearer ")
+        if not hmac.compare_digest(presented.encode(), self.token.encode()):
+            await peer.error(401, "authentication_error", "this request carries no valid gateway token")
+            return
+        target = request.target.split(b"?", 1)[0]
+        if request.method != b"POST" or target != b"/v1/messages":
+            await peer.error(404, "not_found_error", f"no route for {request.method.decode()} {target.decode(errors='replace')}")
+            return
+        if body is None:
+            await peer.error(413, "request_too_large", "the request body is over 64 MiB")
+            return
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            await peer.error(400, "invalid_request_error", "the request body must be a JSON object")
+            return
+        session = header(request, SESSION_HEADER) or ""
+        epoch = self._resolve(session, payload)
+        stats = self.sessions.setdefault(self.roots.get(session, session), CallStats())
+        await _Call(self, peer, request, body, payload, session, stats, epoch).run()
+
+    def _resolve(self, session: str, payload: dict[str, Any]) -> int | None:
+        """Map a subagent to its root session (its first message names its parent); its epoch."""
+        if session not in self.epochs and session not in self.roots:
+            parent = PARENT.search(_first_text(payload))
+            if parent is not None:
+                root = self.roots.get(parent.group(1), parent.group(1))
+                self.roots[session] = root
+                if root in self.epochs:
+                    self.epochs[session] = self.epochs[root]
+        if self.options.cache_epochs == "shared":
+            return None
+        return self.epochs.get(session, 0)
+
+    def forward_headers(self, request: h11.Request) -> list[tuple[bytes, bytes]]:
+        headers = [(k, v) for k, v in request.headers if k not in _FORWARD_SKIP]
+        headers.append((b"accept-encoding", b"identity"))
+        if self._api_key is not None:
+            headers.append((b"x-api-key", self._api_key.encode()))
+        return headers
+
+    def pause(self, attempt: int, retry_after: float | None) -> float:
+        """Before retry ``attempt``: :meth:`backoff`, or the provider's ``retry-after`` (plus up
+        to 10 %) when that is longer. The jitter spreads the retries of calls limited together."""
+        backoff = self.backoff(attempt)
+        if retry_after is not None:
+            return max(backoff, retry_after * (1.0 + self._rng.random() / 10))
+        return backoff
+
+    def backoff(self, attempt: int) -> float:
+        """The pause before retry ``attempt`` (1, 2, ...): BACKOFF_BASE doubling, at most
+        BACKOFF_MAX, times a random 0.5-1.0."""
+        return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** (attempt - 1)) * (0.5 + self._rng.random() / 2))
+
+
+def _first_text(payload: dict[str, Any]) -> str:
+    """The text blocks of the first message (where the runtime names a subagent's parent)."""
+    messages = payload.get("messages")
+    first = messages[0] if isinstance(messages, list) and messages and isinstance(messages[0], dict) else {}
+    content = first.get("content")
+    blocks = [{"text": content}] if isinstance(content, str) else content if isinstance(content, list) else []
+    return "\n".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds; an HTTP date is ignored)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        try:
+            seconds = float(value) * scale if value is not None else math.nan
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return None
+
+
+class _Retry(Exception):
+    """An attempt that was rate-limited (or could not reach the provider): try again."""
+
+    def __init__(self, reason: str, wait: float | None, *, limited: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait = wait
+        self.limited = limited  # a rate-limit or overload answer (False: the provider was not reached)
+
+
+class _Call:
+    """One ``/v1/messages`` request from a runtime, answered from the cache or the provider."""
+
+    def __init__(self, gateway: Gateway, peer: Peer, request: h11.Request, body: bytes, payload: dict[str, Any],
+                 session: str, stats: CallStats, epoch: int | None) -> None:
+        self.gateway = gateway
+        self.peer = peer
+        self.request = request
+        self.body = body
+        self.stats = stats
+        self.key = cache_key(payload, epoch=epoch)
+        self.started = trio.current_time()
+        self.first_token: float | None = None
+        self.usage = Usage()
+
+    def _count(self, field: str, amount: float = 1) -> None:
+        for stats in (self.stats, self.gateway.totals):
+            setattr(stats, field, getattr(stats, field) + amount)
+
+    async def run(self) -> None:
+        gateway, options = self.gateway, self.gateway.options
+        cache = gateway.cache
+        if cache is not None and options.cache_mode in ("use", "replay"):
+            entry = await cache.aget(self.key)
+            if entry is not None:
+                await self._replay(entry)
+                return
+            if options.cache_mode == "replay":
+                self._count("errors")
+                await self.peer.error(400, "invalid_request_error",
+                                      f"cache miss: request {self.key} is not in the cache (replay mode sends nothing upstream)")
+                return
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._attempt(last=attempt >= options.max_attempts)
+                break
+            except _Retry as retry:
+                self._count("retries")
+                pause = gateway.pause(attempt, retry.wait)
+                log.info("gateway: %s; retry %d of %d in %.1f s", retry.reason, attempt, options.max_attempts - 1, pause)
+                await trio.sleep(pause)
+        self._count("calls")
+        self._count("duration_s", trio.current_time() - self.started)
+        if self.first_token is not None:
+            self._count("first_token_s", self.first_token - self.started)
+
+    async def _replay(self, entry: Entry) -> None:
+        self._count("calls")
+        self._count("cache_hits")
+        self._count("saved_tokens", entry.input_tokens + entry.output_tokens)
+        await self.peer.start(200, [(k.encode(), v.encode()) for k, v in entry.headers])
+        reader = SseReader(frozenset())  # passed on as stored: no data decoded
+        for event in reader.feed(entry.body):
+            await self.peer.send(event.raw)
+        await self.peer.send(reader.pending)
+        await self.peer.end()
+
+    async def _attempt(self, *, last: bool) -> None:
+        gateway = self.gateway
+        limiter = gateway.limiter
+        assert gateway._client is not None
+        ticket = await limiter.acquire()
+        outcome = "other"
+        try:
+            try:
+                request = gateway._client.build_request("POST", gateway.upstream + "/v1/messages",
+                                                        headers=gateway.forward_headers(self.request), content=self.body)
+                response = await gateway._client.send(request, stream=True)
+            except httpx.TransportError as exc:
+                reason = f"the model provider cannot be reached ({type(exc).__name__}: {exc})"
+                if not last:
+                    raise _Retry(reason, None, limited=False) from None
+                self._count("errors")
+                await self.peer.error(502, "api_error", reason)
+                return
+            try:
+                outcome = await self._relay(response, last=last)
+            except _Retry as retry:
+                outcome = "limited" if retry.limited else "other"
+                raise
+            finally:
+                await response.aclose()
+        finally:
+            limiter.release(ticket, outcome)
+
+    async def _relay(self, response: httpx.Response, *, last: bool) -> str:
+        limiter = self.gateway.limiter
+        if response.status_code in LIMITED_STATUS:
+            wait = retry_after(response.headers)
+            if wait is not None:
+                limiter.hold(wait)
+            if not last:
+                raise _Retry(f"the provider answered {response.status_code}", wait)
+        if response.status_code != 200:
+            data = await response.aread()
+            self._count("errors")
+            await self.peer.whole(response.status_code, data, passed_headers(response.headers))
+            return "limited" if response.status_code in LIMITED_STATUS else "other"
+        return await self._stream(response, last=last)
+
+    async def _stream(self, response: httpx.Response, *, last: bool) -> str:
+        """Pass the SSE stream through; hold back ``message_start`` until the next event shows
+        whether the provider is overloaded after all (then retry, nothing sent yet)."""
+        reader = SseReader(COUNTED)
+        held: list[bytes] = []
+        sent_head = False
+        stored: list[bytes] = []
+        stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
+        try:
+            async for chunk in response.aiter_raw():
+                if stop is not None:
+                    continue
+                try:
+                    sent_head = await self._pass(response, chunk, reader, held, stored, sent_head, last=last)
+                except (_Retry, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    stop = exc  # close the stream; its (nested) iterators then end instead of being dropped
+                    await response.aclose()
+        except httpx.HTTPError:
+            if stop is None:
+                raise
+        if stop is not None:
+            raise stop
+        if not sent_head:
+            await self._head(response, held)
+        await self.peer.end()
+        self._count("upstream")
+        self._count("input_tokens", self.usage.input_tokens)
+        self._count("output_tokens", self.usage.output_tokens)
+        body = b"".join(stored)
+        cache = self.gateway.cache
+        storing = cache is not None and self.gateway.options.cache_mode in ("use", "record")
+        events = SseReader(None if storing else COUNTED).feed(body)  # every event decoded only to store it
+        complete = any(e.name == "message_stop" for e in events) and not reader.pending.strip()
+        clean = not any(e.name == "error" or (storing and e.data is None and e.name != "ping") for e in events)
+        if cache is not None and storing and complete and clean:
+            headers = [(k.decode(), v.decode("latin-1")) for k, v in passed_headers(response.headers)]
+            await cache.aput(self.key, Entry(body=body, headers=headers, input_tokens=self.usage.input_tokens,
+                                             output_tokens=self.usage.output_tokens))
+        return "ok" if clean else "limited" if any(overloaded_event(e) for e in events) else "other"
+
+    async def _pass(self, response: httpx.Response, chunk: bytes, reader: SseReader, held: list[bytes],
+                    stored: list[bytes], sent_head: bool, *, last: bool) -> bool:
+        """Count and pass on one chunk (held back until the first event after ``message_start``);
+        returns whether the response head has been sent."""
+        events = reader.feed(chunk)
+        for event in events:
+            self.usage.update(event)
+            if overloaded_event(event) and not sent_head and not last:
+                raise _Retry("the provider is overloaded (in-band error)", retry_after(response.headers))
+            if self.first_token is None and event.name == "content_block_delta":
+                self.first_token = trio.current_time()
+        stored.append(chunk)
+        if sent_head:
+            await self.peer.send(chunk)
+            return True
+        held.append(chunk)
+        if any(e.name not in ("message_start", "ping") for e in events):
+            await self._head(response, held)
+            return True
+        return False
+
+    async def _head(self, response: httpx.Response, held: list[bytes]) -> None:
+        await self.peer.start(200, passed_headers(response.headers))
+        await self.peer.send(b"".join(held))
+        held.clear()
+
