@@ -140,6 +140,13 @@ class SharedPlaces(Protocol):
         ...
 
 
+def executor_in_process(executor: Executor) -> bool:
+    """``executor.in_process``: its runtimes run in this process (the local pool), so what the
+    run loop opens here for them (the model gateway) reaches them. False for an executor
+    without it (Ray actors open their own)."""
+    return bool(getattr(executor, "in_process", False))
+
+
 def runner_lease(runner: AttemptRunner) -> Lease | None:
     """``runner.lease`` (``SharedPlaces``), or None for a runner without it."""
     lease: Lease | None = getattr(runner, "lease", None)

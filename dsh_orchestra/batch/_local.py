@@ -12,7 +12,7 @@ import socket
 import uuid
 import weakref
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Coroutine
+from typing import Any, AsyncIterator, ClassVar, Coroutine
 
 import attrs
 import trio
@@ -188,6 +188,7 @@ class PoolExecutor:
     The audit log (``options.audit``) and transcripts (``options.transcripts``) are written here.
     """
 
+    in_process: ClassVar[bool] = True  # its runtimes are this process's children (``executor_in_process``)
     runtimes: int | None = None
     concurrency: int | None = None
 

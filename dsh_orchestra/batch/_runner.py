@@ -33,9 +33,9 @@ from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine, read_results
 from ._evaluation import BatchEval, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
-from ._executor import Attempt, AttemptRunner, Executor, runner_lease, runner_server_version
+from ._executor import Attempt, AttemptRunner, Executor, executor_in_process, runner_lease, runner_server_version
 from ._ids import check_ids_hold_no_secret
-from ._local import PoolExecutor, default_executor
+from ._local import default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
@@ -351,7 +351,7 @@ async def _run_locked(
     try:  # warnings once for the batch, not once per runtime
         with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
                 ResultsWriter(out) as writer:
-            local = isinstance(executor, PoolExecutor)  # Ray actors open their own (scale.RayExecutor)
+            local = executor_in_process(executor)  # Ray actors open their own (scale.RayExecutor)
             if todo:
                 async with gateway_for(spec if local else None, options.gateway) as (gateway, routed), \
                         executor.open(routed if local else spec, options) as runner:

@@ -149,8 +149,8 @@ def test_a_scorer_of_one_run_only_has_no_pairs() -> None:
     cand = [line("a", {"t": 1.0})]
     doc = compare_runs(base, cand)
     empty = {"n": 0, "mean_base": None, "mean_candidate": None, "diff": None, "ci95": None,
-             "p_value": None, "regressions": [], "improvements": [], "stderr": None, "test": None, "p_adjusted": None}
-    assert doc["scorers"]["s"] == {**empty, "strict": empty}
+             "p_value": None, "regressions": [], "improvements": [], "stderr": None, "test": None}
+    assert doc["scorers"]["s"] == {**empty, "p_adjusted": None, "strict": empty}
     assert compare_runs(base, cand, scorers=["t"])["scorers"]["t"]["n"] == 0
 
 

@@ -81,6 +81,6 @@ def test_pass_k_intervals_bootstrap_over_items(reducer: str) -> None:
             tally.add_line({"id": f"i{i}", "epoch": e, "scores": {"s": {"value": v}}})
     tally.add_line({"id": "short", "epoch": 1, "scores": {"s": {"value": 1.0}}})  # one epoch < k: left out
     out = tally.scores()["s"]
-    assert out["n"] == 50 and out["n_error"] == 1
+    assert out["n"] == 50 and out["n_error"] == 0 and out["n_na"] == 1  # left out: not a failure (n_na)
     assert out["ci95"] == list(bootstrap_ci([v for v in per_item if v is not None], seed=5))
     assert out["epochs"]["items"] == 51
