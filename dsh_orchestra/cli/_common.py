@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -295,6 +296,16 @@ def fail(problem: BaseException | str) -> int:
     return 2
 
 
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters (but newline and tab) written as ``\\xNN``, so
+    that text from a file (an id, a response) cannot drive the terminal it is printed on."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def say(message: str) -> None:
-    """Print ``dsh-orchestra: message`` on stderr, with every known secret redacted."""
-    print(redact(f"dsh-orchestra: {message}"), file=sys.stderr)
+    """Print ``dsh-orchestra: message`` on stderr, with every known secret redacted and control
+    characters escaped."""
+    print(escape_controls(redact(f"dsh-orchestra: {message}")), file=sys.stderr)

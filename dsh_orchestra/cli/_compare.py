@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 import trio
@@ -23,7 +23,7 @@ from ..report import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from .._scratch import scratch_dir
 from ._errors import message
-from ._common import UsageError, fail
+from ._common import UsageError, escape_controls, fail
 from ._paths import Paths
 from ._score import scoring_plan
 from ._stats import lines_clusters
@@ -196,12 +196,34 @@ def _score_run(args: argparse.Namespace, path: str, lines: list[dict[str, Any]],
     return load_result_lines(out, f"{what} results file (scored)", strict=True)
 
 
+def compare_check() -> Callable[[Any], str | None]:
+    """What compare refuses in a line (besides the schema's rules), for one file: a score value
+    that is not a number or null, and an (id, epoch) that an earlier line of the file has."""
+    seen: set[tuple[Any, Any]] = set()
+
+    def check(value: Any) -> str | None:
+        scores = value.get("scores")
+        for name, record in (scores.items() if isinstance(scores, dict) else ()):
+            found = record.get("value") if isinstance(record, dict) else record
+            if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float))):
+                return f"score {name!r} has the value {found!r}: compare needs a number (or null); fix or re-score the line"
+        key = (value.get("id"), value.get("epoch", 1))
+        if key in seen:
+            return (f"id {key[0]!r} (epoch {key[1]}) is already on an earlier line: one line per (id, epoch); "
+                    "keep one of them (or merge shards with `dsh-orchestra merge`)")
+        seen.add(key)
+        return None
+
+    return check
+
+
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
     many = len(args.candidates) > 1 or args.all_pairs
     try:
-        base = load_result_lines(args.base, "base results file", strict=True)
-        candidates = [load_result_lines(path, "candidate results file", strict=True) for path in args.candidates]
+        base = load_result_lines(args.base, "base results file", strict=True, check=compare_check())
+        candidates = [load_result_lines(path, "candidate results file", strict=True, check=compare_check())
+                      for path in args.candidates]
         with scratch_dir("compare") as directory:
             base = _score_run(args, args.base, base, directory, "base")
             candidates = [_score_run(args, path, lines, directory, f"candidate-{number}")
@@ -246,7 +268,7 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
         print(f"dsh-orchestra: wrote {path}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(orjson.dumps(doc).decode("utf-8") + "\n")
+        sys.stdout.write(orjson.dumps(doc).decode("utf-8") + "\n")  # JSON escapes control characters
     else:
-        print(render_text(doc))
+        print(escape_controls(render_text(doc)))
     return 0

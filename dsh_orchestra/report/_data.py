@@ -21,7 +21,7 @@ import orjson
 from .._params import Param, integer
 from .._version import __version__
 from ..approvals import DecisionRecord
-from ..results import read_results
+from ..results import read_results, result_problem
 from ..eval import percentile
 from ..workflow import WorkflowResult
 from ..eval import CompareInputError, compare_runs, scorer_names
@@ -83,18 +83,25 @@ def read_jsonl(
     return out
 
 
-def load_result_lines(path: str | os.PathLike[str], what: str = "results file", *, strict: bool = False) -> list[dict[str, Any]]:
+def load_result_lines(path: str | os.PathLike[str], what: str = "results file", *, strict: bool = False,
+                      check: Callable[[Any], str | None] | None = None) -> list[dict[str, Any]]:
     """Every complete result line of a results file, in file order (each epoch's line too).
+    ``check`` (a decoded line -> what is wrong with it, or None) is asked after the schema's rules.
 
     Raises:
         ReportInputError: missing, unreadable, or a line that is not a result object (a string
-            ``id``; with ``strict`` also a string ``status``).
+            ``id``; with ``strict`` also a string ``status``), or that ``check`` refuses (naming
+            the file and line).
     """
     if not Path(path).is_file():
         raise ReportInputError(f"{what} {str(path)!r} does not exist")
     lines: list[dict[str, Any]] = []
     try:
-        lines.extend(read_results(path).objects())  # its rules: a string "status" ("ok" or "error") included
+        if check is None:
+            lines.extend(read_results(path).objects())  # its rules: a string "status" ("ok" or "error") included
+        else:
+            extra = check
+            lines.extend(read_results(path, check=lambda value: result_problem(value) or extra(value)).objects())
     except OSError as exc:
         raise ReportInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:
