@@ -272,7 +272,7 @@ class Viewer:
         expected = dataset.items(ids) if dataset is not None else {}
         rows = []
         for item_id, lines in zip(ids, groups, strict=True):
-            epochs = [_epoch_row(read[i], i) for i in lines]
+            epochs = sorted((_epoch_row(read[i], i) for i in lines), key=_epoch_order)  # epoch order, not file order
             item = expected.get(item_id, {})
             scores: dict[str, Any] = {}
             for name in run.index.scores:
@@ -312,6 +312,7 @@ class Viewer:
         epochs = []
         for index, line in lines:
             epochs.append({**_epoch_row(line, index, full=True), "conversation": self._conversation(run, line, prompt)})
+        epochs.sort(key=_epoch_order)  # the file holds epochs as they finished
         return ORJSONResponse({
             "id": item_id, "run": run.number, "name": run.results.name, "prompt": prompt,
             "target": item.get("target"), "choices": item.get("choices"), "metadata": lines[0][1].get("metadata"),
@@ -407,6 +408,12 @@ def run_lines(run: Run) -> list[dict[str, Any]]:
 def _sum(values: Any) -> float | None:
     present = [v for v in values if isinstance(v, (int, float))]
     return sum(present) if present else None
+
+
+def _epoch_order(row: dict[str, Any]) -> tuple[int, int]:
+    """An epoch row's place: by epoch number (1 without one), then by line."""
+    epoch = row.get("epoch")
+    return (epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1, row["line"])
 
 
 def _epoch_row(line: dict[str, Any], index: int, *, full: bool = False) -> dict[str, Any]:
