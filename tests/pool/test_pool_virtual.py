@@ -257,7 +257,7 @@ async def test_close_interrupts_the_backoff(autojump_clock: MockClock, pool_scri
 
 async def test_state_per_session_is_pruned(autojump_clock: MockClock, pool_script: Script) -> None:
     """After many runs with subagents and approvals nothing per session is left behind."""
-    def allow_all(request: Any) -> Decision:
+    async def allow_all(request: Any) -> Decision:  # async: a sync policy runs in a thread, which autojump's clock does not wait for
         return Decision(outcome=ALLOWED_ONCE, rule="test-allow")
 
     async with open_pool(in_process(pool_script), 2, approvals=allow_all) as pool:
