@@ -147,7 +147,7 @@ async def test_the_gateway_absorbs_429s_from_a_quota() -> None:
                 statuses: list[int] = []
 
                 async def call(index: int) -> None:
-                    async with httpx.AsyncClient(trust_env=False) as client:
+                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
                         response = await client.post(gateway.base_url + "/v1/messages", content=json.dumps(body(f"q{index}")),
                                                      headers={"x-api-key": gateway.token})
                         statuses.append(response.status_code)
