@@ -31,7 +31,7 @@ from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
-from ..results import ResultLine, read_results
+from ..results import ResultLine
 from ._evaluation import BatchEval, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor, executor_in_process, runner_lease, runner_server_version
 from ._ids import check_ids_hold_no_secret
@@ -39,6 +39,7 @@ from ._local import default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
+from ._resume import read_done
 from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
@@ -223,11 +224,6 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
-def _epoch_of(line: ResultLine) -> int:
-    epoch = line.epoch
-    return epoch if epoch is not None and not isinstance(epoch, bool) and epoch >= 1 else 1
-
-
 def _prepare_resume(
     dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock, tally: Tally,
     secrets: Sequence[str] = (),
@@ -252,18 +248,9 @@ def _prepare_resume(
         dropped = drop_error_lines(out, lock)
         if dropped:
             log.warning("retry_errors: %d error line(s) removed from %s; their items run again", dropped, out)
-    done: set[tuple[str, int]] = set()
-    lines = read_results(out, repair=True)
-    try:
-        for line in lines:
-            key = (line.id, _epoch_of(line))
-            if key[0] in check.ids and key[1] <= options.epochs and key not in done:
-                done.add(key)
-                tally.add(line)
-    except ValueError as exc:
-        raise BatchUsageError(str(exc)) from exc
-    if lines.torn:
-        log.warning("repaired %s: cut a torn last line of %d bytes", out, lines.torn)
+    done, torn = read_done(out, check.ids, options.epochs, tally)
+    if torn:
+        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
     return check, done
 
 

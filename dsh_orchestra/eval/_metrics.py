@@ -19,7 +19,7 @@ from .._params import Param, ParamValueError
 from ..results import score_value
 
 if TYPE_CHECKING:
-    from ..results import ResultLine
+    from ..results import ResultLine, TallyLine
 
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
@@ -316,7 +316,7 @@ class ScoreTally:
         self.cluster_by = cluster_by
         self._clusters: dict[str, Any] = {}
 
-    def add(self, line: ResultLine) -> None:
+    def add(self, line: ResultLine | TallyLine) -> None:
         """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
         scores = line.scores
         row: list[float | None] = []

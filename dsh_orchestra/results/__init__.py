@@ -13,6 +13,7 @@ from ._line import (
     ResultLine as ResultLine,
     ScoreRecord as ScoreRecord,
     SubagentRecord as SubagentRecord,
+    TallyLine as TallyLine,
     score_value as score_value,
     Usage as Usage,
 )
