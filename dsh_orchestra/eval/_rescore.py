@@ -143,31 +143,22 @@ async def rescore(
         raise RescoreError(f"results file {str(results)!r} does not exist or is not a file")
     _check_out(results, out, summary_path)
     check_scorers(plan.scorers)
-    lines: list[ResultLine] = []
-    seen: set[tuple[str, int]] = set()
-    for number, line in numbered_lines(results):
-        if line.id not in items:
-            raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
-        key = (line.id, line.epoch_number)
-        if key in seen:
-            log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, *key)
-            continue
-        seen.add(key)
-        lines.append(line)
-    epochs = max((line.epoch_number for line in lines), default=1)
-    if plan.reducer.k is not None and plan.reducer.k > epochs:
-        raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     price = plan.price()
     tally = EvalTally(plan)
-    ok = 0
+    ok = lines = 0
+    epochs = 1
+    index = {item_id: number for number, item_id in enumerate(items)}  # (the dataset's own id strings)
+    seen: dict[int, bytearray] = {}  # epoch -> per dataset item, whether a line of it was kept
+    present = bytearray(len(index))
     handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
     try:
         with handle:
             async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
                     open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
                 scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
-                for start in range(0, len(lines), CHUNK):
-                    chunk = lines[start : start + CHUNK]
+                # One pass, line by line (memory: the tally's columns, not the lines): each line is
+                # checked, scored and written in chunks; a refused line ends it with nothing written.
+                for chunk in _chunks(_kept_lines(results, index, seen, present), CHUNK):
                     scored = await _score_chunk(scorers, items, chunk)
                     for line, attempt in zip(chunk, scored, strict=True):
                         new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
@@ -176,6 +167,10 @@ async def rescore(
                         metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
                         tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
                         ok += new.status == "ok"
+                        lines += 1
+                        epochs = max(epochs, line.epoch_number)
+                if plan.reducer.k is not None and plan.reducer.k > epochs:
+                    raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(handle.name, out)
@@ -184,10 +179,10 @@ async def rescore(
         raise
     evaluation = tally.to_json()
     report: dict[str, Any] = {
-        "results": len(lines),
-        "items": len({line.id for line in lines}),
+        "results": lines,
+        "items": present.count(1),
         "ok": ok,
-        "error": len(lines) - ok,
+        "error": lines - ok,
         **evaluation,
         "warnings": tally.warnings(evaluation),
         "scorers_without_value": tally.scorers_without_value(evaluation),
@@ -210,6 +205,40 @@ async def rescore(
     if summary_path is not None:
         summary_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     return report
+
+
+def _kept_lines(results: Path, index: Mapping[str, int], seen: dict[int, bytearray], present: bytearray) -> Iterator[ResultLine]:
+    """The lines of ``results`` to score: the first of each (id, epoch) (a repeat is skipped with
+    a warning); ``seen`` and ``present`` record, per dataset item, what was kept.
+
+    Raises:
+        RescoreError: a line is not a result object, or its id is not in the dataset.
+    """
+    for number, line in numbered_lines(results):
+        position = index.get(line.id)
+        if position is None:
+            raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
+        epoch = line.epoch_number
+        marks = seen.get(epoch)
+        if marks is None:
+            marks = seen[epoch] = bytearray(len(index))
+        if marks[position]:
+            log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, line.id, epoch)
+            continue
+        marks[position] = 1
+        present[position] = 1
+        yield line
+
+
+def _chunks(lines: Iterator[ResultLine], size: int) -> Iterator[list[ResultLine]]:
+    chunk: list[ResultLine] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _rescored(line: ResultLine, fields: dict[str, Any]) -> ResultLine:
