@@ -17,6 +17,7 @@ from array import array
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import attrs
 import numpy as np
 
 from .._params import ParamError
@@ -293,20 +294,19 @@ def _check_unique(run: RunColumns, numbers: array[int], path: str) -> None:
         raise RunInputError(str(ResultsFileError(path, numbers[index], problem)))
 
 
+@attrs.define(eq=False)
 class ReducedRun:
     """Each scorer's value per item with the epochs reduced (``reduce_run``): ``ids`` (numpy, in
     first-seen order), ``values[name]`` (NaN: no value), ``statuses`` (per item a status name),
     ``strict[name]`` (the values with every failed epoch counted as 0; None when nothing failed)
     and ``overridden[name]`` (the items whose strict value is their own, not their value)."""
 
-    def __init__(self, ids: Any, values: dict[str, Any], statuses: list[str] | Any, strict: dict[str, Any],
-                 overridden: dict[str, Any], clusters: list[Any] | None) -> None:
-        self.ids = ids
-        self.values = values
-        self.statuses = statuses
-        self.strict = strict
-        self.overridden = overridden
-        self.clusters = clusters
+    ids: Any
+    values: dict[str, Any]
+    statuses: list[str]
+    strict: dict[str, Any]
+    overridden: dict[str, Any]
+    clusters: list[Any] | None
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -11,7 +11,6 @@ import datetime
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -26,7 +25,7 @@ from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, sco
 from ._judge import open_judges
 from ._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS, needs_workers, open_scorer_workers
 from ._score import EvalResult, ItemLike
-from ..results import ResultLine, ResultsFileError, Usage, read_results
+from ..results import ResultLine, ResultsFileError, Usage, read_results, replaced_atomically
 from ._tally import EvalPlan, EvalTally, evaluated, sha256_file
 
 log = logging.getLogger("dsh_orchestra.eval")
@@ -150,33 +149,25 @@ async def rescore(
     index = {item_id: number for number, item_id in enumerate(items)}  # (the dataset's own id strings)
     seen: dict[int, bytearray] = {}  # epoch -> per dataset item, whether a line of it was kept
     present = bytearray(len(index))
-    handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
-                    open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
-                scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
-                # One pass, line by line (memory: the tally's columns, not the lines): each line is
-                # checked, scored and written in chunks; a refused line ends it with nothing written.
-                for chunk in _chunks(_kept_lines(results, index, seen, present), CHUNK):
-                    scored = await _score_chunk(scorers, items, chunk)
-                    for line, attempt in zip(chunk, scored, strict=True):
-                        new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
-                                                        line.epoch_number, price))
-                        handle.write(orjson.dumps(new.to_json()) + b"\n")
-                        metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
-                        tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
-                        ok += new.status == "ok"
-                        lines += 1
-                        epochs = max(epochs, line.epoch_number)
-                if plan.reducer.k is not None and plan.reducer.k > epochs:
-                    raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, out)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
+    with replaced_atomically(out) as handle:
+        async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
+                open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+            scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
+            # One pass, line by line (memory: the tally's columns, not the lines): each line is
+            # checked, scored and written in chunks; a refused line ends it with nothing written.
+            for chunk in _chunks(_kept_lines(results, index, seen, present), CHUNK):
+                scored = await _score_chunk(scorers, items, chunk)
+                for line, attempt in zip(chunk, scored, strict=True):
+                    new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
+                                                    line.epoch_number, price))
+                    handle.write(orjson.dumps(new.to_json()) + b"\n")
+                    metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
+                    tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
+                    ok += new.status == "ok"
+                    lines += 1
+                    epochs = max(epochs, line.epoch_number)
+            if plan.reducer.k is not None and plan.reducer.k > epochs:
+                raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     evaluation = tally.to_json()
     report: dict[str, Any] = {
         "results": lines,

@@ -23,5 +23,6 @@ from ._read import (
     read_results as read_results,
     result_problem as result_problem,
 )
+from ._write import replaced_atomically as replaced_atomically
 
 __all__ = _publish(globals())
