@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import attrs
 import orjson
 import trio
 
@@ -25,7 +24,7 @@ from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, sco
 from ._judge import open_judges
 from ._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS, needs_workers, open_scorer_workers
 from ._score import EvalResult, ItemLike
-from ..results import ResultLine, ResultsFileError, Usage, read_results, replaced_atomically
+from ..results import ResultLine, ResultsFileError, TallyLine, Usage, read_results, replaced_atomically
 from ._tally import EvalPlan, EvalTally, evaluated, sha256_file
 
 log = logging.getLogger("dsh_orchestra.eval")
@@ -160,10 +159,12 @@ async def rescore(
                 for line, attempt in zip(chunk, scored, strict=True):
                     new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
                                                     line.epoch_number, price))
-                    handle.write(orjson.dumps(new.to_json()) + b"\n")
+                    handle.write(orjson.dumps(new) + b"\n")
+                    counted = TallyLine(new)
                     metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
-                    tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
-                    ok += new.status == "ok"
+                    counted.metadata = metadata if isinstance(metadata, dict) else {}
+                    tally.add(counted)
+                    ok += counted.status == "ok"
                     lines += 1
                     epochs = max(epochs, line.epoch_number)
             if plan.reducer.k is not None and plan.reducer.k > epochs:
@@ -232,15 +233,22 @@ def _chunks(lines: Iterator[ResultLine], size: int) -> Iterator[list[ResultLine]
         yield chunk
 
 
-def _rescored(line: ResultLine, fields: dict[str, Any]) -> ResultLine:
-    """``line`` with new evaluation fields: its object as read, the old ``scores``, ``cost_usd``,
-    ``judge_usage`` and ``judge_cost_usd`` out, the new ones (but ``epoch``, kept) at the end."""
+def _rescored(line: ResultLine, fields: dict[str, Any]) -> dict[str, Any]:
+    """``line``'s object with new evaluation fields: as read, the old ``scores``, ``cost_usd``,
+    ``judge_usage`` and ``judge_cost_usd`` out, the new ones (but ``epoch``, kept) at the end
+    (``usage`` in its place), as ``ResultLine.evaluation_json`` writes them."""
     fields.pop("epoch", None)  # kept as it was
     raw = {k: v for k, v in line.to_json().items() if k not in _REPLACED}
-    raw.update(ResultLine(id=line.id, status=line.status, **fields).evaluation_json())
-    return ResultLine.from_json(raw)
+    for key in _EVALUATION_KEYS:
+        value = fields.pop(key, None)
+        if value is not None:
+            raw[key] = value.to_json() if isinstance(value, Usage) else value
+    if fields:
+        raise TypeError(f"unexpected evaluation fields {sorted(fields)}")
+    return raw
 
 
+_EVALUATION_KEYS = ("scores", "usage", "cost_usd", "judge_usage", "judge_cost_usd")  # evaluation_json's order
 _REPLACED = frozenset({"scores", "cost_usd", "judge_usage", "judge_cost_usd"})
 
 
