@@ -73,7 +73,7 @@ class RunColumns:
         self._ids: list[str] = []
         self._epochs = array("q")
         self._odd_epochs: dict[int, Any] = {}  # line -> the raw epoch, when it is not an int (for the duplicate check)
-        self._statuses = array("l")
+        self._statuses = array("i")
         self.status_names: list[str] = ["ok"]
         self._status_codes: dict[str, int] = {"ok": 0}
         self._line_error = array("b")
@@ -172,7 +172,7 @@ class RunColumns:
         self.ids = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
         self._ids, self._id_chunks = [], []
         self.epochs = np.frombuffer(self._epochs, dtype=np.int64) if self.count else np.zeros(0, dtype=np.int64)
-        self.statuses = np.asarray(self._statuses, dtype=np.int64)
+        self.statuses = np.frombuffer(self._statuses, dtype=np.int32) if self.count else np.zeros(0, dtype=np.int32)
         self.line_error = np.frombuffer(self._line_error, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
         self.values = {name: _doubles(column) for name, column in self._values.items()}
         self.failed = {name: np.frombuffer(column, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
@@ -351,10 +351,10 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
         kept_lines = first_of_item = np.zeros(0, dtype=np.int64)
     items = len(first_of_item)
     one_epoch = len(kept_lines) == items
-    empty = {name: np.full(len(kept_lines), _NAN) for name in names}
+    empty = {name: np.full(len(kept_lines), _NAN) for name in names if name not in run.values}
     if one_epoch and reducer.k is None:
         # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
-        lines = first_of_item
+        lines = first_of_item if items < n else slice(None)  # every line counts: the columns themselves, no copy
         values = {name: run.values[name][lines] if name in run.values else empty[name][: items] for name in names}
         codes = run.statuses[lines]
         status_names = run.status_names
@@ -365,7 +365,7 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
             failed = (run.failed[name][lines] if name in run.failed else run.line_error[lines]) & np.isnan(values[name])
             overridden[name] = failed
             strict[name] = np.where(failed, 0.0, values[name]) if failed.any() else None
-        clusters = [run.clusters[k] for k in lines.tolist()] if run.clusters is not None else None
+        clusters = [run.clusters[k] for k in first_of_item.tolist()] if run.clusters is not None else None
         return ReducedRun(ids[lines], values, statuses, strict, overridden, clusters)
     return _reduce_epochs(run, names, reducer, kept_lines, first_of_item)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._params import Param, ParamError
 from ._frames import Comparison
-from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer, stderr
+from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
 from ._columns import ReducedRun, RunColumns, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
@@ -82,7 +82,7 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     Zero differences do not change under a flip and are left out of the assignments (they
     still count in every mean's denominator). None for no differences.
     """
-    if not differences:
+    if len(differences) == 0:  # (a list or a numpy array)
         return None
     import numpy as np
 
@@ -167,8 +167,15 @@ def reduce_items_strict(
     return reduce_run(run_columns(lines), names, chosen).as_dicts(names)
 
 
-def _fsum_mean(values: list[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
+def _stderr(values: Any) -> float | None:
+    """``stderr`` of a numpy array, bit for bit: the same deviations and products, elementwise,
+    and the same exactly rounded sums (``math.fsum``), without a list of them."""
+    n = len(values)
+    if n < 2:
+        return None
+    centre = math.fsum(values) / n
+    deviations = values - centre
+    return math.sqrt(math.fsum(deviations * deviations) / (n - 1)) / math.sqrt(n)
 
 
 def _sorted_ids(ids: Any) -> list[str]:
@@ -196,16 +203,15 @@ def compare_arrays(
     """``compare_scorer`` of the pairs given as three numpy arrays of one length (ids, base
     values, candidate values; every value present)."""
     n = len(ids)
-    base_list, candidate_list = base.tolist(), candidate.tolist()
-    mean_base, mean_candidate = _fsum_mean(base_list), _fsum_mean(candidate_list)
-    del base_list, candidate_list
-    difference_array = candidate - base
-    differences = difference_array.tolist()
-    extra: dict[str, Any] = {"stderr": stderr(differences)}
+    mean_base = math.fsum(base) / n if n else None  # (fsum over the arrays: no list of a million floats)
+    mean_candidate = math.fsum(candidate) / n if n else None
+    differences = candidate - base
+    extra: dict[str, Any] = {"stderr": _stderr(differences)}
     if clusters is not None:
         from ._cluster import cluster_bootstrap_ci, cluster_codes, cluster_stderr
 
         of_pair = [clusters[_text(i)] for i in ids.tolist()]
+        differences = differences.tolist()
         interval = cluster_bootstrap_ci(differences, of_pair, seed=seed, resamples=resamples) if n else None
         codes, g = cluster_codes(of_pair)
         sums = [0.0] * g

@@ -155,7 +155,7 @@ def bootstrap_ci(
     the distribution of n draws with replacement and costs O(levels) instead of O(n); other
     values are resampled by n uniform indices per resample.
     """
-    if not values:
+    if len(values) == 0:  # (a list or a numpy array)
         return None
     import numpy as np
 
