@@ -8,7 +8,8 @@ answers interrupts (the terminal asks too, when stdin is a TTY).
 
 Exit status (docs/batch.md#exit-status): 0 the workflow succeeded, 1 it failed, 2 bad
 arguments, a recipe that cannot be loaded or a runtime that cannot start, 3 it ended with
-interrupts waiting for answers, 75 it could not run (trouble that may pass), 130 interrupted.
+interrupts waiting for answers, 75 it could not run (trouble that may pass), 130 interrupted,
+143 terminated (SIGTERM, stopped as Ctrl-C stops it).
 Holds no logic of its own: ``load_recipe``, ``checkpoint_changes`` and ``open_workflow`` are
 what a Python user would call.
 """
@@ -122,7 +123,7 @@ def register(sub: Any) -> None:
         "summary, or the whole result as JSON with --json. With --checkpoint the run is journaled as it "
         "goes; --resume continues it after a crash or an interrupt, running only what did not complete. "
         "Exit status: 0 ok, 1 the workflow failed, 2 bad arguments, recipe or runtime, 3 interrupts wait for answers, "
-        "75 it could not run part-way (trouble that may pass), 130 interrupted.",
+        "75 it could not run part-way (trouble that may pass), 130 interrupted, 143 terminated (SIGTERM).",
     )
     parser.add_argument("recipe", help=f"the recipe: a Python file, or a directory holding {RECIPE_FILE}")
     add_runtime_options(parser)
