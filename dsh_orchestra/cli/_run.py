@@ -17,6 +17,7 @@ what a Python user would call.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -37,9 +38,11 @@ from ..workflow import (
     WorkflowOptions,
     WorkflowResult,
     answer_on_terminal,
+    answer_type,
     checkpoint_changes,
     compact_checkpoint,
     open_workflow,
+    typed_answer,
 )
 from ..workflow import (
     Recipe as Recipe,
@@ -102,7 +105,10 @@ def parse_answers(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...]) -> None:
+def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...], workflow: Workflow) -> None:
+    """Each ``--answer`` against its pending interrupt: one of its choices, or text that reads
+    as the type its step is annotated with (``-> int``: the checkpoint records no type, so it
+    comes from the recipe's code, as the engine takes it)."""
     by_id = {i.id: i for i in pending}
     for key, value in answers.items():
         interrupt = by_id.get(key)
@@ -111,6 +117,10 @@ def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...]) -> N
             raise UsageError(f"--answer {key}=...: the checkpoint has no pending interrupt {key!r} (pending: {waiting})")
         if interrupt.choices and value not in interrupt.choices:
             raise UsageError(f"--answer {key}={value}: choose one of {', '.join(interrupt.choices)}")
+        try:
+            typed_answer(key, answer_type(workflow, interrupt), value)
+        except ValueError as exc:
+            raise UsageError(f"--answer {key}={value}: {exc}") from exc
 
 
 def register(sub: Any) -> None:
@@ -231,7 +241,7 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
         raise UsageError("--answer answers the interrupts of a checkpoint: give it with --checkpoint PATH --resume")
     if args.resume:
         changes = checkpoint_changes(recipe.workflow, args.checkpoint, inputs=inputs)
-        _check_answers(given, changes.pending)
+        _check_answers(given, changes.pending, recipe.workflow)
         if changes.changed:
             print(f"dsh-orchestra: changed since the checkpoint (they and their dependents run again): "
                   f"{', '.join(changes.changed)}", file=sys.stderr)
@@ -244,10 +254,20 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
     if terminal is None:
         return given or None
 
-    def answer(interrupt: Interrupt) -> Any:
+    async def answer(interrupt: Interrupt) -> Any:
         if interrupt.id in given:
             return given[interrupt.id]
-        return terminal(interrupt)
+        kind = answer_type(recipe.workflow, interrupt)
+        while True:  # a typed step's interrupt: asked again until the answer reads as its type
+            value = terminal(interrupt)
+            if inspect.isawaitable(value):
+                value = await value
+            try:
+                if value is not None:
+                    typed_answer(interrupt.id, kind, value)
+                return value
+            except ValueError as exc:
+                print(f"dsh-orchestra: {exc}", file=sys.stderr)
 
     return answer
 
