@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dsh_orchestra.cli import main
@@ -76,6 +77,8 @@ COMMANDS = {
     if (command, signum) != ("batch", signal.SIGTERM)  # tests/batch/test_contain_workspaces.py
 ])
 def test_interrupted_130_and_terminated_143(tmp_path: Path, command: str, signum: int, status: int) -> None:
+    """Stopped while it works: the status, the one line saying so, no traceback, no output file
+    half-written, no process left behind."""
     _files(tmp_path)
     marker = tmp_path / "marker"
     env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "MARKER": str(marker), "PYTHONPATH": str(tmp_path)}
@@ -87,8 +90,11 @@ def test_interrupted_130_and_terminated_143(tmp_path: Path, command: str, signum
         while not (marker.exists() or (command == "batch" and _sessions_started(tmp_path))):
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)  # polling another process: no event to wait on
+        children = psutil.Process(process.pid).children(recursive=True)  # scorer workers, runtimes
         process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=60)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"processes left behind: {alive}"
     finally:
         if process.poll() is None:
             process.kill()
