@@ -56,7 +56,7 @@ def variance_at(between: float, within: float, epochs: int) -> float:
 
 
 def add_epoch_variance(scores: dict[str, dict[str, Any]], names: Sequence[str],
-                       per_scorer: Sequence[Sequence[Sequence[float]]]) -> None:
+                       per_scorer: Iterable[Sequence[Sequence[float]]]) -> None:
     """Add ``"epochs"`` (``epoch_variance``) to each scorer's ``scores`` entry: ``per_scorer[i]``
     holds, per item, scorer ``names[i]``'s valid epoch values (a run where some item has two or
     more epochs)."""

@@ -12,7 +12,7 @@ import operator
 from array import array
 from collections import Counter
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -452,11 +452,13 @@ class ScoreTally:
             from ._epochs import add_epoch_variance
 
             bounds = starts.tolist()
-            per_scorer = []
-            for values in self._values:
-                column = _column(values, lines).tolist()
-                per_scorer.append([[v for v in column[start:stop] if v == v] for start, stop in itertools.pairwise(bounds)])
-            add_epoch_variance(out, self.names, per_scorer)
+
+            def per_scorer() -> Iterator[list[list[float]]]:  # one scorer's lists at a time
+                for values in self._values:
+                    column = _column(values, lines).tolist()
+                    yield [[v for v in column[start:stop] if v == v] for start, stop in itertools.pairwise(bounds)]
+
+            add_epoch_variance(out, self.names, per_scorer())
         return out
 
     def clusters(self) -> list[Any] | None:
