@@ -11,6 +11,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from .._logging import configure_cli_logging
+from .._tracing import missing_api_warning
 from .._version import __version__
 from ._exit import EXIT_INTERRUPTED, EXIT_USAGE
 from ._paths import check_command_paths
@@ -125,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"dsh-orchestra: {message(failure)}", file=sys.stderr)
         return EXIT_USAGE
+    if (otel := missing_api_warning()) is not None:
+        print(f"dsh-orchestra: warning: {otel}", file=sys.stderr)
     try:
         return func(args)
     except KeyboardInterrupt:  # a command that does not say more (batch and run keep their results and say so)
