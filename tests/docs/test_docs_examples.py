@@ -112,7 +112,21 @@ def _uses_ray(block: Block) -> bool:
     return "RayExecutor" in block.text or "--ray" in block.text
 
 
-PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program]
+EXAMPLE_FILES = sorted((ROOT / "docs" / "examples").glob("*.py"))
+
+
+def example_file(block: Block) -> Path | None:
+    """The docs/examples/ file this program is a verbatim part of: test_docs_example_files.py runs
+    that file (and checks what it prints), so the block is not run a second time here."""
+    return next((f for f in EXAMPLE_FILES if block.text.strip() in f.read_text(encoding="utf-8")), None)
+
+
+PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program and example_file(b) is None]
+
+
+def test_programs_run_as_example_files_are_those_files() -> None:
+    quoted = [b.where for b in BLOCKS if b.language in RUN and b.program and example_file(b) is not None]
+    assert quoted == ["docs/runtime.md:234"], quoted  # docs/examples/runtime_quickstart.py, in full
 
 
 @pytest.mark.parametrize("block", [
