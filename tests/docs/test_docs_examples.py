@@ -422,7 +422,24 @@ def run_block(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
         return [f"{block.where}: did not end in {exc.timeout} s"]
     if done.returncode != 0:
         return [f"{block.where} exited {done.returncode}:\n{done.stderr[-3000:]}"]
-    return []
+    return [f"{block.where}: `{' '.join(c.words)} > {c.stdout}` does not write JSON (add --json?): {problem}"
+            for c in documented_commands(block) if c.stdout and c.allowed is None and c.stdout.endswith((".json", ".jsonl"))
+            if (problem := json_problem(repo / c.stdout))]
+
+
+def json_problem(path: Path) -> str | None:
+    """Why the file a documented command's stdout went to is not JSON (or JSON lines); None if it is."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+        except json.JSONDecodeError as exc:
+            return f"{exc}: {text[:200]!r}"
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -459,3 +476,9 @@ def test_shell_blocks_run_as_written(block: Block, request: pytest.FixtureReques
 
 def test_docs_name_the_documents_they_scan() -> None:
     assert ROOT / "README.md" in documents() and len(documents()) > 5
+
+
+def test_a_json_file_a_command_writes_is_checked(tmp_path: Path) -> None:
+    for text, ok in (('{"a": 1}\n', True), ('{"a": 1}\n{"b": 2}\n', True), ("scorer  mean\nexact   1.000\n", False)):
+        (tmp_path / "out.json").write_text(text)
+        assert (json_problem(tmp_path / "out.json") is None) is ok, text
