@@ -271,6 +271,8 @@ BLOCK_ALLOWLIST: dict[str, str] = {
     # "<document>: <first line of the block>": a BLOCK_KINDS key
     "README.md: python3 -m venv .venv && . .venv/bin/activate && pip install '.[test,ray]' && python -m pytest":
         "the whole test suite (the suite is this command)",
+    "docs/batch.md: $ dsh-orchestra batch ds.jsonl --out results.jsonl                  # exit status 2":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
     "docs/batch.md: # four shards on one machine (or one per host: same dataset, same N, different I)":
         "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
     "docs/batch.md: seq 0 15 | parallel --jobs 4 --joblog shards.log --retries 3 \\":
