@@ -20,6 +20,7 @@ from .. import batch as _batch, session as _session, workflow as _workflow
 from .._embedding import Host, RuntimeHandle, SessionHandle, compare_runs as compare_runs
 from ..approvals import ApprovalService, AuditLog
 from ..batch import BatchOptions, BatchSummary
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..protocol import QueryResult
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
@@ -184,6 +185,7 @@ async def open_runtime(
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime in the loop's trio guest run; yield an asyncio ``Runtime``; close it
     (the whole ladder) when the block ends, also when the task is cancelled.
@@ -201,6 +203,7 @@ async def open_runtime(
         opened = partial(
             _session.open_runtime, spec, approvals=_bridged(approvals, guest, "policy"),
             answerer=_bridged(answerer, guest, "answerer"), audit=audit, approval_relay=approval_relay,
+            gateway=gateway,
         )
         host = Host(opened, partial(_nursery, guest))
         runtime = await call(guest, host.start)

@@ -19,6 +19,7 @@ from .. import batch as _batch, session as _session, workflow as _workflow
 from .._embedding import Host, RuntimeHandle, SessionHandle, compare_runs as compare_runs
 from ..approvals import AuditLog
 from ..batch import BatchOptions, BatchSummary
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..protocol import QueryResult
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
@@ -127,6 +128,7 @@ def open_runtime(
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> Iterator[Runtime]:
     """Start a runtime on a trio loop in a dedicated thread; yield a blocking ``Runtime``;
     close it (the whole ladder) when the block ends, also on KeyboardInterrupt.
@@ -142,7 +144,7 @@ def open_runtime(
     loop = TrioThread()
     try:
         opened = partial(_session.open_runtime, spec, approvals=approvals, answerer=answerer, audit=audit,
-                         approval_relay=approval_relay)
+                         approval_relay=approval_relay, gateway=gateway)
         host = Host(opened, partial(_nursery, loop))
         runtime = loop.call(host.start)
         try:
