@@ -39,3 +39,17 @@ def call_budget(gateway: Gateway | None) -> CallBudget | None:
 def cut_short(gateway: Gateway | None, session_id: str) -> bool:
     """True when the budget refused a call of ``session_id`` (or of one of its subagents)."""
     return gateway is not None and session_id in gateway.budget.cut
+
+
+def refused_calls(gateway: Gateway | None) -> int:
+    """How many calls the budget refused so far (0 without a gateway)."""
+    return gateway.budget.refused if gateway is not None else 0
+
+
+def judged_past_budget(gateway: Gateway | None, refused_before: int, fields: dict[str, Any]) -> bool:
+    """True when a scorer failed while the budget refused calls during the scoring (a judge's
+    call, most likely): the item is cut short like one whose own call was refused."""
+    if gateway is None or gateway.budget.refused == refused_before:
+        return False
+    scores = fields.get("scores")
+    return isinstance(scores, dict) and any(isinstance(r, dict) and r.get("error") is True for r in scores.values())

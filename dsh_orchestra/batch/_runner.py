@@ -29,7 +29,7 @@ from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
 from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
-from ._cutoff import budgeted, call_budget, cut_short
+from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, refused_calls
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine, read_results
@@ -146,17 +146,21 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
             await run.backoff.sleep(retried)
             retried += 1
         run.counters.retries += 1
-    if run.gateway is not None and cut_short(run.gateway, attempt.session_id):  # resume runs it again
-        run.gateway.take(attempt.session_id)
-        run.cut += 1
-        log.info("item %r was cut short by the budget: no result line (run again to resume)", item.id)
+    if cut_short(run.gateway, attempt.session_id):
+        if evaluation.workspaces is not None:
+            await evaluation.workspaces.remove(workspace)
+        _cut(run, item, attempt.session_id)
         return
     turn = attempt.turn
     ok = turn is not None and turn.finish_reason in OK_FINISH_REASONS
     status = "ok" if ok else "error"
     duration = clock.current_time() - started
     if evaluation.scorers or evaluation.workspaces is not None:
+        refused = refused_calls(run.gateway)
         fields = await evaluation.finish(item, epoch, status, turn, workspace)
+        if judged_past_budget(run.gateway, refused, fields):
+            _cut(run, item, attempt.session_id)
+            return
     else:  # nothing to score or remove: the same fields, without a coroutine
         fields = evaluation.fields(turn, epoch)
     line = ResultLine.of_attempt(
@@ -173,6 +177,14 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
         line = attrs.evolve(line, extra={**line.extra, "model": run.gateway.take(attempt.session_id).to_json()})
     _write(run, line)
+
+
+def _cut(run: _Run, item: BatchItem, session_id: str) -> None:
+    """The budget cut ``item`` short: no result line (a resumed run runs it again)."""
+    if run.gateway is not None:
+        run.gateway.take(session_id)
+    run.cut += 1
+    log.info("item %r was cut short by the budget: no result line (run again to resume)", item.id)
 
 
 def _write(run: _Run, line: ResultLine) -> None:

@@ -139,12 +139,14 @@ async def test_a_batch_stops_at_the_budget_and_resume_runs_exactly_the_cut_items
     items += [{"id": f"s{i}", "prompt": f"SPAWN one child {i}"} for i in range(6)]
     dataset = write_dataset(tmp_path / "ds.jsonl", items)
     out = tmp_path / "results.jsonl"
+    prices = tmp_path / "prices.toml"
+    prices.write_text('["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 2.0\noutput_per_mtok = 8.0\n')
     async with open_fake_model(MIXED) as model:
         spec = RuntimeSpec(env=dict(BASE_ENV), dsh_home=dsh_home, cwd=workspace, base_url=model.base_url,
                            api_key=REAL_KEY, handshake_timeout=120.0)
         with trio.fail_after(400):
             first = await run_batch(dataset, out, spec, BatchOptions(
-                runtimes=1, concurrency=3, progress="none", timeout=60, max_total_tokens=100))
+                runtimes=1, concurrency=3, progress="none", timeout=60, max_total_tokens=100, prices=prices))
             written = result_lines(out)
             assert first.stopped == "budget" and first.model is not None
             budget = first.model["budget"]
@@ -154,7 +156,7 @@ async def test_a_batch_stops_at_the_budget_and_resume_runs_exactly_the_cut_items
             assert budget["overshoot"]["tokens"] <= budget["reached_with"]["in_flight"] * budget["largest_call_tokens"]
             requests_before = len(model.requests)
             second = await run_batch(dataset, out, spec, BatchOptions(
-                runtimes=1, concurrency=3, progress="none", timeout=60, max_total_tokens=10_000, resume=True))
+                runtimes=1, concurrency=3, progress="none", timeout=60, max_total_tokens=10_000, resume=True, prices=prices))
     lines = result_lines(out)
     assert second.stopped is None and second.ok == 12 and second.resumed == 6
     assert Counter(str(line["id"]) for line in lines) == Counter(str(item["id"]) for item in items)  # each once
@@ -162,6 +164,10 @@ async def test_a_batch_stops_at_the_budget_and_resume_runs_exactly_the_cut_items
     rerun = lines[6:]
     assert sorted(str(line["id"]) for line in rerun) == [f"s{i}" for i in range(6)]
     assert all(line["status"] == "ok" and line["attempts"] == 1 and line["final_response"] == "children done" for line in rerun)
+    for line in lines:  # each item's calls (its subagent's included) at the run's price
+        model_json = line["model"]
+        assert isinstance(model_json, dict) and model_json["cost_usd"] == pytest.approx(model_json["upstream_calls"] * CALL_COST)
+    assert second.model is not None and second.model["cost_usd"] == pytest.approx(second.model["upstream_calls"] * CALL_COST)
     started = [r.prompt for r in model.requests[requests_before:] if r.kind == "prompt" and r.prompt.startswith("SPAWN")]
     assert sorted(started) == [f"SPAWN one child {i}" for i in range(6)]  # each cut item's session started once
 
@@ -198,3 +204,16 @@ async def test_the_cli_exits_4_at_the_budget_with_or_without_the_gateway(tmp_pat
         assert summary["model"]["budget"]["max_total_tokens"] == 70 and summary["model"]["budget"]["reached"]
     else:
         assert summary.get("model") is None and "model" not in written[0]
+
+
+async def test_a_scorer_failing_on_a_refused_call_cuts_the_item_too(fake_model: FakeModelServer) -> None:
+    from dsh_orchestra.batch._cutoff import judged_past_budget, refused_calls
+
+    async with running_gateway(fake_model.base_url, GatewayOptions(max_total_tokens=0)) as gw:
+        before = refused_calls(gw)
+        failed = {"scores": {"judge": {"value": None, "error": True}, "exact": {"value": 1.0}}}
+        assert not judged_past_budget(gw, before, failed)  # nothing refused while it was scored
+        gw.budget.refuse("judge-session")
+        assert judged_past_budget(gw, before, failed)
+        assert not judged_past_budget(gw, before, {"scores": {"exact": {"value": 1.0}}})  # scored fine: kept
+        assert not judged_past_budget(None, 0, failed)
