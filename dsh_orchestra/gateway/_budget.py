@@ -76,7 +76,8 @@ class CallBudget:
         self.cost += call_cost(after, self.price) - call_cost(before, self.price)
         self.largest_call = max(self.largest_call, call_tokens(after))
         if not was and self.reached and self.reached_with is None:
-            self.reached_with = {"tokens": self.tokens, "cost_usd": round(self.cost, 9), "in_flight": self.in_flight}
+            cost = round(self.cost, 9) if self.price is not None else None
+            self.reached_with = {"tokens": self.tokens, "cost_usd": cost, "in_flight": self.in_flight}
 
     def refuse(self, session: str) -> str:
         """Count a refused call of ``session`` (its item is cut short); the error text."""
