@@ -17,10 +17,14 @@ class PerMtok(Protocol):
     """A price: USD per million input and output tokens (``dsh_orchestra.eval.Price`` is one)."""
 
     @property
-    def input_per_mtok(self) -> float: ...
+    def input_per_mtok(self) -> float:
+        """USD per million input tokens."""
+        ...
 
     @property
-    def output_per_mtok(self) -> float: ...
+    def output_per_mtok(self) -> float:
+        """USD per million output tokens."""
+        ...
 
 
 def call_tokens(usage: Usage) -> int:
@@ -58,6 +62,7 @@ class CallBudget:
 
     @property
     def limited(self) -> bool:
+        """True when a limit is set."""
         return self.max_tokens is not None or self.max_cost is not None
 
     @property
@@ -86,6 +91,7 @@ class CallBudget:
         return f"budget reached ({self.describe()}): no further model call is forwarded"
 
     def describe(self) -> str:
+        """What was spent against which limit, for messages."""
         parts = []
         if self.max_tokens is not None:
             parts.append(f"{self.tokens} of {self.max_tokens} tokens")
