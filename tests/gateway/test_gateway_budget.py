@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -217,3 +218,20 @@ async def test_a_scorer_failing_on_a_refused_call_cuts_the_item_too(fake_model: 
         assert judged_past_budget(gw, before, failed)
         assert not judged_past_budget(gw, before, {"scores": {"exact": {"value": 1.0}}})  # scored fine: kept
         assert not judged_past_budget(None, 0, failed)
+
+
+def test_a_batch_hands_its_budgets_and_price_to_the_gateway_unless_the_gateway_sets_its_own(tmp_path: Path) -> None:
+    from dsh_orchestra.batch._cutoff import budgeted
+    from dsh_orchestra.batch._evaluation import plan_of
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text('["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 2.0\noutput_per_mtok = 8.0\n')
+    options = BatchOptions(max_total_tokens=500, max_total_cost=0.5, prices=prices)
+    handed = budgeted(options, plan_of(options, None))
+    assert handed is not None and (handed.max_total_tokens, handed.max_total_cost, handed.price) == (500, 0.5, PRICE)
+    own = attrs.evolve(options, gateway=GatewayOptions(max_total_tokens=7))
+    handed = budgeted(own, plan_of(own, None))
+    assert handed is not None and (handed.max_total_tokens, handed.max_total_cost) == (7, 0.5)
+    assert budgeted(attrs.evolve(options, gateway=None), plan_of(options, None)) is None
+    plain = BatchOptions()
+    assert budgeted(plain, plan_of(plain, None)) is plain.gateway  # nothing to hand: the same options
