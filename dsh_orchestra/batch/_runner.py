@@ -359,7 +359,7 @@ async def _run_locked(
     stopped: str | None = None
     model_totals: dict[str, Any] | None = None
     server_version: str | None = None
-    processed = 0
+    processed = cut = 0
     if spec is not None and options.approval_relay is not None:
         spec = spec.evolve(approval_relay=options.approval_relay)
     try:
@@ -394,9 +394,11 @@ async def _run_locked(
                                     nursery.start_soon(_worker, run, units)
                             stopped = units.stopped or ("budget" if run.cut else None)
                             outer.cancel_scope.cancel(reason="every item finished")
-                        processed = tally.run_lines
+                        processed, cut = tally.run_lines, run.cut
                 if gateway is not None:
                     model_totals = gateway.summary()
+                    if model_totals["budget"] is not None:
+                        model_totals["budget"]["cut_items"] = cut
             writer.check()  # the runtimes are closed: nothing of this run may have changed it since
     finally:
         progress.close()

@@ -82,7 +82,8 @@ def _budget(budget: Any) -> Markup | None:
         ("overshoot", ", ".join([f"{_value(overshoot.get('tokens'))} tokens"] * (number(overshoot.get("tokens")) is not None)
                                 + [_value(overshoot.get("cost_usd"), usd=True)] * (number(overshoot.get("cost_usd")) is not None)) or "—"),
         ("largest call", f"{_value(budget.get('largest_call_tokens'))} tokens"),
-        ("calls refused", _value(budget.get("refused_calls"))), ("items cut short", _value(budget.get("cut_sessions"))),
+        ("calls refused", _value(budget.get("refused_calls"))), ("sessions refused a call", _value(budget.get("cut_sessions"))),
+        ("items cut short", _value(budget.get("cut_items"))),
     ]
     return tag("div", None, tag("h3", None, "Budget"), tag("table", {"class": "kv", "id": "gateway-budget"}, tag("tbody", None, [
         tag("tr", None, tag("th", None, k), tag("td", {"class": "num"}, v)) for k, v in rows])))

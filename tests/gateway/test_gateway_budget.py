@@ -133,7 +133,8 @@ async def test_a_batch_stops_at_the_budget_and_resume_runs_exactly_the_cut_items
     tmp_path: Path, dsh_home: Path, workspace: Path
 ) -> None:
     """Six one-call items (90 tokens), then six items of four calls each (parent, child,
-    parent twice): a budget of 100 tokens is reached during the first spawning item, whose child's
+    parent twice), one at a time (in order, so which item is cut does not depend on timing): a
+    budget of 100 tokens is reached during the first spawning item's first call, and its child's
     call is refused. The first run keeps the six finished lines and writes none for the cut
     items; the resume with a larger budget runs exactly the other six, once each."""
     items = [{"id": f"p{i}", "prompt": f"plain question {i}"} for i in range(6)]
@@ -147,11 +148,12 @@ async def test_a_batch_stops_at_the_budget_and_resume_runs_exactly_the_cut_items
                            api_key=REAL_KEY, handshake_timeout=120.0)
         with trio.fail_after(400):
             first = await run_batch(dataset, out, spec, BatchOptions(
-                runtimes=1, concurrency=3, progress="none", timeout=60, max_total_tokens=100, prices=prices))
+                runtimes=1, concurrency=1, progress="none", timeout=60, max_total_tokens=100, prices=prices))
             written = result_lines(out)
             assert first.stopped == "budget" and first.model is not None
             budget = first.model["budget"]
             assert budget["reached"] and budget["cut_sessions"] >= 1 and budget["refused_calls"] >= 1
+            assert budget["cut_items"] == 1 and budget["reached_with"]["in_flight"] == 1  # one item at a time: s0
             assert sorted(str(line["id"]) for line in written) == [f"p{i}" for i in range(6)]
             assert all(line["status"] == "ok" for line in written)
             assert budget["overshoot"]["tokens"] <= budget["reached_with"]["in_flight"] * budget["largest_call_tokens"]

@@ -18,7 +18,7 @@ MODEL = {
     "concurrency": {"mode": "auto", "final": 6, "min": 4, "max": 9, "changes": [[0.0, 8], [3.5, 9], [7.25, 4], [20.0, 6]]},
     "budget": {"max_total_tokens": 1000, "max_total_cost": None, "tokens": 1080, "cost_usd": None, "reached": True,
                "reached_with": {"tokens": 1003, "cost_usd": None, "in_flight": 8}, "overshoot": {"tokens": 80, "cost_usd": None},
-               "largest_call_tokens": 15, "refused_calls": 9, "cut_sessions": 3},
+               "largest_call_tokens": 15, "refused_calls": 9, "cut_sessions": 4, "cut_items": 3},
 }
 
 
@@ -37,7 +37,7 @@ def test_the_gateway_totals_and_the_limit_over_time_are_shown(tmp_path: Path) ->
     section = html[html.index('<section id="gateway">'):]
     section = section[:section.index("</section>")]
     for text in ("Model gateway", "cache hits", "25.0%", "429s absorbed", "tokens saved", "450", "$0.0054", "$0.0018",
-                 "final 6, min 4, max 9", 'id="gateway-concurrency"', "Budget", "items cut short"):
+                 "final 6, min 4, max 9", 'id="gateway-concurrency"', "Budget", "items cut short", "sessions refused a call"):
         assert text in section, text
     assert 'href="#gateway"' in html
     chart = section[section.index("<svg"):section.index("</svg>")]
