@@ -90,11 +90,11 @@ async def test_without_a_price_there_is_no_cost(fake_model: FakeModelServer) -> 
     assert summary["cost_usd"] is None and summary["saved_cost_usd"] is None and summary["budget"] is None
 
 
-SLOW = parse_script({"default_reply": "slow answer", "rules": [{"name": "slow", "match": "SLOW", "reply": "slow answer", "delay": 0.5}]})
+SLOW = parse_script({"default_reply": "slow answer", "rules": [{"name": "slow", "match": "SLOW", "reply": "slow answer", "delay": 1.0}]})
 
 
 async def test_the_overshoot_stays_within_the_calls_in_flight() -> None:
-    """Eight concurrent calls that answer after 0.5 s, a budget of one and a half calls: every
+    """Eight concurrent calls that answer after 1 s, a budget of one and a half calls: every
     call already forwarded finishes; the overshoot is at most the calls in flight when the
     budget was reached times the largest call."""
     async with open_fake_model(SLOW) as model:
@@ -110,12 +110,13 @@ async def test_the_overshoot_stays_within_the_calls_in_flight() -> None:
                         nursery.start_soon(one, index)
                 late = await post(gw.base_url, gw.token, body("SLOW late"))
     budget = gw.summary()["budget"]
-    assert [a.status_code for a in answers] == [200] * 8 and late.status_code == 400
+    forwarded = len(model.requests)  # 8 unless a call came later than the first answers (a loaded machine)
+    assert sorted(a.status_code for a in answers) == [200] * forwarded + [400] * (8 - forwarded) and late.status_code == 400
     reached = budget["reached_with"]
-    assert 2 <= reached["in_flight"] <= 8
-    assert budget["overshoot"]["tokens"] == 8 * CALL_TOKENS - 22
+    assert forwarded >= 2 and 1 <= reached["in_flight"] <= forwarded
+    assert budget["overshoot"]["tokens"] == forwarded * CALL_TOKENS - 22
     assert budget["overshoot"]["tokens"] <= reached["in_flight"] * budget["largest_call_tokens"]
-    assert budget["largest_call_tokens"] == CALL_TOKENS and len(model.requests) == 8
+    assert budget["largest_call_tokens"] == CALL_TOKENS
 
 
 MIXED = parse_script({"default_reply": "plain answer", "rules": [
