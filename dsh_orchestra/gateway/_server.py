@@ -91,7 +91,7 @@ class Gateway:
         adaptive = self.options.model_concurrency == "auto"
         start = AUTO_START if adaptive else int(self.options.model_concurrency)
         self.limiter = AdaptiveLimiter(start, adaptive=adaptive, maximum=max(start, 128), minimum=1)
-        self.totals = CallStats()
+        self.totals = self.new_stats()
         self.budget = CallBudget(self.options.max_total_tokens, self.options.max_total_cost, self.options.price)
         self.sessions: dict[str, CallStats] = {}
         self.epochs: dict[str, int] = {}  # session id -> epoch (batch items); children inherit
@@ -110,18 +110,23 @@ class Gateway:
             raise RuntimeError("the gateway is not listening yet; start it with nursery.start(gateway.run)")
         return f"http://{LOOPBACK}:{self._port}"
 
+    def new_stats(self) -> CallStats:
+        """Zero counters; with a price, the costs start at 0.0 (None: no price)."""
+        cost = 0.0 if self.options.price is not None else None
+        return CallStats(cost_usd=cost, saved_cost_usd=cost)
+
     def tag(self, session_id: str, *, epoch: int) -> None:
         """Key the cache of ``session_id``'s calls (and its subagents') by ``epoch``."""
         self.epochs[session_id] = epoch
 
     def stats_of(self, session_id: str) -> CallStats:
         """The counters of a session and its subagents (a zero one if they made no call)."""
-        return self.sessions.get(session_id, CallStats())
+        return self.sessions.get(session_id) or self.new_stats()
 
     def take(self, session_id: str) -> CallStats:
         """:meth:`stats_of`, forgotten here (an item's line is written once)."""
         self.epochs.pop(session_id, None)
-        return self.sessions.pop(session_id, CallStats())
+        return self.sessions.pop(session_id, None) or self.new_stats()
 
     def summary(self) -> dict[str, Any]:
         """Run totals: calls, hits, hit rate, tokens, tokens saved, 429s absorbed, the limit over time."""
@@ -192,7 +197,7 @@ class Gateway:
         session = header(request, SESSION_HEADER) or ""
         epoch = self._resolve(session, payload)
         root = self.roots.get(session, session)
-        stats = self.sessions.setdefault(root, CallStats())
+        stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
         await _Call(self, peer, request, body, payload, root, stats, epoch).run()
 
     def _resolve(self, session: str, payload: dict[str, Any]) -> int | None:

@@ -80,6 +80,7 @@ async def test_calls_are_refused_once_reached_and_cache_hits_cost_nothing(tmp_pa
     assert totals["cost_usd"] == pytest.approx(2 * CALL_COST) and totals["saved_cost_usd"] == pytest.approx(4 * CALL_COST)
     assert totals["budget"]["tokens"] == 2 * CALL_TOKENS and totals["budget"]["refused_calls"] == 1
     assert totals["budget"]["cost_usd"] == pytest.approx(2 * CALL_COST)
+    assert gw.take("a session without calls").to_json()["cost_usd"] == 0.0  # priced: zero, not unknown
 
 
 async def test_without_a_price_there_is_no_cost(fake_model: FakeModelServer) -> None:
@@ -88,6 +89,7 @@ async def test_without_a_price_there_is_no_cost(fake_model: FakeModelServer) -> 
             await post(gw.base_url, gw.token, body("hello"))
     summary = gw.summary()
     assert summary["cost_usd"] is None and summary["saved_cost_usd"] is None and summary["budget"] is None
+    assert gw.take("a session without calls").to_json()["cost_usd"] is None
 
 
 SLOW = parse_script({"default_reply": "slow answer", "rules": [{"name": "slow", "match": "SLOW", "reply": "slow answer", "delay": 1.0}]})
