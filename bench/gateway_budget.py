@@ -7,8 +7,12 @@ answered) through the gateway to the fake model (in this process), whose every a
 reports the tokens counted, the overshoot, the calls in flight when the budget was reached,
 the bound (those calls x the largest call's tokens) and the calls refused.
 
+``real``: a batch on 2 real runtimes (40 one-call items, 16 in flight, each answer after 0.3 s,
+a budget of 200 tokens): the summary's ``model.budget`` and the lines written.
+
     python bench/gateway_budget.py                   # concurrency 1, 8, 32, 64
     GATEWAY_BUDGET_DELAY=0.2 python bench/gateway_budget.py
+    python bench/gateway_budget.py real
 """
 
 from __future__ import annotations
@@ -72,10 +76,39 @@ async def one_run(concurrency: int) -> dict[str, Any]:
             "refused_calls": budget["refused_calls"]}
 
 
+async def real_run() -> dict[str, Any]:
+    import tempfile
+
+    from dsh_orchestra.batch import BatchOptions, run_batch
+    from dsh_orchestra.runtime import RuntimeSpec
+
+    script = parse_script({"default_reply": "an answer", "rules": [{"name": "slow", "match": "CALL", "reply": "an answer", "delay": 0.3}]})
+    with tempfile.TemporaryDirectory() as temp:
+        root = Path(temp)
+        (root / "home").mkdir()
+        dataset = root / "ds.jsonl"
+        dataset.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"CALL {i}"}) + "\n" for i in range(40)))
+        async with open_fake_model(script) as model:
+            spec = RuntimeSpec(env={"DSH_TELEMETRY_MODE": "DISABLED", "NO_PROXY": "127.0.0.1"}, dsh_home=root / "home", cwd=root,
+                               base_url=model.base_url, api_key="k", handshake_timeout=120.0)
+            summary = await run_batch(dataset, root / "r.jsonl", spec, BatchOptions(
+                runtimes=2, concurrency=16, progress="none", timeout=120, max_total_tokens=200))
+        lines = (root / "r.jsonl").read_text().splitlines()
+    assert summary.model is not None
+    budget = summary.model["budget"]
+    bound = budget["reached_with"]["in_flight"] * budget["largest_call_tokens"]
+    return {"mode": "real", "items": 40, "in_flight_items": 16, "lines": len(lines), "stopped": summary.stopped,
+            "budget": budget, "bound_tokens": bound, "within_bound": budget["overshoot"]["tokens"] <= bound}
+
+
 def main() -> None:
     print(json.dumps({"machine": machine(), "loadavg": os.getloadavg(), "clients": CLIENTS, "delay_s": DELAY}))
-    for concurrency in (1, 8, 32, 64):
-        print(json.dumps(trio.run(one_run, concurrency)))
+    if sys.argv[1:] == ["real"]:
+        print(json.dumps(trio.run(real_run)))
+    else:
+        for concurrency in (1, 8, 32, 64):
+            print(json.dumps(trio.run(one_run, concurrency)))
+    print(json.dumps({"loadavg_end": os.getloadavg()}))
 
 
 if __name__ == "__main__":
