@@ -186,7 +186,7 @@ async def batch_cli(tmp_path: Path, model: FakeModelServer, *flags: str) -> trio
     home.mkdir(exist_ok=True)
     env = {**os.environ, **BASE_ENV, "DEEPSEEK_BASE_URL": model.base_url, "DEEPSEEK_API_KEY": REAL_KEY}
     args = ["batch", "ds.jsonl", "--out", "r.jsonl", "--runtime", "dsh", "--dsh-home", str(home), "--workspace", str(tmp_path),
-            "--no-progress", "--runtimes", "1", "--concurrency", "2", *flags]
+            "--no-progress", "--json", "--runtimes", "1", "--concurrency", "2", *flags]
     with trio.fail_after(300):
         return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True, check=False)
 
