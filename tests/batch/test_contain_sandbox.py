@@ -1,0 +1,128 @@
+"""The runtime under bubblewrap (issue 31, part 4): ``--sandbox auto|bwrap|none``.
+
+On the real runtime with the scripted model: an agent's ``write`` tool at the results file,
+at ``../x`` and at an absolute path outside its workspace fails inside the sandbox (the
+results intact, the batch reports what happened); without the sandbox the write over the
+results file is detected (exit 75). ``--sandbox bwrap`` without a working bubblewrap is exit
+2; ``auto`` says so in one line and runs unsandboxed. A signal leaves no bwrap or dsh behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from dsh_orchestra.batch import BatchOptions, BatchUsageError
+from dsh_orchestra.protocol import RuntimeStartError
+from dsh_orchestra.runtime import RuntimeSpec, bwrap_problem
+from dsh_orchestra.runtime._sandbox import SandboxStubs, sandbox_argv
+from dsh_orchestra.session import open_runtime
+from dsh_orchestra.testing._fake_model import FakeModelServer
+from dsh_orchestra.testing._script import Script
+
+from batch_support import CLI, by_id, script_of, write_dataset
+
+needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"bubblewrap does not work here: {bwrap_problem()}")
+
+
+def _env(fake_model: FakeModelServer, **extra: str) -> dict[str, str]:
+    return {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_BASE_URL": fake_model.base_url,
+            "DEEPSEEK_API_KEY": "test-key-not-a-secret", "NO_PROXY": "127.0.0.1,localhost", **extra}
+
+
+def _tool(name: str, **arguments: str) -> str:
+    table = ", ".join(f"{key} = {json.dumps(value)}" for key, value in arguments.items())  # a TOML inline table
+    return f"[[rules.tools]]\nname = \"{name}\"\ninput = {{ {table} }}\n"
+
+
+@pytest.fixture
+def model_script(tmp_path: Path) -> Script:
+    # the runtime's write tool wants a file read first: the results file is read, then written
+    results = tmp_path / "workspace" / "results.jsonl"
+    forged = '{"id": "forged", "status": "ok"}\n'
+    return script_of(f"""
+default_reply = "fine"
+
+[[rules]]
+name = "results"
+match = "RESULTS"
+reply = "tried the results"
+{_tool("read", file_path=str(results))}
+{_tool("write", file_path=str(results), content=forged)}
+
+[[rules]]
+name = "parent"
+match = "PARENT"
+reply = "tried the parent"
+{_tool("write", file_path="../x.txt", content="escaped")}
+
+[[rules]]
+name = "absolute"
+match = "ABSOLUTE"
+reply = "tried an absolute path"
+{_tool("write", file_path=str(tmp_path / "elsewhere" / "abs.txt"), content="escaped")}
+
+[[rules]]
+name = "slow"
+match = "SLOW"
+reply = "done"
+delay = 1.0
+""")
+
+
+async def _batch(tmp_path: Path, fake_model: FakeModelServer, sandbox: str, *extra: str,
+           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    workspace = tmp_path / "workspace"
+    (tmp_path / "elsewhere").mkdir(exist_ok=True)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    dataset = write_dataset(tmp_path / "ds.jsonl", [
+        {"id": "plain", "prompt": "hello"}, {"id": "parent", "prompt": "PARENT please"},
+        {"id": "absolute", "prompt": "ABSOLUTE please"}, {"id": "results", "prompt": "RESULTS please"},
+        {"id": "after", "prompt": "hello again"}])
+    args = ["batch", str(dataset), "--out", str(workspace / "results.jsonl"), "--runtime", "dsh",
+            "--dsh-home", str(tmp_path / "home"), "--workspace", str(workspace), "--concurrency", "1",
+            "--no-progress", "--timeout", "120", "--sandbox", sandbox, *extra]
+    return await trio.to_thread.run_sync(lambda: subprocess.run(
+        [*CLI, *args], cwd=workspace, env=_env(fake_model), capture_output=True, text=True, timeout=timeout))
+
+
+def _transcript_text(directory: Path) -> str:
+    return "\n".join(gzip.decompress(p.read_bytes()).decode() for p in sorted(directory.iterdir()))
+
+
+@needs_bwrap
+@pytest.mark.integration
+async def test_inside_the_sandbox_every_write_outside_the_workspace_fails(tmp_path: Path, fake_model: FakeModelServer) -> None:
+    (tmp_path / "workspace").mkdir()
+    transcripts = tmp_path / "workspace" / "transcripts"  # inside the writable workspace, hidden all the same
+    run = await _batch(tmp_path, fake_model, "bwrap", "--transcripts", str(transcripts))
+    assert run.returncode == 0, run.stderr
+    results = by_id(tmp_path / "workspace" / "results.jsonl")
+    assert sorted(results) == ["absolute", "after", "parent", "plain", "results"]  # intact, nothing forged
+    assert all(r["status"] == "ok" for r in results.values())
+    assert json.loads(run.stdout)["ok"] == 5
+    assert not (tmp_path / "x.txt").exists() and not (tmp_path / "elsewhere" / "abs.txt").exists()
+    said = _transcript_text(transcripts)  # the tools' own errors, as the agent saw them
+    assert said.count("EROFS: read-only file system") >= 2, said[-3000:]  # ../x.txt and the absolute path
+    assert "EACCES: permission denied" in said  # the results file: covered, not even readable
+
+
+@pytest.mark.integration
+async def test_without_the_sandbox_the_write_over_the_results_is_detected(tmp_path: Path, fake_model: FakeModelServer) -> None:
+    (tmp_path / "workspace").mkdir()
+    run = await _batch(tmp_path, fake_model, "none")
+    assert run.returncode == 75, run.stderr
+    assert "was changed by something other than this batch" in run.stderr and run.stdout == ""
+    assert "notice" not in run.stderr  # none: nothing said about the sandbox
+    # the same agent's writes outside its workspace went through (what the sandbox stops)
+    assert (tmp_path / "x.txt").read_text() == "escaped" and (tmp_path / "elsewhere" / "abs.txt").read_text() == "escaped"
