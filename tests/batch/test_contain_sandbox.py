@@ -15,18 +15,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 import trio
 
-from dsh_orchestra.batch import BatchOptions, BatchUsageError
-from dsh_orchestra.protocol import RuntimeStartError
-from dsh_orchestra.runtime import RuntimeSpec, bwrap_problem
-from dsh_orchestra.runtime._sandbox import SandboxStubs, sandbox_argv
-from dsh_orchestra.session import open_runtime
+from dsh_orchestra.runtime import bwrap_problem
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import Script
 
@@ -86,8 +81,7 @@ delay = 1.0
 """)
 
 
-async def _batch(tmp_path: Path, fake_model: FakeModelServer, sandbox: str, *extra: str,
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+async def _batch(tmp_path: Path, fake_model: FakeModelServer, sandbox: str, *extra: str) -> subprocess.CompletedProcess[str]:
     workspace = tmp_path / "workspace"
     (tmp_path / "elsewhere").mkdir(exist_ok=True)
     (tmp_path / "home").mkdir(exist_ok=True)
@@ -99,7 +93,7 @@ async def _batch(tmp_path: Path, fake_model: FakeModelServer, sandbox: str, *ext
             "--dsh-home", str(tmp_path / "home"), "--workspace", str(workspace), "--concurrency", "1",
             "--no-progress", "--timeout", "120", "--sandbox", sandbox, *extra]
     return await trio.to_thread.run_sync(lambda: subprocess.run(
-        [*CLI, *args], cwd=workspace, env=_env(fake_model), capture_output=True, text=True, timeout=timeout))
+        [*CLI, *args], cwd=workspace, env=_env(fake_model), capture_output=True, text=True, timeout=300))
 
 
 def _transcript_text(directory: Path) -> str:
@@ -201,6 +195,13 @@ async def test_sandbox_auto_without_bubblewrap_says_so_once_and_runs(tmp_path: P
     assert json.loads(run.stdout)["ok"] == 3
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _tree(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -219,8 +220,8 @@ async def test_a_signal_leaves_no_bwrap_or_runtime_behind(tmp_path: Path, fake_m
             "--runtimes", "2", "--concurrency", "2", "--no-progress", "--sandbox", "bwrap"]
     log = tmp_path / "stderr.txt"
     with log.open("w") as stderr:
-        process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env=_env(fake_model), stdout=subprocess.DEVNULL,
-                                   stderr=stderr)
+        process = await trio.to_thread.run_sync(lambda: subprocess.Popen(
+            [*CLI, *args], cwd=tmp_path, env=_env(fake_model), stdout=subprocess.DEVNULL, stderr=stderr))
     seen: dict[int, str] = {}
     try:
         with trio.fail_after(240):
@@ -242,7 +243,7 @@ async def test_a_signal_leaves_no_bwrap_or_runtime_behind(tmp_path: Path, fake_m
             process.wait()
     assert status == (130 if sig == signal.SIGINT else 143), log.read_text()
     with trio.fail_after(10):
-        while left := [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]:
-            await trio.sleep(0.05)
+        while left := [pid for pid in seen if _alive(pid)]:  # noqa: ASYNC110 - another process's children
+            await trio.sleep(0.05)  # polling the process table; no synchronisation to wait on
     assert not left
     assert out.read_text().count("\n") >= 2  # the results so far are kept
