@@ -229,9 +229,11 @@ async def test_a_signal_leaves_no_bwrap_or_runtime_behind(tmp_path: Path, fake_m
                 assert process.poll() is None, log.read_text()
                 for child in _tree(process.pid):
                     try:
-                        seen[child.pid] = os.path.basename(child.cmdline()[0])
+                        argv = child.cmdline()  # empty while it starts or exits
                     except psutil.Error:
-                        pass
+                        continue
+                    if argv:
+                        seen[child.pid] = os.path.basename(argv[0])
                 await trio.sleep(0.1)  # polling a subprocess's progress: no event to wait on
         assert list(seen.values()).count("bwrap") >= 2 and any(name.startswith("deepseek-harness") for name in seen.values()), seen
         process.send_signal(sig)
