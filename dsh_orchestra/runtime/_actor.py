@@ -31,7 +31,7 @@ from ..protocol import (
     TransportClosedError,
 )
 from ..transport import Connection, Notification
-from ._sandbox import SandboxStubs, bwrap_problem, notice_unsandboxed, sandbox_argv
+from ._sandbox import SandboxStubs, bwrap_problem, cache_env, notice_unsandboxed, sandbox_argv
 from ._spec import RuntimeSpec
 
 log = logging.getLogger("dsh_orchestra.runtime")
@@ -241,7 +241,7 @@ class RuntimeActor:
         home = spec.dsh_home if spec.dsh_home is not None else spec.cwd
         readable = [*spec.sandbox_readable, *([spec.process_cwd] if spec.process_cwd is not None else [])]
         return sandbox_argv(argv, cwd=cwd, writable=[spec.cwd, home, *spec.sandbox_writable], readable=readable,
-                            hidden=spec.sandbox_hidden, stubs=stubs)
+                            hidden=spec.sandbox_hidden, stubs=stubs, cache=cache_env(home, spec.env))
 
     async def _drain_stderr(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
         with scope:
