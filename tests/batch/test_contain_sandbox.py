@@ -91,7 +91,7 @@ async def _batch(tmp_path: Path, fake_model: FakeModelServer, sandbox: str, *ext
         {"id": "after", "prompt": "hello again"}])
     args = ["batch", str(dataset), "--out", str(workspace / "results.jsonl"), "--runtime", "dsh",
             "--dsh-home", str(tmp_path / "home"), "--workspace", str(workspace), "--concurrency", "1",
-            "--no-progress", "--timeout", "120", "--sandbox", sandbox, *extra]
+            "--no-progress", "--json", "--timeout", "120", "--sandbox", sandbox, *extra]
     return await trio.to_thread.run_sync(lambda: subprocess.run(
         [*CLI, *args], cwd=workspace, env=_env(fake_model), capture_output=True, text=True, timeout=300))
 
@@ -184,7 +184,7 @@ async def test_sandbox_auto_without_bubblewrap_says_so_once_and_runs(tmp_path: P
     path = f"{_fake_bwrap(tmp_path)}{os.pathsep}{os.environ['PATH']}"
     dataset = write_dataset(tmp_path / "ds.jsonl", [{"id": f"q{i}", "prompt": "hello"} for i in range(3)])
     args = ["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--runtime", "dsh", "--dsh-home",
-            str(tmp_path / "workspace"), "--runtimes", "2", "--no-progress", "--timeout", "120"]  # --sandbox auto: the default
+            str(tmp_path / "workspace"), "--runtimes", "2", "--no-progress", "--json", "--timeout", "120"]  # --sandbox auto: the default
     run = await trio.to_thread.run_sync(lambda: subprocess.run(
         [*CLI, *args], cwd=tmp_path, env=_env(fake_model, PATH=path), capture_output=True, text=True, timeout=300))
     assert run.returncode == 0, run.stderr
