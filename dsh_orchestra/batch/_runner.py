@@ -349,6 +349,7 @@ async def _run_locked(
         raise rewrap(BatchUsageError, exc) from exc
     for line in plan_warnings:
         log.warning("%s", line)
+    failed = True  # until the run ends well: a run that fails before any item prints no final progress line
     try:  # warnings once for the batch, not once per runtime
         with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
                 ResultsWriter(out) as writer:
@@ -381,8 +382,9 @@ async def _run_locked(
                 if gateway is not None:
                     model_totals = gateway.summary()
             writer.check()  # the runtimes are closed: nothing of this run may have changed it since
+        failed = False
     finally:
-        progress.close()
+        progress.close(final=not failed or tally.run_lines > 0)
     duration = trio.current_time() - started
     summary = tally.summary(
         total=total, resumed=resumed, processed=processed if stopped else todo, duration_s=duration,
