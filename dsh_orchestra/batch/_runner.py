@@ -44,6 +44,7 @@ from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
 from ._workspaces import check_workspace_template
+from ._confine import confine_run
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -375,11 +376,14 @@ async def _run_locked(
                 ResultsWriter(out) as writer:
             local = executor_in_process(executor)  # Ray actors open their own (scale.RayExecutor)
             if todo:
-                async with gateway_for(spec if local else None, budgeted(options, plan)) as (gateway, routed), \
+                # the workspaces' root made before the runtimes start: a sandbox lets them write there
+                async with confine_run(spec, out, options) as (spec, workspaces), \
+                        gateway_for(spec if local else None, budgeted(options, plan)) as (gateway, routed), \
                         executor.open(routed if local else spec, options) as runner:
                     server_version = runner_server_version(runner)
                     lease = runner_lease(runner)
-                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
+                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally,
+                                               workspaces=workspaces) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         workers = min(max(1, runner.capacity), todo)
                         control = RunControl(workers, workers, counters, out) if options.control else None
