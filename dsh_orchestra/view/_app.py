@@ -24,15 +24,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from markupsafe import escape
 
-from ..batch import ControlError, read_transcript, send_command, transcript_name
+from ..batch import ControlError, send_command, transcript_name
 from ..eval import CompareInputError, compare_runs
-from ..report import embed_json, line_entries, prompt_text, transcript_entries
-from ._index import ResultsRewrittenError
+from ..report import embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
+from ._index import ResultsRewrittenError, scan
 from ._query import QueryError, item_lines, query_items, run_stats
 from ._runs import Run, discover
 
 PREVIEW = 160
 CATCH_UP = 2000  # lines parsed while answering a request (more: the background task does it)
+REQUEST_BYTES = 1 << 20  # bytes of a grown file indexed while answering a request (more: the background task)
+STEP_BYTES = 16 << 20  # bytes indexed per step of the background task (in a worker thread)
+STEP_LINES = 20_000  # lines whose columns are read per step of the background task (in a worker thread)
+READY_WAIT_S = 2.0  # how long a request waits for the first lines of a run the background task reads
 MAX_TEXT = 20_000
 MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -104,20 +108,59 @@ class Viewer:
             if found is not None:
                 run.attach_summary(*found)
 
-    async def keep_indexed(self, *, interval: float = 0.25, step: int = 2000) -> None:
-        """Forever: index what each run's file gained, its columns a step at a time."""
+    async def keep_indexed(self, *, interval: float = 0.25, step: int = STEP_LINES) -> None:
+        """Forever: index what each run's file gained, then its columns, in steps run in a
+        worker thread (the event loop keeps answering requests meanwhile: a page asked for
+        while a big file is read is served from the lines read so far)."""
         while True:
             for run in list(self.runs):
-                self.refresh(run)
-                while run.index.parsed < len(run.index):
-                    run.index.parse(step)
-                    await trio.lowlevel.checkpoint()
+                await self._index_run(run, step)
             await trio.sleep(interval)
 
-    def refresh(self, run: Run) -> None:
+    async def _index_run(self, run: Run, step: int) -> None:
+        index = run.index
+        run.busy = True
         try:
-            run.index.refresh()
-            if len(run.index) - run.index.parsed <= CATCH_UP:  # a live run's new lines: counted at once
+            while True:
+                _, size = index.check()
+                if size != index.end:
+                    found = await trio.to_thread.run_sync(scan, index.path, index.end, STEP_BYTES)
+                    index.add_scan(found, size)
+                # the first lines' columns at once (the first page), the rest after every offset
+                if index.parsed < min(CATCH_UP, len(index)) or not index.unread:
+                    while (job := index.parse_job(CATCH_UP if index.parsed < CATCH_UP else step)) is not None:
+                        index.add_parsed(job, await trio.to_thread.run_sync(job.run))
+                        if index.unread:
+                            break
+                run.ready.set()
+                if not index.unread and index.parsed == len(index):
+                    break
+            run.problem = None
+        except FileNotFoundError:
+            run.problem = f"{run.results} is gone"
+            run.ready.set()
+        except OSError as exc:
+            run.problem = f"cannot read {run.results}: {exc.strerror or exc}"
+            run.ready.set()
+        finally:
+            run.busy = False
+
+    async def current(self, run: Run) -> None:
+        """Bring ``run`` up to date before answering about it: index what its file gained
+        (a live run's new lines, at once), unless the background task is on it; then wait (a
+        moment) for its first lines."""
+        if not run.busy:
+            self.refresh(run)
+        elif not run.ready.is_set():
+            with trio.move_on_after(READY_WAIT_S):
+                await run.ready.wait()
+
+    def refresh(self, run: Run, *, max_bytes: int | None = REQUEST_BYTES) -> None:
+        """Index what ``run``'s file gained (up to ``max_bytes``), and read the columns of a
+        live run's new lines, or of the first lines of a big file, at once."""
+        try:
+            run.index.refresh(max_bytes)
+            if len(run.index) - run.index.parsed <= CATCH_UP or run.index.parsed < CATCH_UP:
                 run.index.parse(CATCH_UP)
             run.problem = None
         except FileNotFoundError:
@@ -125,7 +168,7 @@ class Viewer:
         except OSError as exc:
             run.problem = f"cannot read {run.results}: {exc.strerror or exc}"
         if run.summary is None or not run.summary_path or not run.summary_path.exists():
-            if run.live() is None and run.index.parsed == len(run.index):
+            if run.live() is None and run.index.parsed == len(run.index) and not run.index.unread:
                 self._find_summary(run)
 
     def _find_summary(self, run: Run) -> None:
@@ -186,7 +229,7 @@ class Viewer:
         self.rescan()
         out = []
         for run in self.runs:
-            self.refresh(run)
+            await self.current(run)
             out.append(self._overview(run))
         return ORJSONResponse({"runs": out, "paths": [str(p) for p in self.paths]})
 
@@ -202,7 +245,7 @@ class Viewer:
             "scores": scores if scores is not None else stats["scores"], "scores_source": "summary" if scores is not None else "results",
             "cost_usd": summary.get("cost_usd", stats["cost_usd"]) if not live else stats["cost_usd"],
             "start_time": self._start_time(run), "summary": str(run.summary_path) if run.summary_path else None,
-            "generation": run.index.generation, "pending_bytes": run.index.pending,
+            "generation": run.index.generation, "pending_bytes": run.index.pending, "unread_bytes": run.index.unread,
         }
 
     def _start_time(self, run: Run) -> str | None:
@@ -216,7 +259,7 @@ class Viewer:
         run = self._run(request)
         if run is None:
             return _missing("no such run")
-        self.refresh(run)
+        await self.current(run)
         out = self._overview(run)
         stats = run_stats(run.index, run.cache)
         summary = run.summary
@@ -244,7 +287,7 @@ class Viewer:
         run = self._run(request)
         if run is None:
             return _missing("no such run")
-        self.refresh(run)
+        await self.current(run)
         params = dict(request.query_params)
         params.pop("token", None)
         dataset = run.dataset()
@@ -261,6 +304,7 @@ class Viewer:
         page["scorers"] = list(run.index.scores)
         page["lines"] = len(run.index)
         page["parsed"] = run.index.parsed
+        page["unread_bytes"] = run.index.unread
         page["generation"] = run.index.generation
         return ORJSONResponse(page)
 
@@ -296,7 +340,7 @@ class Viewer:
         item_id = request.query_params.get("id")
         if run is None or not item_id:
             return _missing("no such run, or no ?id=")
-        self.refresh(run)
+        await self.current(run)
         try:
             indexes = item_lines(run.index, item_id, run.cache)
             lines = [(i, line) for i, line in zip(indexes, run.index.lines(indexes), strict=True) if line.get("id") == item_id]
@@ -329,7 +373,7 @@ class Viewer:
                 path = transcripts / transcript_name(str(line.get("id")))
             if path.is_file():
                 try:
-                    return transcript_entries(read_transcript(path), line, max_chars=MAX_CONVERSATION, max_text=MAX_TEXT)
+                    return transcript_entries(read_transcript_bounded(path), line, max_chars=MAX_CONVERSATION, max_text=MAX_TEXT)
                 except (OSError, ValueError, EOFError) as exc:
                     fallback = line_entries(line, prompt, max_text=MAX_TEXT)
                     fallback["problem"] = f"the transcript could not be read: {exc}"
@@ -361,7 +405,7 @@ class Viewer:
         except (ValueError, IndexError):
             return ORJSONResponse({"error": "give two runs: ?a=N&b=M (numbers from the runs page)"}, status_code=400)
         for run in (base, candidate):
-            self.refresh(run)
+            await self.current(run)
         base_lines = run_lines(base)
         candidate_lines = run_lines(candidate)
         try:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import orjson
+import trio
 
 from ._index import ResultsIndex, id_key
 
@@ -213,6 +214,8 @@ class Run:
         self._dataset: DatasetIndex | None = None
         self._dataset_path: Path | None = None
         self.problem: str | None = None
+        self.busy = False  # the viewer's background task is indexing it (in a worker thread)
+        self.ready = trio.Event()  # set once its first lines are indexed
 
     def attach_summary(self, path: Path, summary: dict[str, Any]) -> None:
         self.summary_path, self.summary = path, summary

@@ -97,7 +97,7 @@
       });
       button.disabled = document.querySelectorAll("input.pick:checked").length !== 2;
       document.body.dataset.ready = "1";
-      return data.runs.some(function (r) { return r.live || r.parsed < r.lines; });
+      return data.runs.some(function (r) { return r.live || r.parsed < r.lines || r.unread_bytes; });
     }
     function tick() {
       api("/api/runs").then(function (data) { if (draw(data)) setTimeout(tick, POLL_MS); })
@@ -304,7 +304,7 @@
       add(table, tbody);
       var end = Math.min(page.total, page.offset + page.items.length);
       info.textContent = page.total ? "Items " + (page.offset + 1) + "–" + end + " of " + page.total : "No items match";
-      if (page.parsed < page.lines) info.textContent += " (reading lines: " + page.parsed + " of " + page.lines + ")";
+      if (page.parsed < page.lines || page.unread_bytes) info.textContent += " (reading lines: " + page.parsed + " of " + page.lines + (page.unread_bytes ? "+" : "") + ")";
       pager.querySelector("#page-prev").disabled = page.offset === 0;
       pager.querySelector("#page-next").disabled = end >= page.total;
       document.body.dataset.items = String(page.total);
@@ -330,7 +330,7 @@
     var filtersDrawn = false;
     function poll(once) {
       return api("/api/run/" + n).then(function (run) {
-        var mark = [run.lines, run.parsed, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
+        var mark = [run.lines, run.parsed, run.unread_bytes, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
         if (mark !== seen) {
           var first = seen === null;
           seen = mark;
@@ -338,7 +338,7 @@
           if (!filtersDrawn || (run.stats && Object.keys(run.stats.scores).length !== scorers.length)) { drawFilters(run.stats); filtersDrawn = true; }
           if (!first) loadItems();  // the first page was asked for at once, beside the summary
         }
-        if (!once && (run.live || run.parsed < run.lines || run.pending_bytes)) setTimeout(poll, POLL_MS);
+        if (!once && (run.live || run.parsed < run.lines || run.unread_bytes || run.pending_bytes)) setTimeout(poll, POLL_MS);
         else if (!once) document.body.dataset.finished = "1";
       }).catch(function (e) { clear(head); add(head, problem(e.message)); });
     }
