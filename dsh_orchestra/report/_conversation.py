@@ -129,6 +129,12 @@ def transcript_entries(
         if "truncated" in record:
             truncated = record["truncated"]
             continue
+        cut = record.get("cut_line") or record.get("cut_transcript")
+        if isinstance(cut, dict):  # read_transcript_bounded left a line (or the rest) out
+            where = f"line {cut.get('line')} of the transcript" if "cut_line" in record else "the rest of the transcript"
+            top.append({"k": "notice", "text": f"[{where} ({cut.get('bytes')} bytes) is over the {cut.get('limit')}-byte "
+                                                f"bound of what is read: left out]"})
+            continue
         method, params = record.get("method"), record.get("params")
         if not isinstance(params, dict):
             continue

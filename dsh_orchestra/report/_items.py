@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..batch import read_transcript, transcript_name
+from ..batch import transcript_name
 from ._common import clip, number, transcript_link
 from ._conversation import DEFAULT_MAX_CHARS, line_entries, transcript_entries
 from ._evaluation import score_value
+from ._transcript import read_transcript_bounded
 
 PREVIEW = 120  # characters of the prompt / response shown in the table
 SCORE_PREFIX = "score:"
@@ -84,7 +85,7 @@ def _conversation(
         path = transcripts / transcript_name(transcript_key(line))
         if path.is_file():
             try:
-                records = read_transcript(path)
+                records = read_transcript_bounded(path)
             except (OSError, ValueError, EOFError) as exc:
                 fallback = line_entries(line, prompt, max_text=max_text)
                 fallback["problem"] = f"the transcript could not be read: {exc}"
