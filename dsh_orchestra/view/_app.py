@@ -26,10 +26,10 @@ from markupsafe import escape
 
 from ..batch import ControlError, send_command, transcript_name
 from ..eval import CompareInputError, compare_runs
-from ..report import embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
+from ..report import ReportInputError, build_payload, embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
 from ._index import ResultsRewrittenError, scan
 from ._query import QueryError, item_lines, query_items, run_stats
-from ._runs import Run, discover
+from ._runs import Run, discover, workflow_result
 
 PREVIEW = 160
 CATCH_UP = 2000  # lines parsed while answering a request (more: the background task does it)
@@ -91,12 +91,15 @@ class Viewer:
         self.paths = paths
         self.token = token
         self.runs: list[Run] = []
+        self.workflows: list[Path] = []  # workflow results (``dsh-orchestra run --json``), by number
         self.control = control
         self.rescan()
 
     def rescan(self) -> None:
         """Find the results files and summaries under the paths (new ones are added)."""
-        results, summaries = discover(self.paths)
+        workflows: list[Path] = []
+        results, summaries = discover(self.paths, workflows)
+        self.workflows.extend(path for path in workflows if path not in self.workflows)
         known = {run.results: run for run in self.runs}
         for path in results:
             run = known.get(path)
@@ -185,6 +188,7 @@ class Viewer:
             Route("/run/{n:int}", self.page("run")),
             Route("/run/{n:int}/item", self.page("item")),
             Route("/compare", self.page("compare")),
+            Route("/workflow/{n:int}", self.page("workflow")),
             Route("/assets/{name}", self.asset),
             Route("/api/runs", self.api_runs),
             Route("/api/run/{n:int}", self.api_run),
@@ -192,6 +196,7 @@ class Viewer:
             Route("/api/run/{n:int}/item", self.api_item),
             Route("/api/run/{n:int}/control", self.api_control, methods=["POST"]),
             Route("/api/compare", self.api_compare),
+            Route("/api/workflow/{n:int}", self.api_workflow),
         ]
         return TokenGate(Starlette(routes=routes), self.token)
 
@@ -231,7 +236,35 @@ class Viewer:
         for run in self.runs:
             await self.current(run)
             out.append(self._overview(run))
-        return ORJSONResponse({"runs": out, "paths": [str(p) for p in self.paths]})
+        workflows = [self._workflow_overview(n, path) for n, path in enumerate(self.workflows)]
+        return ORJSONResponse({"runs": out, "workflows": workflows, "paths": [str(p) for p in self.paths]})
+
+    def _workflow_overview(self, n: int, path: Path) -> dict[str, Any]:
+        data = workflow_result(path) if path.is_file() else None
+        if data is None:
+            return {"n": n, "file": str(path), "name": path.name, "problem": f"{path} is gone or no longer a workflow result"}
+        steps = [s for s in data["steps"].values() if isinstance(s, dict)]
+        return {"n": n, "file": str(path), "name": data["name"], "status": data["status"], "duration_s": _finite(data.get("duration_s")),
+                "steps": len(steps), "ok_steps": sum(1 for s in steps if s.get("status") == "ok"),
+                "pending": len(data.get("pending") or []), "first_failure": data.get("first_failure"), "problem": None}
+
+    async def api_workflow(self, request: Request) -> Response:
+        n = request.path_params["n"]
+        if not 0 <= n < len(self.workflows):
+            return _missing("no such workflow run")
+        path = self.workflows[n]
+        try:
+            payload = await trio.to_thread.run_sync(functools.partial(build_payload, workflow=path, max_text=MAX_TEXT))
+            raw = workflow_result(path) or {}
+        except (ReportInputError, OSError) as exc:
+            return ORJSONResponse({"error": str(exc)}, status_code=409)
+        flow = payload["workflow"]
+        for step in flow["steps"]:  # each step's output, clipped (the report shows none)
+            output = (raw.get("steps") or {}).get(step["name"], {}).get("output")
+            step["output"] = clip(output if isinstance(output, str) or output is None else orjson.dumps(output).decode(), PREVIEW * 4)[0]
+        pending = [p for p in raw.get("pending") or [] if isinstance(p, dict)]
+        return ORJSONResponse({**flow, "n": n, "file": str(path), "first_failure": raw.get("first_failure"), "pending": pending,
+                               "mermaid": flow.get("mermaid")})
 
     def _overview(self, run: Run) -> dict[str, Any]:
         stats = run_stats(run.index, run.cache)
