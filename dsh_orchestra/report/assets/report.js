@@ -210,6 +210,7 @@
         node.appendChild(el("div", { "class": "who" }, "tool call " + (e.name || "?")));
         node.appendChild(el("pre", { "class": "text args" }, e.args));
         (e.approvals || []).forEach(function (a) { node.appendChild(approvalNode(a)); });
+        if (e.questions && e.questions.length) renderEntries(node, e.questions);
         if (e.children && e.children.length) {
           var kids = el("div", { "class": "children" });
           renderEntries(kids, e.children);
@@ -228,6 +229,14 @@
         node.appendChild(inner);
       } else if (e.k === "approval") {
         node = approvalNode(e);
+      } else if (e.k === "question") {
+        node = el("div", { "class": "entry question", "data-kind": "question" });
+        node.appendChild(el("div", { "class": "who" }, "question"));
+        node.appendChild(el("pre", { "class": "text q" }, e.text));
+        if (e.options && e.options.length) node.appendChild(el("div", { "class": "muted" }, "options: " + e.options.join(" | ")));
+        node.appendChild(el("div", { "class": "who" }, "answer" + (e.outcome ? " · " + e.outcome : "") + (e.answered_by ? " · by " + e.answered_by : "")));
+        node.appendChild(el("pre", { "class": "text a" }, e.answer === null || e.answer === undefined ? "—" : e.answer));
+        if (e.error) node.appendChild(el("div", { "class": "muted" }, e.error));
       } else if (e.k === "notice") {
         node = el("div", { "class": "entry notice", "data-kind": "notice" }, e.text);
       } else return;

@@ -378,6 +378,7 @@
         node = el("div", { "class": "entry tool" + (e.is_error ? " tool-error" : ""), "data-kind": "tool" });
         add(node, el("div", { "class": "who" }, "tool call: " + (e.name || "?")), el("pre", { "class": "args" }, typeof e.args === "string" ? e.args : JSON.stringify(e.args, null, 2)));
         (e.approvals || []).forEach(function (a) { add(node, approval(a)); });
+        if (e.questions && e.questions.length) renderEntries(node, e.questions);
         if (e.children && e.children.length) { var kids = el("div", { "class": "children" }); renderEntries(kids, e.children); add(node, kids); }
         if (e.result !== undefined && e.result !== null) add(node, el("div", { "class": "who" }, e.is_error ? "result (error)" : "result"), el("pre", { "class": "result" }, e.result));
       } else if (e.k === "subagent") {
@@ -388,8 +389,10 @@
         add(node, inner);
       } else if (e.k === "approval") node = approval(e);
       else if (e.k === "question") {
-        node = add(el("div", { "class": "entry question", "data-kind": "question" }), el("div", { "class": "who" }, "question"), el("pre", null, e.text),
-          el("div", { "class": "who" }, "answer"), el("pre", null, e.answer === undefined || e.answer === null ? "—" : e.answer));
+        node = add(el("div", { "class": "entry question", "data-kind": "question" }), el("div", { "class": "who" }, "question"), el("pre", { "class": "q" }, e.text),
+          e.options && e.options.length ? el("div", { "class": "muted options" }, "options: " + e.options.join(" | ")) : null,
+          el("div", { "class": "who" }, "answer" + (e.outcome ? " · " + e.outcome : "") + (e.answered_by ? " · by " + e.answered_by : "")),
+          el("pre", { "class": "a" }, e.answer === undefined || e.answer === null ? "—" : e.answer), e.error ? problem(e.error) : null);
       } else node = el("div", { "class": "entry notice", "data-kind": e.k || "notice" }, e.text);
       box.appendChild(node);
     });
