@@ -258,7 +258,7 @@ def _asked(args: Any) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             args = None
     asked = args.get("questions") if isinstance(args, dict) else None
-    found = [q if isinstance(q, dict) else {} for q in asked] if isinstance(asked, list) else []
+    found: list[dict[str, Any]] = [q if isinstance(q, dict) else {} for q in asked] if isinstance(asked, list) else []
     return found or [{}]
 
 

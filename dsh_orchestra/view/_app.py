@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import numpy as np
 import orjson
 import trio
 from starlette.applications import Starlette
@@ -26,7 +27,7 @@ from markupsafe import escape
 
 from ..batch import ControlError, send_command, transcript_name
 from ..eval import CompareInputError, compare_runs
-from ..report import ReportInputError, build_payload, embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
+from ..report import ReportInputError, build_payload, conversation_css, embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
 from ._index import ResultsRewrittenError, scan
 from ._query import QueryError, item_lines, query_items, run_stats
 from ._runs import Run, discover, workflow_result
@@ -208,7 +209,8 @@ class Viewer:
                 "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
                 "<meta name=viewport content='width=device-width, initial-scale=1'>"
                 "<link rel=icon href='data:,'>"
-                f"<title>dsh-orchestra view</title><link rel=stylesheet href='/assets/view.css?token={token}'></head>"
+                f"<title>dsh-orchestra view</title><link rel=stylesheet href='/assets/view.css?token={token}'>"
+                f"<link rel=stylesheet href='/assets/conversation.css?token={token}'></head>"
                 f"<body data-page={kind}><header class=top><a id=home href='/?token={token}'>dsh-orchestra view</a>"
                 "<span id=crumbs></span></header><main id=main><p class=muted>Loading…</p></main>"
                 "<script type='application/json' id=boot>" + str(embed_json(boot)) + "</script>"
@@ -220,10 +222,10 @@ class Viewer:
 
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
-        types = {"view.js": "text/javascript", "view.css": "text/css"}
+        types = {"view.js": "text/javascript", "view.css": "text/css", "conversation.css": "text/css"}
         if name not in types:
             return Response("not found\n", status_code=404, media_type="text/plain")
-        text = _asset(name)
+        text = conversation_css() if name == "conversation.css" else _asset(name)  # the report's, shared
         return Response(text, media_type=types[name], headers={"Cache-Control": "no-store"})
 
     def _run(self, request: Request) -> Run | None:
@@ -439,8 +441,8 @@ class Viewer:
             return ORJSONResponse({"error": "give two runs: ?a=N&b=M (numbers from the runs page)"}, status_code=400)
         for run in (base, candidate):
             await self.current(run)
-        base_lines = run_lines(base)
-        candidate_lines = run_lines(candidate)
+        base_lines = await trio.to_thread.run_sync(run_lines, base)  # offsets only grow meanwhile: the lines asked stay
+        candidate_lines = await trio.to_thread.run_sync(run_lines, candidate)
         try:
             doc = await trio.to_thread.run_sync(functools.partial(compare_runs, base_lines, candidate_lines))
         except CompareInputError as exc:
@@ -465,11 +467,17 @@ async def batch_control(run: Run, command: str, value: Any) -> dict[str, Any]:
     return await trio.to_thread.run_sync(functools.partial(send_command, run.results, command, value))
 
 
+COMPARED = ("id", "epoch", "status", "cost_usd", "duration_s")
+"""What ``compare_runs`` reads of a line (with the scores' values and error flags and the usage)."""
+
+
 def run_lines(run: Run) -> list[dict[str, Any]]:
-    """Every parsed line of a run (each epoch; the first line of each (id, epoch))."""
+    """What a comparison needs of every parsed line of a run (each epoch; the first line of
+    each (id, epoch)), streamed from the file through the offset index: ids, epochs, statuses,
+    score values, usage, cost and duration, never the responses or anything else of a line."""
     seen: set[tuple[str, Any]] = set()
     out = []
-    for _, raw in run.index.iter_raw():
+    for _, raw in run.index.iter_raw(np.arange(run.index.parsed)):
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -478,8 +486,18 @@ def run_lines(run: Run) -> list[dict[str, Any]]:
             key = (line["id"], line.get("epoch"))
             if key not in seen:
                 seen.add(key)
-                out.append(line)
+                out.append(_compared(line))
     return out
+
+
+def _compared(line: dict[str, Any]) -> dict[str, Any]:
+    slim = {k: line[k] for k in COMPARED if k in line}
+    usage, scores = line.get("usage"), line.get("scores")
+    if isinstance(usage, dict):
+        slim["usage"] = {k: usage[k] for k in ("input_tokens", "output_tokens", "total_tokens") if k in usage}
+    if isinstance(scores, dict):
+        slim["scores"] = {name: {k: r[k] for k in ("value", "error") if k in r} if isinstance(r, dict) else r for name, r in scores.items()}
+    return slim
 
 
 def _sum(values: Any) -> float | None:

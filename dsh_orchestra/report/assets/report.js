@@ -35,6 +35,8 @@
   var COL = {};
   batch.columns.forEach(function (name, i) { COL[name] = i; });
   var rows = batch.rows, details = batch.details;
+  var NOT_EMBEDDED = { attempts: "—", not_embedded: true };  // a row past the report's cap of embedded details
+  for (var di = 0; di < details.length; di++) if (details[di] === null) details[di] = NOT_EMBEDDED;
   var byId = new Map();  // not an object: ids such as "__proto__" or "toString" are ids like any other
   rows.forEach(function (row, i) { if (!byId.has(row[COL.id])) byId.set(row[COL.id], i); });
 
@@ -256,6 +258,11 @@
       dl.appendChild(el("dd", { "data-field": pair[0] }, pair[1]));
     });
     body.appendChild(dl);
+    if (d.not_embedded) {
+      body.appendChild(el("p", { "class": "note", id: "detail-not-embedded" }, "This report embeds the details of " + batch.details_embedded +
+        " of its " + rows.length + " items (those in error or with a score below 1 first). Open this item with `dsh-orchestra view` over the results file."));
+      return finishOpen(i, push);
+    }
     if (d.transcript && safeLink(d.transcript)) {
       var p = el("p");
       p.appendChild(el("a", { href: d.transcript, id: "detail-transcript", download: "" }, "Transcript (JSON Lines, gzip)"));
@@ -329,6 +336,11 @@
       section("Metadata");
       body.appendChild(el("pre", { "class": "text" }, JSON.stringify(d.metadata, null, 2)));
     }
+    finishOpen(i, push);
+  }
+
+  function finishOpen(i, push) {
+    var r = rows[i];
     panel.hidden = false;
     panel.setAttribute("data-item", r[COL.id]);
     if (selected) selected.classList.remove("selected");
