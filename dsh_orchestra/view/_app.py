@@ -92,7 +92,7 @@ class Viewer:
         self.paths = paths
         self.token = token
         self.runs: list[Run] = []
-        self.workflows: list[Path] = []  # workflow results (``dsh-orchestra run --json``), by number
+        self.workflows: list[Path] = []  # workflow results (``WorkflowResult.to_json()`` files), by number
         self.control = control
         self.rescan()
 

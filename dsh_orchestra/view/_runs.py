@@ -66,8 +66,8 @@ WORKFLOW_STATUSES = ("ok", "failed", "cancelled", "interrupted")
 
 
 def workflow_result(path: Path) -> dict[str, Any] | None:
-    """The workflow result a JSON file holds (``WorkflowResult.to_json()``, as ``dsh-orchestra
-    run --json`` prints it), else None."""
+    """The workflow result a JSON file holds (``WorkflowResult.to_json()``, what ``dsh-orchestra
+    run`` prints as JSON), else None."""
     if path.suffix != ".json":
         return None
     try:
@@ -116,7 +116,7 @@ def discover(paths: list[Path], workflows: list[Path] | None = None) -> tuple[li
         if path.is_file():
             if not is_results_file(path):
                 raise ViewInputError(f"{str(path)!r} is not a results file (JSON Lines of `dsh-orchestra batch` whose lines have 'id' and "
-                                     "'status') nor a workflow result (the JSON of `dsh-orchestra run --json`)")
+                                     "'status') nor a workflow result (WorkflowResult.to_json(): what `dsh-orchestra run` prints as JSON)")
             results.append(path.resolve())
             for candidate in _walk(path.parent) if path.parent != path else ():
                 if candidate.parent == path.parent and candidate.suffix == ".json":

@@ -100,6 +100,6 @@ def check_paths(paths: list[Path]) -> list[Path]:
     results, _ = discover(chosen, workflows)
     if not results and not workflows:
         where = ", ".join(repr(str(p)) for p in chosen)
-        raise ViewInputError(f"no results file of `dsh-orchestra batch` (nor workflow result of `dsh-orchestra run --json`) under {where}: "
+        raise ViewInputError(f"no results file of `dsh-orchestra batch` (nor workflow result: WorkflowResult.to_json()) under {where}: "
                              "give a results file (.jsonl) or a folder holding one")
     return chosen
