@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import secrets
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -38,6 +39,7 @@ REQUEST_BYTES = 1 << 20  # bytes of a grown file indexed while answering a reque
 STEP_BYTES = 16 << 20  # bytes indexed per step of the background task (in a worker thread)
 STEP_LINES = 20_000  # lines whose columns are read per step of the background task (in a worker thread)
 READY_WAIT_S = 2.0  # how long a request waits for the first lines of a run the background task reads
+QUIET_S = 0.15  # the indexing thread waits while requests run and this long after the last one
 MAX_TEXT = 20_000
 MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -93,6 +95,8 @@ class Viewer:
         self.token = token
         self.runs: list[Run] = []
         self.workflows: list[Path] = []  # workflow results (``WorkflowResult.to_json()`` files), by number
+        self.requests = 0  # HTTP requests being answered (the indexing thread gives way to them)
+        self.last_request = -math.inf  # when the last one ended (time.monotonic)
         self.control = control
         self.rescan()
 
@@ -128,12 +132,12 @@ class Viewer:
             while True:
                 _, size = index.check()
                 if size != index.end:
-                    found = await trio.to_thread.run_sync(scan, index.path, index.end, STEP_BYTES)
+                    found = await trio.to_thread.run_sync(scan, index.path, index.end, STEP_BYTES, self.give_way)
                     index.add_scan(found, size)
                 # the first lines' columns at once (the first page), the rest after every offset
                 if index.parsed < min(CATCH_UP, len(index)) or not index.unread:
                     while (job := index.parse_job(CATCH_UP if index.parsed < CATCH_UP else step)) is not None:
-                        index.add_parsed(job, await trio.to_thread.run_sync(job.run))
+                        index.add_parsed(job, await trio.to_thread.run_sync(job.run, self.give_way))
                         if index.unread:
                             break
                 run.ready.set()
@@ -148,6 +152,26 @@ class Viewer:
             run.ready.set()
         finally:
             run.busy = False
+
+    def give_way(self) -> None:
+        """In the indexing thread: wait (GIL released) while requests are answered and a moment
+        after, so that a page's requests get the whole interpreter."""
+        while self.requests or time.monotonic() - self.last_request < QUIET_S:
+            time.sleep(0.01)
+
+    def counting(self, app: ASGIApp) -> ASGIApp:
+        """``app``, counting the HTTP requests it answers (``give_way`` waits for them)."""
+        async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":  # the lifespan scope lasts as long as the server
+                await app(scope, receive, send)
+                return
+            self.requests += 1
+            try:
+                await app(scope, receive, send)
+            finally:
+                self.requests -= 1
+                self.last_request = time.monotonic()
+        return counted
 
     async def current(self, run: Run) -> None:
         """Bring ``run`` up to date before answering about it: index what its file gained
@@ -199,7 +223,7 @@ class Viewer:
             Route("/api/compare", self.api_compare),
             Route("/api/workflow/{n:int}", self.api_workflow),
         ]
-        return TokenGate(Starlette(routes=routes), self.token)
+        return self.counting(TokenGate(Starlette(routes=routes), self.token))
 
     def page(self, kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:

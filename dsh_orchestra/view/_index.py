@@ -17,7 +17,7 @@ import math
 import os
 from array import array
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import attrs
 import numpy as np
@@ -26,6 +26,7 @@ import orjson
 
 CHUNK = 4 << 20  # bytes read per step while indexing
 PROBE = 64  # bytes before the indexed end compared at each refresh (a rewrite changes them)
+PAUSE_EVERY = 500  # lines parsed between two calls of a job's ``pause``
 
 
 BAD = "(not a result line)"
@@ -81,9 +82,10 @@ class Scan:
     probe: bytes
 
 
-def scan(path: Path, start: int, max_bytes: int | None = None) -> Scan:
+def scan(path: Path, start: int, max_bytes: int | None = None, pause: Callable[[], None] | None = None) -> Scan:
     """The offsets of the complete lines of ``path`` after ``start`` (about ``max_bytes`` of
-    them, whole lines, at least one line when there is one). Touches no index: safe in a thread.
+    them, whole lines, at least one line when there is one); ``pause`` is called between chunks
+    (a server's worker thread waits there while requests run). Touches no index: safe in a thread.
 
     Raises:
         FileNotFoundError: the file is gone.
@@ -98,6 +100,8 @@ def scan(path: Path, start: int, max_bytes: int | None = None) -> Scan:
             if not chunk:
                 eof = True
                 break
+            if pause is not None:
+                pause()
             taken += len(chunk)
             data = rest + chunk if rest else chunk
             at = 0
@@ -128,9 +132,9 @@ class ParseJob:
     offsets: array[int]
     end: int
 
-    def run(self) -> ResultsIndex:
-        """Read the lines' columns into a detached index (its own codes). Touches no other
-        index: safe in a thread."""
+    def run(self, pause: Callable[[], None] | None = None) -> ResultsIndex:
+        """Read the lines' columns into a detached index (its own codes); ``pause`` is called
+        every ``PAUSE_EVERY`` lines. Touches no other index: safe in a thread."""
         chunk = ResultsIndex(self.path)
         offsets, start = self.offsets, self.offsets[0]
         with open(self.path, "rb") as handle:
@@ -138,6 +142,8 @@ class ParseJob:
             data = handle.read(self.end - start)
         last = len(offsets)
         for number in range(last):
+            if pause is not None and not number % PAUSE_EVERY:
+                pause()
             at = offsets[number] - start
             stop = (offsets[number + 1] if number + 1 < last else self.end) - start
             chunk._add(data[at:stop], self.first + number)
