@@ -40,6 +40,7 @@ STEP_BYTES = 16 << 20  # bytes indexed per step of the background task (in a wor
 STEP_LINES = 20_000  # lines whose columns are read per step of the background task (in a worker thread)
 READY_WAIT_S = 2.0  # how long a request waits for the first lines of a run the background task reads
 QUIET_S = 0.15  # the indexing thread waits while requests run and this long after the last one
+MAX_GIVE_S = 0.5  # ... but this long at most at a time
 MAX_TEXT = 20_000
 MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -97,6 +98,7 @@ class Viewer:
         self.workflows: list[Path] = []  # workflow results (``WorkflowResult.to_json()`` files), by number
         self.requests = 0  # HTTP requests being answered (the indexing thread gives way to them)
         self.last_request = -math.inf  # when the last one ended (time.monotonic)
+        self.awaiting_first = 0  # requests waiting for a run's first lines (the indexing thread must not give way then)
         self.control = control
         self.rescan()
 
@@ -155,8 +157,9 @@ class Viewer:
 
     def give_way(self) -> None:
         """In the indexing thread: wait (GIL released) while requests are answered and a moment
-        after, so that a page's requests get the whole interpreter."""
-        while self.requests or time.monotonic() - self.last_request < QUIET_S:
+        after (at most ``MAX_GIVE_S``), so that a page's requests get the whole interpreter."""
+        until = time.monotonic() + MAX_GIVE_S  # requests without pause must not stop the indexing
+        while not self.awaiting_first and (self.requests or time.monotonic() - self.last_request < QUIET_S) and time.monotonic() < until:
             time.sleep(0.01)
 
     def counting(self, app: ASGIApp) -> ASGIApp:
@@ -180,8 +183,12 @@ class Viewer:
         if not run.busy:
             self.refresh(run)
         elif not run.ready.is_set():
-            with trio.move_on_after(READY_WAIT_S):
-                await run.ready.wait()
+            self.awaiting_first += 1
+            try:
+                with trio.move_on_after(READY_WAIT_S):
+                    await run.ready.wait()
+            finally:
+                self.awaiting_first -= 1
 
     def refresh(self, run: Run, *, max_bytes: int | None = REQUEST_BYTES) -> None:
         """Index what ``run``'s file gained (up to ``max_bytes``), and read the columns of a
