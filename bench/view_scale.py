@@ -14,6 +14,13 @@ then measures:
 * the server's peak resident memory (psutil, sampled every 0.1 s) until the columns are read.
 
 Targets (docs/benchmarks.md): index build >= 100k lines/s, first page < 1 s, RSS < 200 MiB.
+
+    python bench/view_scale.py --keep DIR --rounds 3 --baseline-src OLD_TREE
+
+measures only the start (server up, the first page over HTTP and in Chromium right after start,
+while the index is built) ``--rounds`` times, alternating this code and the ``dsh_orchestra``
+package under OLD_TREE (``git archive REV dsh_orchestra | tar -x -C OLD_TREE``; put first on
+the server's PYTHONPATH), and prints each figure's runs, medians and the ratio.
 """
 
 from __future__ import annotations
@@ -86,6 +93,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="write (or reuse) the results file in this directory")
     parser.add_argument("--browser", action="store_true", help="also time the run page in the system Chromium")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--rounds", type=int, default=0, help="only the start, this many times per code (see above)")
+    parser.add_argument("--baseline-src", type=Path, default=None, help="a tree holding the baseline's dsh_orchestra package")
     args = parser.parse_args()
     directory = args.keep or Path(tempfile.mkdtemp(prefix="view-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -96,6 +105,13 @@ def main() -> None:
         print(f"wrote {results} ({results.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     figures: dict[str, Any] = {"lines": args.lines, "file_mib": round(results.stat().st_size / 2**20, 1), "cpus": os.cpu_count(),
                                "load_average": os.getloadavg()}
+    if args.rounds:
+        figures.update(start_rounds(results, args.rounds, args.baseline_src))
+        text = json.dumps(figures, indent=2)
+        print(text)
+        if args.out is not None:
+            args.out.write_text(text + "\n", encoding="utf-8")
+        return
 
     index = ResultsIndex(results)
     started = time.perf_counter()
@@ -153,6 +169,52 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n", encoding="utf-8")
+
+
+def start_once(results: Path, source: Path | None) -> dict[str, Any]:
+    """Start a server (this code, or the package under ``source``), time the first page right
+    after start over HTTP and in Chromium, stop it."""
+    script = Path(sys.executable).with_name("dsh-orchestra")
+    env = {**os.environ, "PYTHONPATH": str(source)} if source is not None else dict(os.environ)
+    process = subprocess.Popen([str(script), "view", str(results), "--port", "0"], stdout=subprocess.PIPE, text=True,
+                               env=env, cwd=tempfile.gettempdir())
+    out: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
+    try:
+        assert process.stdout is not None
+        started = time.perf_counter()
+        url = process.stdout.readline().split(": ", 1)[1].strip()
+        out["server_up_s"] = round(time.perf_counter() - started, 2)
+        base, _, token = url.partition("/?token=")
+        took, page = get(f"{base}/api/run/0/items?token={token}&limit=50")
+        out["first_page_s"] = round(took, 3)
+        out["lines_then"] = page["lines"]
+        out["browser_first_rows_s"] = browser_first_rows(f"{base}/run/0?token={token}")
+        _, run = get(f"{base}/api/run/0?token={token}")
+        out["lines_after"], out["parsed_after"] = run["lines"], run["parsed"]
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return out
+
+
+def start_rounds(results: Path, rounds: int, baseline: Path | None) -> dict[str, Any]:
+    """``rounds`` starts of each code, alternating; the figures, their medians and ratios."""
+    import statistics
+
+    codes = {"new": None, **({"baseline": baseline} if baseline is not None else {})}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
+    for _ in range(rounds):
+        for name, source in codes.items():
+            runs[name].append(start_once(results, source))
+            print(name, runs[name][-1], file=sys.stderr)
+    out: dict[str, Any] = {"runs": runs, "medians": {}}
+    for name in codes:
+        out["medians"][name] = {key: statistics.median(r[key] for r in runs[name])
+                                for key in ("server_up_s", "first_page_s", "browser_first_rows_s", "load")}
+    if baseline is not None:
+        out["ratio_baseline_over_new"] = {key: round(out["medians"]["baseline"][key] / out["medians"]["new"][key], 2)
+                                          for key in ("first_page_s", "browser_first_rows_s") if out["medians"]["new"][key]}
+    return out
 
 
 def browser_first_rows(url: str) -> float:

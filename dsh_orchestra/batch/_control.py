@@ -10,7 +10,8 @@ find it. One JSON line asks (``{"command": "pause"}``, ``{"command": "concurrenc
 
 Pause stops starting items (those in flight finish); resume starts them again; stop ends the
 run as SIGINT does (the process interrupts itself: results kept, exit 130, ``resume=True``
-finishes it); concurrency sets how many items may be in flight (1 to the pool's capacity).
+finishes it); concurrency sets how many items may be in flight (1 to the pool's capacity)
+and, when the run has a model gateway, its model concurrency (fixed at that value).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ class ControlError(Exception):
 class RunControl:
     """What the workers ask before starting an item, and what the control socket changes."""
 
-    def __init__(self, limit: int, capacity: int, counters: Counters, results: Path) -> None:
+    def __init__(self, limit: int, capacity: int, counters: Counters, results: Path, *, model: Any = None) -> None:
         self.capacity = max(1, capacity)
+        self.model = model  # the gateway's AdaptiveLimiter (its ``set_limit``), when the run has one
         self.limiter = trio.CapacityLimiter(max(1, min(limit, self.capacity)))
         self.counters = counters
         self.results = results
@@ -89,6 +91,8 @@ class RunControl:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ControlError(f"concurrency needs a whole number of at least 1, not {value!r}")
             self.limiter.total_tokens = min(value, self.capacity)
+            if self.model is not None:
+                self.model.set_limit(value, adaptive=False)
         elif command != "status":
             raise ControlError(f"unknown command {command!r}: one of {', '.join(COMMANDS)}")
         return self.status()
@@ -106,6 +110,8 @@ class RunControl:
             "in_flight": len(self.in_flight), "in_flight_items": sorted(self.in_flight.values())[:100],
             "done": counters.done, "total": counters.total, "failed": counters.failed, "resumed": counters.resumed,
             "items_per_s": rate, "eta_s": left / rate if rate else None,
+            "model_concurrency": self.model.limit if self.model is not None else None,
+            "model_in_flight": self.model.in_flight if self.model is not None else None,
         }
 
     async def serve(self, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED) -> None:

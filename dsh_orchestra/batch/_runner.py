@@ -373,7 +373,8 @@ async def _run_locked(
                                                workspaces=workspaces) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         workers = min(max(1, runner.capacity), todo)
-                        control = RunControl(workers, workers, counters, out) if options.control else None
+                        model = gateway.limiter if gateway is not None else None  # ctl concurrency sets its limit too
+                        control = RunControl(workers, workers, counters, out, model=model) if options.control else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
                                    gateway=gateway, control=control)
                         units = _Units(check, done, epochs, batch_eval, call_budget(gateway))

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         description="Act on the `dsh-orchestra batch` writing RESULTS, through its control socket (private to "
         "this user): pause stops starting items (those in flight finish), resume starts them again, stop ends "
         "the run as Ctrl-C does (exit 130; --resume finishes it), status prints progress, the limit and what is "
-        "in flight, concurrency N sets how many items may be in flight. Exit status: 0 done, 2 no batch "
+        "in flight, concurrency N sets how many items may be in flight (and the model gateway's concurrency, "
+        "fixed at N, when the run has a gateway). Exit status: 0 done, 2 no batch "
         "running on RESULTS or bad arguments.",
     )
     parser.add_argument("results", metavar="RESULTS", help="the results file the batch writes (its --out)")
@@ -43,6 +44,8 @@ def describe(status: dict[str, Any]) -> str:
         + (f", {rate:.2f} items/s" if rate else "") + (f", about {eta:.0f} s left" if eta is not None else ""),
         f"concurrency {status['concurrency']} (at most {status['capacity']}), in flight {status['in_flight']}",
     ]
+    if status.get("model_concurrency") is not None:
+        lines.append(f"model gateway: concurrency {status['model_concurrency']}, calls in flight {status.get('model_in_flight')}")
     if status["in_flight_items"]:
         lines.append("in flight: " + ", ".join(status["in_flight_items"]))
     return "\n".join(lines)

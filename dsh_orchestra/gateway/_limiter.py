@@ -82,6 +82,23 @@ class AdaptiveLimiter:
                 self._set(max(self.minimum, self.limit // 2))
         self._notify()
 
+    def set_limit(self, limit: int, *, adaptive: bool | None = None) -> None:
+        """Set the limit now (``dsh-orchestra ctl concurrency``); ``adaptive`` False fixes it
+        (AIMD stops), None keeps the mode. Waiting calls go when places open; calls in flight
+        above a lowered limit finish.
+
+        Raises:
+            ValueError: ``limit`` is below 1.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"the limit is a whole number of at least 1, not {limit!r}")
+        if adaptive is not None:
+            self.adaptive = adaptive
+        self.minimum = min(self.minimum, limit)
+        self.maximum = max(self.maximum, limit)
+        self._set(limit)
+        self._notify()
+
     def hold(self, seconds: float) -> None:
         """Let no new call through for ``seconds`` from now (a ``retry-after``); holds only extend."""
         until = trio.current_time() + max(0.0, seconds)

@@ -15,7 +15,12 @@ from ._data import (
     load_result_lines as load_result_lines,
     prompt_text as prompt_text,
 )
-from ._html import render_html as render_html
+from ._html import conversation_css as conversation_css, render_html as render_html
 from ._markup import embed_json as embed_json
+from ._transcript import (
+    MAX_LINE_BYTES as MAX_LINE_BYTES,
+    MAX_TRANSCRIPT_BYTES as MAX_TRANSCRIPT_BYTES,
+    read_transcript_bounded as read_transcript_bounded,
+)
 
 __all__ = _publish(globals())

@@ -9,12 +9,16 @@ entries are plain JSON; the page renders them with ``textContent``. A conversati
 
 Entry kinds (``k``): ``user``, ``text``, ``reasoning``, ``tool`` (``name``, ``args``,
 ``result``, ``is_error``, ``approvals``, ``children``), ``subagent`` (``session``, ``label``,
-``status``, ``stop_reason``, ``entries``), ``approval`` (one without a call), ``notice``.
+``status``, ``stop_reason``, ``entries``), ``approval`` (one without a call), ``question``
+(``text``, ``options``, ``answer``, ``outcome``, ``answered_by``: the result line's ``questions``
+records, under the question tool's call when the transcript has it), ``notice``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
+
+import orjson
 
 DEFAULT_MAX_CHARS = 50_000  # characters of conversation text embedded per item
 
@@ -77,6 +81,25 @@ def _approval_rules(line: Mapping[str, Any] | None) -> dict[str, Any]:
     return rules
 
 
+def question_entry(record: Mapping[str, Any], budget: _Budget | None = None) -> dict[str, Any]:
+    """A question record of a result line (``questions``) as an entry: what was asked, the
+    options, the answer (the options chosen, or the answerer's own text), the outcome, who."""
+    selected = [str(s) for s in record.get("selected") or () if s is not None]
+    custom = record.get("custom")
+    answer = " | ".join(selected) if selected else custom if isinstance(custom, str) else None
+    options = [str(o.get("label")) if isinstance(o, dict) else str(o) for o in record.get("options") or ()]
+    text = record.get("question")
+    if budget is not None:
+        text, answer = budget.text(text) or "", budget.text(answer) if answer is not None else None
+    return {"k": "question", "id": record.get("id"), "session": record.get("session"), "text": "" if text is None else str(text),
+            "options": options, "answer": answer, "outcome": record.get("outcome"), "answered_by": record.get("answered_by"),
+            "error": record.get("error")}
+
+
+QUESTION_TOOLS = ("ask_user_question", "ask_user", "AskUserQuestion")
+"""Names of the question tool: its call holds the question entries of its session."""
+
+
 def transcript_entries(
     records: Sequence[Mapping[str, Any]], line: Mapping[str, Any] | None = None, *,
     max_chars: int = DEFAULT_MAX_CHARS, max_text: int = 20_000,
@@ -129,6 +152,12 @@ def transcript_entries(
         if "truncated" in record:
             truncated = record["truncated"]
             continue
+        cut = record.get("cut_line") or record.get("cut_transcript")
+        if isinstance(cut, dict):  # read_transcript_bounded left a line (or the rest) out
+            where = f"line {cut.get('line')} of the transcript" if "cut_line" in record else "the rest of the transcript"
+            top.append({"k": "notice", "text": f"[{where} ({cut.get('bytes')} bytes) is over the {cut.get('limit')}-byte "
+                                                f"bound of what is read: left out]"})
+            continue
         method, params = record.get("method"), record.get("params")
         if not isinstance(params, dict):
             continue
@@ -165,6 +194,8 @@ def transcript_entries(
                 elif block.get("type") == "tool-call":
                     call: dict[str, Any] = {"k": "tool", "id": block.get("id"), "name": block.get("name"), "args": block.get("arguments"),
                             "result": None, "is_error": False, "approvals": [], "children": []}
+                    if call["name"] in QUESTION_TOOLS:
+                        call["questions"], call["asks"] = [], _asked(block.get("arguments"))
                     if add(target, call, "args"):
                         target.calls[str(call["id"])] = call
                         target.pending.append(call)
@@ -202,7 +233,33 @@ def transcript_entries(
                 add(target, {"k": "notice", "text": f"turn ended: {reason.get('kind')}{detail}"}, "text")
     for child_id, params in finished.items():
         _set_status(top, child_id, params.get("status"), params.get("stopReason"))
+    for record in (line or {}).get("questions") or ():
+        if not isinstance(record, dict):
+            continue
+        owner = sessions.get(str(record.get("session"))) or (sessions.get(root_id) if root_id is not None else None)
+        entry = question_entry(record, budget)
+        asked = next((c for c in (owner.calls.values() if owner else ()) if "asks" in c and len(c["questions"]) < len(c["asks"])), None)
+        if asked is not None:
+            spec = asked["asks"][len(asked["questions"])]  # what the call asked: the options the line's record leaves out
+            if not entry["options"]:
+                entry["options"] = [str(o.get("label")) if isinstance(o, dict) else str(o) for o in spec.get("options") or ()]
+            asked["questions"].append(entry)
+        else:
+            (owner.entries if owner is not None else top).append(entry)
     return {"entries": top, "cut": budget.cut, "truncated": truncated, "source": "transcript"}
+
+
+def _asked(args: Any) -> list[dict[str, Any]]:
+    """The questions a question tool's call asks (its ``questions`` argument; one unknown
+    question when it cannot be read)."""
+    if isinstance(args, str):
+        try:
+            args = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            args = None
+    asked = args.get("questions") if isinstance(args, dict) else None
+    found: list[dict[str, Any]] = [q if isinstance(q, dict) else {} for q in asked] if isinstance(asked, list) else []
+    return found or [{}]
 
 
 def _walk(entries: list[dict[str, Any]]) -> Any:
@@ -231,6 +288,9 @@ def line_entries(line: Mapping[str, Any], prompt: str | None, *, max_text: int =
         if isinstance(approval, dict):
             entries.append({"k": "approval", "id": None, "tool": approval.get("tool_name"), "call_id": approval.get("call_id"),
                             "reason": None, "outcome": approval.get("outcome"), "rule": approval.get("rule")})
+    for record in line.get("questions") or ():
+        if isinstance(record, dict):
+            entries.append(question_entry(record, budget))
     for sub in line.get("subagents") or ():
         if isinstance(sub, dict):
             inner = [{"k": "text", "text": budget.text(sub.get("text")) or ""}] if sub.get("text") else []

@@ -385,6 +385,7 @@ def batch_payload(
         "scorers": names,
         "evaluation": evaluation_payload(results, summary, group_by=group_by),
         "details": details,
+        "details_embedded": sum(1 for d in details if d is not None),  # past MAX_DETAILS items, the worst's only
         "has_prompts": prompts is not None,
         "has_transcripts": transcripts is not None,
         "max_text": max_text,

@@ -43,6 +43,11 @@ def _asset(name: str) -> str:
     return resources.files("dsh_orchestra.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
+def conversation_css() -> str:
+    """The style sheet of an item's conversation (the report embeds it; the viewer serves it)."""
+    return _asset("conversation.css")
+
+
 def _number(value: Any) -> str:
     if value is None:
         return "—"
@@ -333,7 +338,7 @@ def render_html(payload: dict[str, Any]) -> str:
     if comparison:
         sections.append(comparison_section(comparison))
     compare_data = {k: comparison[k] for k in ("names", "pairs", "has_prompts", "base_name", "candidate_name")} if comparison else None
-    script_data = {"batch": {k: batch[k] for k in ("columns", "rows", "details", "has_prompts", "has_transcripts", "scorers")} if batch else None}
+    script_data = {"batch": {k: batch.get(k) for k in ("columns", "rows", "details", "details_embedded", "has_prompts", "has_transcripts", "scorers")} if batch else None}
     sources = " · ".join(f"{k}: {v}" for k, v in payload["sources"].items())
     page = join([
         Markup("<!DOCTYPE html>\n"),
@@ -344,7 +349,7 @@ def render_html(payload: dict[str, Any]) -> str:
             Markup('<meta http-equiv="Content-Security-Policy" content="'), Markup(csp), Markup('">'),
             Markup('<meta name="generator" content="dsh-orchestra '), escape(payload["version"]), Markup('">'),
             tag("title", None, payload["title"]),
-            tag("style", None, Markup(_asset("report.css")))),
+            tag("style", None, Markup(_asset("report.css") + conversation_css()))),
         Markup("<body>"),
         tag("header", {"class": "top"}, tag("h1", None, payload["title"]),
             tag("div", {"class": "meta"}, f"generated {payload['generated']} by dsh-orchestra {payload['version']} · {sources}")),

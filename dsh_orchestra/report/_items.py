@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..batch import read_transcript, transcript_name
+from ..batch import transcript_name
 from ._common import clip, number, transcript_link
 from ._conversation import DEFAULT_MAX_CHARS, line_entries, transcript_entries
 from ._evaluation import score_value
+from ._transcript import read_transcript_bounded
 
 PREVIEW = 120  # characters of the prompt / response shown in the table
 SCORE_PREFIX = "score:"
@@ -84,13 +85,34 @@ def _conversation(
         path = transcripts / transcript_name(transcript_key(line))
         if path.is_file():
             try:
-                records = read_transcript(path)
+                records = read_transcript_bounded(path)
             except (OSError, ValueError, EOFError) as exc:
                 fallback = line_entries(line, prompt, max_text=max_text)
                 fallback["problem"] = f"the transcript could not be read: {exc}"
                 return fallback
             return transcript_entries(records, line, max_chars=max_transcript, max_text=max_text)
     return line_entries(line, prompt, max_text=max_text)
+
+
+MAX_DETAILS = 20_000
+"""Items whose details (drawer: conversation, scores' answers, full texts) a report embeds."""
+
+
+def detailed_lines(lines: Sequence[Mapping[str, Any]], scorers: Sequence[str], limit: int) -> set[int] | None:
+    """The lines (positions) whose details a report of more than ``limit`` lines embeds: those
+    not ok first, then those with a scorer's value below 1, then the rest in file order; None
+    when every line's are."""
+    if len(lines) <= limit:
+        return None
+
+    def rank(position: int) -> tuple[int, int]:
+        line = lines[position]
+        if line.get("status") != "ok":
+            return (0, position)
+        values = [score_value(line, name) for name in scorers]
+        return (1 if any(isinstance(v, (int, float)) and v < 1 for v in values) else 2, position)
+
+    return set(sorted(range(len(lines)), key=rank)[:limit])
 
 
 def item_table(
@@ -103,13 +125,16 @@ def item_table(
     max_text: int,
     max_transcript: int = DEFAULT_MAX_CHARS,
     expected: Mapping[str, Mapping[str, Any]] | None = None,
-) -> tuple[list[str], list[list[Any]], list[dict[str, Any]]]:
+    max_details: int | None = None,
+) -> tuple[list[str], list[list[Any]], list[dict[str, Any] | None]]:
     """The columns, the rows and each row's details (``expected``: the dataset's target and
-    choices by item id)."""
+    choices by item id). Past ``max_details`` items (default ``MAX_DETAILS``) only the worst
+    keep their details (``detailed_lines``); the others' are None (their row stays)."""
     columns = table_columns(lines, scorers, prompts=prompts is not None, expected=expected)
     rows: list[list[Any]] = []
-    details: list[dict[str, Any]] = []
-    for line in lines:
+    details: list[dict[str, Any] | None] = []
+    detailed = detailed_lines(lines, scorers, MAX_DETAILS if max_details is None else max_details)
+    for position, line in enumerate(lines):
         item_id = str(line.get("id"))
         error = line.get("error") if isinstance(line.get("error"), dict) else None
         subagents = [s for s in (line.get("subagents") or []) if isinstance(s, dict)]
@@ -138,6 +163,9 @@ def item_table(
         for name in scorers:
             cells[SCORE_PREFIX + name] = score_value(line, name)
         rows.append([cells[c] for c in columns])
+        if detailed is not None and position not in detailed:
+            details.append(None)
+            continue
         response, response_cut = clip(response_full, max_text)
         prompt, prompt_cut = clip(prompt_full, max_text)
         detail: dict[str, Any] = {

@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import math
 import secrets
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import numpy as np
 import orjson
 import trio
 from starlette.applications import Starlette
@@ -24,15 +26,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from markupsafe import escape
 
-from ..batch import ControlError, read_transcript, send_command, transcript_name
+from ..batch import ControlError, send_command, transcript_name
 from ..eval import CompareInputError, compare_runs
-from ..report import embed_json, line_entries, prompt_text, transcript_entries
-from ._index import ResultsRewrittenError
+from ..report import ReportInputError, build_payload, conversation_css, embed_json, line_entries, prompt_text, read_transcript_bounded, transcript_entries
+from ._index import ResultsRewrittenError, scan
 from ._query import QueryError, item_lines, query_items, run_stats
-from ._runs import Run, discover
+from ._runs import Run, discover, workflow_result
 
 PREVIEW = 160
 CATCH_UP = 2000  # lines parsed while answering a request (more: the background task does it)
+REQUEST_BYTES = 1 << 20  # bytes of a grown file indexed while answering a request (more: the background task)
+STEP_BYTES = 16 << 20  # bytes indexed per step of the background task (in a worker thread)
+STEP_LINES = 20_000  # lines whose columns are read per step of the background task (in a worker thread)
+READY_WAIT_S = 2.0  # how long a request waits for the first lines of a run the background task reads
+QUIET_S = 0.15  # the indexing thread waits while requests run and this long after the last one
+MAX_GIVE_S = 0.5  # ... but this long at most at a time
 MAX_TEXT = 20_000
 MAX_CONVERSATION = 200_000
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
@@ -87,12 +95,18 @@ class Viewer:
         self.paths = paths
         self.token = token
         self.runs: list[Run] = []
+        self.workflows: list[Path] = []  # workflow results (``WorkflowResult.to_json()`` files), by number
+        self.requests = 0  # HTTP requests being answered (the indexing thread gives way to them)
+        self.last_request = -math.inf  # when the last one ended (time.monotonic)
+        self.awaiting_first = 0  # requests waiting for a run's first lines (the indexing thread must not give way then)
         self.control = control
         self.rescan()
 
     def rescan(self) -> None:
         """Find the results files and summaries under the paths (new ones are added)."""
-        results, summaries = discover(self.paths)
+        workflows: list[Path] = []
+        results, summaries = discover(self.paths, workflows)
+        self.workflows.extend(path for path in workflows if path not in self.workflows)
         known = {run.results: run for run in self.runs}
         for path in results:
             run = known.get(path)
@@ -104,20 +118,84 @@ class Viewer:
             if found is not None:
                 run.attach_summary(*found)
 
-    async def keep_indexed(self, *, interval: float = 0.25, step: int = 2000) -> None:
-        """Forever: index what each run's file gained, its columns a step at a time."""
+    async def keep_indexed(self, *, interval: float = 0.25, step: int = STEP_LINES) -> None:
+        """Forever: index what each run's file gained, then its columns, in steps run in a
+        worker thread (the event loop keeps answering requests meanwhile: a page asked for
+        while a big file is read is served from the lines read so far)."""
         while True:
             for run in list(self.runs):
-                self.refresh(run)
-                while run.index.parsed < len(run.index):
-                    run.index.parse(step)
-                    await trio.lowlevel.checkpoint()
+                await self._index_run(run, step)
             await trio.sleep(interval)
 
-    def refresh(self, run: Run) -> None:
+    async def _index_run(self, run: Run, step: int) -> None:
+        index = run.index
+        run.busy = True
         try:
-            run.index.refresh()
-            if len(run.index) - run.index.parsed <= CATCH_UP:  # a live run's new lines: counted at once
+            while True:
+                _, size = index.check()
+                if size != index.end:
+                    found = await trio.to_thread.run_sync(scan, index.path, index.end, STEP_BYTES, self.give_way)
+                    index.add_scan(found, size)
+                # the first lines' columns at once (the first page), the rest after every offset
+                if index.parsed < min(CATCH_UP, len(index)) or not index.unread:
+                    while (job := index.parse_job(CATCH_UP if index.parsed < CATCH_UP else step)) is not None:
+                        index.add_parsed(job, await trio.to_thread.run_sync(job.run, self.give_way))
+                        if index.unread:
+                            break
+                run.ready.set()
+                if not index.unread and index.parsed == len(index):
+                    break
+            run.problem = None
+        except FileNotFoundError:
+            run.problem = f"{run.results} is gone"
+            run.ready.set()
+        except OSError as exc:
+            run.problem = f"cannot read {run.results}: {exc.strerror or exc}"
+            run.ready.set()
+        finally:
+            run.busy = False
+
+    def give_way(self) -> None:
+        """In the indexing thread: wait (GIL released) while requests are answered and a moment
+        after (at most ``MAX_GIVE_S``), so that a page's requests get the whole interpreter."""
+        until = time.monotonic() + MAX_GIVE_S  # requests without pause must not stop the indexing
+        while not self.awaiting_first and (self.requests or time.monotonic() - self.last_request < QUIET_S) and time.monotonic() < until:
+            time.sleep(0.01)
+
+    def counting(self, app: ASGIApp) -> ASGIApp:
+        """``app``, counting the HTTP requests it answers (``give_way`` waits for them)."""
+        async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":  # the lifespan scope lasts as long as the server
+                await app(scope, receive, send)
+                return
+            self.requests += 1
+            try:
+                await app(scope, receive, send)
+            finally:
+                self.requests -= 1
+                self.last_request = time.monotonic()
+        return counted
+
+    async def current(self, run: Run) -> None:
+        """Bring ``run`` up to date before answering about it: index what its file gained
+        (a live run's new lines, at once), unless the background task is on it; then wait (a
+        moment) for its first lines."""
+        if not run.busy:
+            self.refresh(run)
+        elif not run.ready.is_set():
+            self.awaiting_first += 1
+            try:
+                with trio.move_on_after(READY_WAIT_S):
+                    await run.ready.wait()
+            finally:
+                self.awaiting_first -= 1
+
+    def refresh(self, run: Run, *, max_bytes: int | None = REQUEST_BYTES) -> None:
+        """Index what ``run``'s file gained (up to ``max_bytes``), and read the columns of a
+        live run's new lines, or of the first lines of a big file, at once."""
+        try:
+            run.index.refresh(max_bytes)
+            if len(run.index) - run.index.parsed <= CATCH_UP or run.index.parsed < CATCH_UP:
                 run.index.parse(CATCH_UP)
             run.problem = None
         except FileNotFoundError:
@@ -125,7 +203,7 @@ class Viewer:
         except OSError as exc:
             run.problem = f"cannot read {run.results}: {exc.strerror or exc}"
         if run.summary is None or not run.summary_path or not run.summary_path.exists():
-            if run.live() is None and run.index.parsed == len(run.index):
+            if run.live() is None and run.index.parsed == len(run.index) and not run.index.unread:
                 self._find_summary(run)
 
     def _find_summary(self, run: Run) -> None:
@@ -142,6 +220,7 @@ class Viewer:
             Route("/run/{n:int}", self.page("run")),
             Route("/run/{n:int}/item", self.page("item")),
             Route("/compare", self.page("compare")),
+            Route("/workflow/{n:int}", self.page("workflow")),
             Route("/assets/{name}", self.asset),
             Route("/api/runs", self.api_runs),
             Route("/api/run/{n:int}", self.api_run),
@@ -149,8 +228,9 @@ class Viewer:
             Route("/api/run/{n:int}/item", self.api_item),
             Route("/api/run/{n:int}/control", self.api_control, methods=["POST"]),
             Route("/api/compare", self.api_compare),
+            Route("/api/workflow/{n:int}", self.api_workflow),
         ]
-        return TokenGate(Starlette(routes=routes), self.token)
+        return self.counting(TokenGate(Starlette(routes=routes), self.token))
 
     def page(self, kind: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
@@ -160,7 +240,8 @@ class Viewer:
                 "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
                 "<meta name=viewport content='width=device-width, initial-scale=1'>"
                 "<link rel=icon href='data:,'>"
-                f"<title>dsh-orchestra view</title><link rel=stylesheet href='/assets/view.css?token={token}'></head>"
+                f"<title>dsh-orchestra view</title><link rel=stylesheet href='/assets/view.css?token={token}'>"
+                f"<link rel=stylesheet href='/assets/conversation.css?token={token}'></head>"
                 f"<body data-page={kind}><header class=top><a id=home href='/?token={token}'>dsh-orchestra view</a>"
                 "<span id=crumbs></span></header><main id=main><p class=muted>Loading…</p></main>"
                 "<script type='application/json' id=boot>" + str(embed_json(boot)) + "</script>"
@@ -172,10 +253,10 @@ class Viewer:
 
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
-        types = {"view.js": "text/javascript", "view.css": "text/css"}
+        types = {"view.js": "text/javascript", "view.css": "text/css", "conversation.css": "text/css"}
         if name not in types:
             return Response("not found\n", status_code=404, media_type="text/plain")
-        text = _asset(name)
+        text = conversation_css() if name == "conversation.css" else _asset(name)  # the report's, shared
         return Response(text, media_type=types[name], headers={"Cache-Control": "no-store"})
 
     def _run(self, request: Request) -> Run | None:
@@ -186,9 +267,37 @@ class Viewer:
         self.rescan()
         out = []
         for run in self.runs:
-            self.refresh(run)
+            await self.current(run)
             out.append(self._overview(run))
-        return ORJSONResponse({"runs": out, "paths": [str(p) for p in self.paths]})
+        workflows = [self._workflow_overview(n, path) for n, path in enumerate(self.workflows)]
+        return ORJSONResponse({"runs": out, "workflows": workflows, "paths": [str(p) for p in self.paths]})
+
+    def _workflow_overview(self, n: int, path: Path) -> dict[str, Any]:
+        data = workflow_result(path) if path.is_file() else None
+        if data is None:
+            return {"n": n, "file": str(path), "name": path.name, "problem": f"{path} is gone or no longer a workflow result"}
+        steps = [s for s in data["steps"].values() if isinstance(s, dict)]
+        return {"n": n, "file": str(path), "name": data["name"], "status": data["status"], "duration_s": _finite(data.get("duration_s")),
+                "steps": len(steps), "ok_steps": sum(1 for s in steps if s.get("status") == "ok"),
+                "pending": len(data.get("pending") or []), "first_failure": data.get("first_failure"), "problem": None}
+
+    async def api_workflow(self, request: Request) -> Response:
+        n = request.path_params["n"]
+        if not 0 <= n < len(self.workflows):
+            return _missing("no such workflow run")
+        path = self.workflows[n]
+        try:
+            payload = await trio.to_thread.run_sync(functools.partial(build_payload, workflow=path, max_text=MAX_TEXT))
+            raw = workflow_result(path) or {}
+        except (ReportInputError, OSError) as exc:
+            return ORJSONResponse({"error": str(exc)}, status_code=409)
+        flow = payload["workflow"]
+        for step in flow["steps"]:  # each step's output, clipped (the report shows none)
+            output = (raw.get("steps") or {}).get(step["name"], {}).get("output")
+            step["output"] = clip(output if isinstance(output, str) or output is None else orjson.dumps(output).decode(), PREVIEW * 4)[0]
+        pending = [p for p in raw.get("pending") or [] if isinstance(p, dict)]
+        return ORJSONResponse({**flow, "n": n, "file": str(path), "first_failure": raw.get("first_failure"), "pending": pending,
+                               "mermaid": flow.get("mermaid")})
 
     def _overview(self, run: Run) -> dict[str, Any]:
         stats = run_stats(run.index, run.cache)
@@ -202,7 +311,7 @@ class Viewer:
             "scores": scores if scores is not None else stats["scores"], "scores_source": "summary" if scores is not None else "results",
             "cost_usd": summary.get("cost_usd", stats["cost_usd"]) if not live else stats["cost_usd"],
             "start_time": self._start_time(run), "summary": str(run.summary_path) if run.summary_path else None,
-            "generation": run.index.generation, "pending_bytes": run.index.pending,
+            "generation": run.index.generation, "pending_bytes": run.index.pending, "unread_bytes": run.index.unread,
         }
 
     def _start_time(self, run: Run) -> str | None:
@@ -216,7 +325,7 @@ class Viewer:
         run = self._run(request)
         if run is None:
             return _missing("no such run")
-        self.refresh(run)
+        await self.current(run)
         out = self._overview(run)
         stats = run_stats(run.index, run.cache)
         summary = run.summary
@@ -244,7 +353,7 @@ class Viewer:
         run = self._run(request)
         if run is None:
             return _missing("no such run")
-        self.refresh(run)
+        await self.current(run)
         params = dict(request.query_params)
         params.pop("token", None)
         dataset = run.dataset()
@@ -261,6 +370,7 @@ class Viewer:
         page["scorers"] = list(run.index.scores)
         page["lines"] = len(run.index)
         page["parsed"] = run.index.parsed
+        page["unread_bytes"] = run.index.unread
         page["generation"] = run.index.generation
         return ORJSONResponse(page)
 
@@ -296,7 +406,7 @@ class Viewer:
         item_id = request.query_params.get("id")
         if run is None or not item_id:
             return _missing("no such run, or no ?id=")
-        self.refresh(run)
+        await self.current(run)
         try:
             indexes = item_lines(run.index, item_id, run.cache)
             lines = [(i, line) for i, line in zip(indexes, run.index.lines(indexes), strict=True) if line.get("id") == item_id]
@@ -329,7 +439,7 @@ class Viewer:
                 path = transcripts / transcript_name(str(line.get("id")))
             if path.is_file():
                 try:
-                    return transcript_entries(read_transcript(path), line, max_chars=MAX_CONVERSATION, max_text=MAX_TEXT)
+                    return transcript_entries(read_transcript_bounded(path), line, max_chars=MAX_CONVERSATION, max_text=MAX_TEXT)
                 except (OSError, ValueError, EOFError) as exc:
                     fallback = line_entries(line, prompt, max_text=MAX_TEXT)
                     fallback["problem"] = f"the transcript could not be read: {exc}"
@@ -361,9 +471,9 @@ class Viewer:
         except (ValueError, IndexError):
             return ORJSONResponse({"error": "give two runs: ?a=N&b=M (numbers from the runs page)"}, status_code=400)
         for run in (base, candidate):
-            self.refresh(run)
-        base_lines = run_lines(base)
-        candidate_lines = run_lines(candidate)
+            await self.current(run)
+        base_lines = await trio.to_thread.run_sync(run_lines, base)  # offsets only grow meanwhile: the lines asked stay
+        candidate_lines = await trio.to_thread.run_sync(run_lines, candidate)
         try:
             doc = await trio.to_thread.run_sync(functools.partial(compare_runs, base_lines, candidate_lines))
         except CompareInputError as exc:
@@ -388,11 +498,17 @@ async def batch_control(run: Run, command: str, value: Any) -> dict[str, Any]:
     return await trio.to_thread.run_sync(functools.partial(send_command, run.results, command, value))
 
 
+COMPARED = ("id", "epoch", "status", "cost_usd", "duration_s")
+"""What ``compare_runs`` reads of a line (with the scores' values and error flags and the usage)."""
+
+
 def run_lines(run: Run) -> list[dict[str, Any]]:
-    """Every parsed line of a run (each epoch; the first line of each (id, epoch))."""
+    """What a comparison needs of every parsed line of a run (each epoch; the first line of
+    each (id, epoch)), streamed from the file through the offset index: ids, epochs, statuses,
+    score values, usage, cost and duration, never the responses or anything else of a line."""
     seen: set[tuple[str, Any]] = set()
     out = []
-    for _, raw in run.index.iter_raw():
+    for _, raw in run.index.iter_raw(np.arange(run.index.parsed)):
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -401,8 +517,18 @@ def run_lines(run: Run) -> list[dict[str, Any]]:
             key = (line["id"], line.get("epoch"))
             if key not in seen:
                 seen.add(key)
-                out.append(line)
+                out.append(_compared(line))
     return out
+
+
+def _compared(line: dict[str, Any]) -> dict[str, Any]:
+    slim = {k: line[k] for k in COMPARED if k in line}
+    usage, scores = line.get("usage"), line.get("scores")
+    if isinstance(usage, dict):
+        slim["usage"] = {k: usage[k] for k in ("input_tokens", "output_tokens", "total_tokens") if k in usage}
+    if isinstance(scores, dict):
+        slim["scores"] = {name: {k: r[k] for k in ("value", "error") if k in r} if isinstance(r, dict) else r for name, r in scores.items()}
+    return slim
 
 
 def _sum(values: Any) -> float | None:

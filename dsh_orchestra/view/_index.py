@@ -3,9 +3,10 @@ complete line, then a few compact columns per line (status, epoch, duration, err
 reason, tokens, cost, each scorer's value, a key of the id), never the lines themselves.
 
 ``refresh`` finds the lines appended since the last call (offsets only: a scan for newlines;
-a line without its newline yet waits for it); a file that was replaced, cut or rewritten
-underneath is noticed (its identity, size or the bytes before the indexed end changed) and
-indexed again from the start (``generation`` counts how often). ``parse`` fills the columns
+a line without its newline yet waits for it), at most about ``max_bytes`` per call when asked
+(``unread``: the bytes left), so that a server can answer in between; a file that was replaced,
+cut or rewritten underneath is noticed (its identity, size or the bytes before the indexed end
+changed) and indexed again from the start (``generation`` counts how often). ``parse`` fills the columns
 of the next lines (``parsed`` of ``len()`` so far), a step at a time, so that a server can
 answer in between. ``lines`` reads lines from the file on demand.
 """
@@ -16,14 +17,16 @@ import math
 import os
 from array import array
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import orjson
 
 CHUNK = 4 << 20  # bytes read per step while indexing
 PROBE = 64  # bytes before the indexed end compared at each refresh (a rewrite changes them)
+PAUSE_EVERY = 500  # lines parsed between two calls of a job's ``pause``
 
 
 BAD = "(not a result line)"
@@ -66,6 +69,87 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+@attrs.frozen
+class Scan:
+    """The lines ``scan`` found after ``start``: their offsets, where the indexed part ends,
+    the bytes of a torn last line (``pending``), the bytes before ``end`` (a rewrite probe)."""
+
+    start: int
+    identity: tuple[int, int]
+    offsets: array[int]
+    end: int
+    pending: int
+    probe: bytes
+
+
+def scan(path: Path, start: int, max_bytes: int | None = None, pause: Callable[[], None] | None = None) -> Scan:
+    """The offsets of the complete lines of ``path`` after ``start`` (about ``max_bytes`` of
+    them, whole lines, at least one line when there is one); ``pause`` is called between chunks
+    (a server's worker thread waits there while requests run). Touches no index: safe in a thread.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+    """
+    offsets = array("q")
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        handle.seek(start)
+        position, rest, taken, eof = start, b"", 0, False
+        while max_bytes is None or taken < max_bytes or position == start:  # a line longer than the bound: read on to its end
+            chunk = handle.read(CHUNK if max_bytes is None or taken >= max_bytes else min(CHUNK, max_bytes - taken))
+            if not chunk:
+                eof = True
+                break
+            if pause is not None:
+                pause()
+            taken += len(chunk)
+            data = rest + chunk if rest else chunk
+            at = 0
+            find = data.find
+            while True:
+                newline = find(b"\n", at)
+                if newline < 0:
+                    break
+                if newline > at:
+                    offsets.append(position + at)
+                at = newline + 1
+            position += at
+            rest = data[at:]
+        probe_from = max(0, position - PROBE)
+        handle.seek(probe_from)
+        probe = handle.read(position - probe_from)
+    # stopped early: the rest is unread, not a torn line
+    return Scan(start, (info.st_dev, info.st_ino), offsets, position, len(rest) if eof else 0, probe)
+
+
+@attrs.frozen
+class ParseJob:
+    """The lines ``first``.. of an index (their offsets, up to ``end``) whose columns to read."""
+
+    path: Path
+    generation: int
+    first: int
+    offsets: array[int]
+    end: int
+
+    def run(self, pause: Callable[[], None] | None = None) -> ResultsIndex:
+        """Read the lines' columns into a detached index (its own codes); ``pause`` is called
+        every ``PAUSE_EVERY`` lines. Touches no other index: safe in a thread."""
+        chunk = ResultsIndex(self.path)
+        offsets, start = self.offsets, self.offsets[0]
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(self.end - start)
+        last = len(offsets)
+        for number in range(last):
+            if pause is not None and not number % PAUSE_EVERY:
+                pause()
+            at = offsets[number] - start
+            stop = (offsets[number + 1] if number + 1 < last else self.end) - start
+            chunk._add(data[at:stop], self.first + number)
+        return chunk
+
+
 class ResultsIndex:
     """The index of one results file (see the module's docstring)."""
 
@@ -92,16 +176,36 @@ class ResultsIndex:
         self._identity: tuple[int, int] | None = None
         self._probe = b""
         self.pending = 0  # bytes of a last line still without its newline
+        self.unread = 0  # bytes after the indexed end a bounded refresh left for the next call
         self.bad_lines = 0
 
     def __len__(self) -> int:
         return len(self.offsets)
 
+    @property
+    def end(self) -> int:
+        """The byte after the last indexed line."""
+        return self._end
+
     # ---- growing --------------------------------------------------------------------------
 
-    def refresh(self) -> bool:
-        """Index what was appended; True when something changed (lines added, or the file was
-        rewritten and indexed again).
+    def refresh(self, max_bytes: int | None = None) -> bool:
+        """Index what was appended (at most about ``max_bytes`` of it: whole lines, the rest
+        at the next call); True when something changed (lines added, or the file was rewritten
+        and indexed again). ``check``, ``scan`` and ``add_scan`` are its steps, for a caller
+        that scans in another thread.
+
+        Raises:
+            FileNotFoundError: the file is gone.
+        """
+        rewritten, size = self.check()
+        if size == self._end:
+            return rewritten
+        return self.add_scan(scan(self.path, self._end, max_bytes), size) or rewritten
+
+    def check(self) -> tuple[bool, int]:
+        """Notice a rewritten file (then the index starts again, ``generation`` + 1); whether
+        it was, and the file's size now.
 
         Raises:
             FileNotFoundError: the file is gone.
@@ -109,47 +213,27 @@ class ResultsIndex:
         info = os.stat(self.path)
         identity = (info.st_dev, info.st_ino)
         rewritten = self._identity is not None and (identity != self._identity or info.st_size < self._end)
-        with open(self.path, "rb") as handle:
-            if not rewritten and self._end and self._probe:
+        if not rewritten and self._end and self._probe:
+            with open(self.path, "rb") as handle:
                 handle.seek(self._end - len(self._probe))
                 rewritten = handle.read(len(self._probe)) != self._probe
-            if rewritten:
-                self._reset()
-                self.generation += 1
-            self._identity = identity
-            if info.st_size == self._end:
-                self.pending = 0
-                return rewritten
-            before = len(self.offsets)
-            handle.seek(self._end)
-            self._read(handle)
-        return rewritten or len(self.offsets) != before
+        if rewritten:
+            self._reset()
+            self.generation += 1
+        self._identity = identity
+        if info.st_size == self._end:
+            self.pending = self.unread = 0
+        return rewritten, info.st_size
 
-    def _read(self, handle: Any) -> None:
-        position = self._end
-        rest = b""
-        offsets = self.offsets
-        while True:
-            chunk = handle.read(CHUNK)
-            if not chunk:
-                break
-            data = rest + chunk if rest else chunk
-            start = 0
-            find = data.find
-            while True:
-                newline = find(b"\n", start)
-                if newline < 0:
-                    break
-                if newline > start:
-                    offsets.append(position + start)
-                start = newline + 1
-            position += start
-            rest = data[start:]
-        self._end = position
-        self.pending = len(rest)
-        probe_from = max(0, position - PROBE)
-        handle.seek(probe_from)
-        self._probe = handle.read(position - probe_from)
+    def add_scan(self, found: Scan, size: int) -> bool:
+        """Add what ``scan`` found from the indexed end; False (nothing added) when the index
+        moved meanwhile (another refresh, a rewrite)."""
+        if found.start != self._end or found.identity != self._identity:
+            return False
+        self.offsets.extend(found.offsets)
+        self._end, self.pending, self._probe = found.end, found.pending, found.probe
+        self.unread = max(0, size - self._end - self.pending)
+        return len(found.offsets) > 0
 
     def _span(self, index: int) -> tuple[int, int]:
         """Where line ``index`` is: from its offset up to the next line's (or the indexed end)."""
@@ -162,20 +246,44 @@ class ResultsIndex:
         return len(self.keys)
 
     def parse(self, limit: int = 5000) -> int:
-        """Fill the columns of up to ``limit`` more lines; how many were filled."""
+        """Fill the columns of up to ``limit`` more lines; how many were filled. ``parse_job``,
+        ``ParseJob.run`` and ``add_parsed`` are its steps, for a caller that parses in another
+        thread."""
+        job = self.parse_job(limit)
+        return self.add_parsed(job, job.run()) if job is not None else 0
+
+    def parse_job(self, limit: int) -> ParseJob | None:
+        """What the next ``limit`` lines' columns need (None: every line is parsed)."""
         first = self.parsed
         last = min(len(self.offsets), first + limit)
         if last <= first:
+            return None
+        return ParseJob(self.path, self.generation, first, self.offsets[first:last], self._span(last - 1)[1])
+
+    def add_parsed(self, job: ParseJob, chunk: ResultsIndex) -> int:
+        """Add the columns ``job.run()`` read (its codes mapped to this index's); how many
+        lines; 0 when the index moved meanwhile (the job is then stale)."""
+        if job.generation != self.generation or job.first != self.parsed:
             return 0
-        start, end = self.offsets[first], self._span(last - 1)[1]
-        with open(self.path, "rb") as handle:
-            handle.seek(start)
-            data = handle.read(end - start)
-        for index in range(first, last):
-            at = self.offsets[index] - start
-            stop = (self.offsets[index + 1] if index + 1 < last else end) - start
-            self._add(data[at:stop], index)
-        return last - first
+        count = chunk.parsed
+        for name, codes in (("status", "status_codes"), ("errors", "error_codes"), ("finish", "finish_codes")):
+            mine, theirs = getattr(self, codes), getattr(chunk, codes)
+            remap = np.array([mine.code(value) for value in theirs.names], dtype=np.uint16)
+            getattr(self, name).frombytes(remap[np.frombuffer(getattr(chunk, name), dtype=np.uint16)].tobytes())
+        for name in ("epochs", "durations", "tokens", "costs"):
+            getattr(self, name).extend(getattr(chunk, name))
+        before = self.parsed
+        for name in {**self.scores, **chunk.scores}:
+            column = self.scores.get(name)
+            if column is None:
+                column = self.scores[name] = array("d", [math.nan]) * before
+            column.extend(chunk.scores.get(name) or array("d", [math.nan]) * count)
+        self.keys.extend(chunk.keys)
+        if len(self.metadata_keys) < 200:
+            self.metadata_keys.update(chunk.metadata_keys)
+        self.bad_lines += chunk.bad_lines
+        self.problem = chunk.problem or self.problem
+        return count
 
     def _add(self, raw: bytes, index: int) -> None:
         try:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import orjson
+import trio
 
 from ._index import ResultsIndex, id_key
 
@@ -61,6 +62,29 @@ def _summary_of(path: Path) -> dict[str, Any] | None:
     return None
 
 
+WORKFLOW_STATUSES = ("ok", "failed", "cancelled", "interrupted")
+
+
+def workflow_result(path: Path) -> dict[str, Any] | None:
+    """The workflow result a JSON file holds (``WorkflowResult.to_json()``, what ``dsh-orchestra
+    run`` prints as JSON), else None."""
+    if path.suffix != ".json":
+        return None
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        with open(path, "rb") as handle:
+            if b'"steps"' not in handle.read(SNIFF) and path.stat().st_size <= SNIFF:
+                return None
+        value = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if (isinstance(value, dict) and isinstance(value.get("name"), str) and value.get("status") in WORKFLOW_STATUSES
+            and isinstance(value.get("steps"), dict) and "results" not in value):
+        return value
+    return None
+
+
 def _walk(folder: Path) -> Iterator[Path]:
     seen = 0
     for root, dirs, files in os.walk(folder):
@@ -72,21 +96,27 @@ def _walk(folder: Path) -> Iterator[Path]:
             yield Path(root) / name
 
 
-def discover(paths: list[Path]) -> tuple[list[Path], dict[str, tuple[Path, dict[str, Any]]]]:
+def discover(paths: list[Path], workflows: list[Path] | None = None) -> tuple[list[Path], dict[str, tuple[Path, dict[str, Any]]]]:
     """The results files under ``paths`` and the summaries found beside them (by the absolute
-    results path they name).
+    results path they name); the workflow results found go to ``workflows``.
 
     Raises:
-        ViewInputError: a path does not exist, or a file given is not a results file.
+        ViewInputError: a path does not exist, or a file given is neither a results file nor a
+            workflow result.
     """
     results: list[Path] = []
     summaries: dict[str, tuple[Path, dict[str, Any]]] = {}
+    found_workflows: list[Path] = []
     for path in paths:
         if not path.exists():
             raise ViewInputError(f"{str(path)!r} does not exist; give a results file of `dsh-orchestra batch` or a folder holding them")
+        if path.is_file() and path.suffix == ".json" and workflow_result(path) is not None:
+            found_workflows.append(path.resolve())
+            continue
         if path.is_file():
             if not is_results_file(path):
-                raise ViewInputError(f"{str(path)!r} is not a results file (JSON Lines of `dsh-orchestra batch` whose lines have 'id' and 'status')")
+                raise ViewInputError(f"{str(path)!r} is not a results file (JSON Lines of `dsh-orchestra batch` whose lines have 'id' and "
+                                     "'status') nor a workflow result (WorkflowResult.to_json(): what `dsh-orchestra run` prints as JSON)")
             results.append(path.resolve())
             for candidate in _walk(path.parent) if path.parent != path else ():
                 if candidate.parent == path.parent and candidate.suffix == ".json":
@@ -96,19 +126,23 @@ def discover(paths: list[Path]) -> tuple[list[Path], dict[str, tuple[Path, dict[
             if candidate.suffix == ".jsonl" and is_results_file(candidate):
                 results.append(candidate.resolve())
             elif candidate.suffix == ".json":
-                _note_summary(candidate, summaries)
+                if not _note_summary(candidate, summaries) and workflow_result(candidate) is not None:
+                    found_workflows.append(candidate.resolve())
+    if workflows is not None:
+        workflows.extend(dict.fromkeys(found_workflows))
     unique = list(dict.fromkeys(results))
     return unique, summaries
 
 
-def _note_summary(path: Path, summaries: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+def _note_summary(path: Path, summaries: dict[str, tuple[Path, dict[str, Any]]]) -> bool:
     summary = _summary_of(path)
     if summary is None:
-        return
+        return False
     named = Path(summary["results"])
     if not named.is_absolute():
         named = path.parent / named
     summaries[str(named.resolve())] = (path.resolve(), summary)
+    return True
 
 
 def resolve(name: Any, *bases: Path) -> Path | None:
@@ -213,6 +247,8 @@ class Run:
         self._dataset: DatasetIndex | None = None
         self._dataset_path: Path | None = None
         self.problem: str | None = None
+        self.busy = False  # the viewer's background task is indexing it (in a worker thread)
+        self.ready = trio.Event()  # set once its first lines are indexed
 
     def attach_summary(self, path: Path, summary: dict[str, Any]) -> None:
         self.summary_path, self.summary = path, summary

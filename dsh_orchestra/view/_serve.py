@@ -103,8 +103,10 @@ def check_paths(paths: list[Path]) -> list[Path]:
     from ._runs import discover
 
     chosen = paths or [Path(os.getcwd())]
-    results, _ = discover(chosen)
-    if not results:
+    workflows: list[Path] = []
+    results, _ = discover(chosen, workflows)
+    if not results and not workflows:
         where = ", ".join(repr(str(p)) for p in chosen)
-        raise ViewInputError(f"no results file of `dsh-orchestra batch` under {where}: give a results file (.jsonl) or a folder holding one")
+        raise ViewInputError(f"no results file of `dsh-orchestra batch` (nor workflow result: WorkflowResult.to_json()) under {where}: "
+                             "give a results file (.jsonl) or a folder holding one")
     return chosen

@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -85,3 +86,23 @@ def test_cut_and_rewritten_files(viewer: Callable[..., RunningViewer], tmp_path:
     results.unlink()
     gone = get(v, "/api/run/0")
     assert "is gone" in gone["problem"]
+
+
+def test_the_first_page_while_the_index_is_built(viewer: Callable[..., RunningViewer], tmp_path: Path, monkeypatch: Any) -> None:
+    """The background task indexes in small steps (lowered here) in a worker thread that gives
+    way to requests; a request for a run whose first lines are not read yet waits for them (the
+    thread must not give way to that request): the first page has its 50 rows at once."""
+    monkeypatch.setattr("dsh_orchestra.view._app.STEP_BYTES", 64 << 10)
+    monkeypatch.setattr("dsh_orchestra.view._app.REQUEST_BYTES", 16 << 10)
+    results = tmp_path / "r.jsonl"
+    results.write_bytes(b"".join(orjson.dumps({"id": f"i{n:05d}", "status": "ok", "final_response": "r" * 60}) + b"\n"
+                                 for n in range(30_000)))
+    v = viewer(results)
+    page = get(v, "/api/run/0/items")
+    assert [row["id"] for row in page["items"]] == [f"i{n:05d}" for n in range(50)]
+    deadline = time.monotonic() + 120
+    run = get(v, "/api/run/0")
+    while (run["parsed"] < 30_000 or run["unread_bytes"]) and time.monotonic() < deadline:
+        time.sleep(0.3)  # a page polls every 0.5 s; between requests the indexing thread goes on
+        run = get(v, "/api/run/0")
+    assert run["lines"] == run["items"] == 30_000

@@ -49,6 +49,36 @@ def test_grows_with_the_file_and_waits_for_a_torn_line(tmp_path: Path) -> None:
     assert index.generation == 0
 
 
+def test_a_bounded_refresh_indexes_whole_lines_a_step_at_a_time(tmp_path: Path) -> None:
+    """``refresh(max_bytes)`` stops after about that many bytes at a line's end (``unread``:
+    what is left); a line longer than the bound is read whole; a torn last line still waits."""
+    path = tmp_path / "r.jsonl"
+    lines = [line(f"i{n:03d}") for n in range(100)] + [line("long", final_response="x" * 5000)] + [line("z")]
+    path.write_bytes(b"".join(lines))
+    size = path.stat().st_size
+    index = ResultsIndex(path)
+    assert index.refresh(max_bytes=1000)
+    first = len(index)
+    assert 0 < first < 100 and index.unread == size - index.offsets[-1] - len(lines[first - 1]) and index.pending == 0
+    steps = 1
+    while index.unread:
+        assert index.refresh(max_bytes=1000)
+        steps += 1
+    assert len(index) == 102 and steps > 5
+    while index.parse(7):
+        pass
+    assert [v["id"] for v in index.lines([0, 99, 100, 101])] == ["i000", "i099", "long", "z"]
+    assert index.lines([100])[0]["final_response"] == "x" * 5000
+    # the bound is smaller than the long line: it is still read whole, at once
+    again = ResultsIndex(path)
+    while again.refresh(max_bytes=10) or again.unread:
+        pass
+    assert list(again.offsets) == list(index.offsets)
+    with open(path, "ab") as handle:
+        handle.write(line("torn")[:9])
+    assert not index.refresh(max_bytes=1000) and index.pending == 9 and index.unread == 0
+
+
 def test_a_rewritten_file_is_indexed_again(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_bytes(line("a") + line("b") + line("c"))

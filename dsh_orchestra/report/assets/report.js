@@ -35,6 +35,8 @@
   var COL = {};
   batch.columns.forEach(function (name, i) { COL[name] = i; });
   var rows = batch.rows, details = batch.details;
+  var NOT_EMBEDDED = { attempts: "—", not_embedded: true };  // a row past the report's cap of embedded details
+  for (var di = 0; di < details.length; di++) if (details[di] === null) details[di] = NOT_EMBEDDED;
   var byId = new Map();  // not an object: ids such as "__proto__" or "toString" are ids like any other
   rows.forEach(function (row, i) { if (!byId.has(row[COL.id])) byId.set(row[COL.id], i); });
 
@@ -210,6 +212,7 @@
         node.appendChild(el("div", { "class": "who" }, "tool call " + (e.name || "?")));
         node.appendChild(el("pre", { "class": "text args" }, e.args));
         (e.approvals || []).forEach(function (a) { node.appendChild(approvalNode(a)); });
+        if (e.questions && e.questions.length) renderEntries(node, e.questions);
         if (e.children && e.children.length) {
           var kids = el("div", { "class": "children" });
           renderEntries(kids, e.children);
@@ -228,6 +231,14 @@
         node.appendChild(inner);
       } else if (e.k === "approval") {
         node = approvalNode(e);
+      } else if (e.k === "question") {
+        node = el("div", { "class": "entry question", "data-kind": "question" });
+        node.appendChild(el("div", { "class": "who" }, "question"));
+        node.appendChild(el("pre", { "class": "text q" }, e.text));
+        if (e.options && e.options.length) node.appendChild(el("div", { "class": "muted" }, "options: " + e.options.join(" | ")));
+        node.appendChild(el("div", { "class": "who" }, "answer" + (e.outcome ? " · " + e.outcome : "") + (e.answered_by ? " · by " + e.answered_by : "")));
+        node.appendChild(el("pre", { "class": "text a" }, e.answer === null || e.answer === undefined ? "—" : e.answer));
+        if (e.error) node.appendChild(el("div", { "class": "muted" }, e.error));
       } else if (e.k === "notice") {
         node = el("div", { "class": "entry notice", "data-kind": "notice" }, e.text);
       } else return;
@@ -247,6 +258,11 @@
       dl.appendChild(el("dd", { "data-field": pair[0] }, pair[1]));
     });
     body.appendChild(dl);
+    if (d.not_embedded) {
+      body.appendChild(el("p", { "class": "note", id: "detail-not-embedded" }, "This report embeds the details of " + batch.details_embedded +
+        " of its " + rows.length + " items (those in error or with a score below 1 first). Open this item with `dsh-orchestra view` over the results file."));
+      return finishOpen(i, push);
+    }
     if (d.transcript && safeLink(d.transcript)) {
       var p = el("p");
       p.appendChild(el("a", { href: d.transcript, id: "detail-transcript", download: "" }, "Transcript (JSON Lines, gzip)"));
@@ -320,6 +336,11 @@
       section("Metadata");
       body.appendChild(el("pre", { "class": "text" }, JSON.stringify(d.metadata, null, 2)));
     }
+    finishOpen(i, push);
+  }
+
+  function finishOpen(i, push) {
+    var r = rows[i];
     panel.hidden = false;
     panel.setAttribute("data-item", r[COL.id]);
     if (selected) selected.classList.remove("selected");

@@ -96,8 +96,29 @@
         i.addEventListener("change", function () { button.disabled = document.querySelectorAll("input.pick:checked").length !== 2; });
       });
       button.disabled = document.querySelectorAll("input.pick:checked").length !== 2;
+      drawWorkflows(data.workflows || []);
       document.body.dataset.ready = "1";
-      return data.runs.some(function (r) { return r.live || r.parsed < r.lines; });
+      return data.runs.some(function (r) { return r.live || r.parsed < r.lines || r.unread_bytes; });
+    }
+    var flows = el("section", { id: "workflows", hidden: "" });
+    add(main, flows);
+    function drawWorkflows(list) {
+      flows.hidden = !list.length;
+      clear(flows);
+      if (!list.length) return;
+      var tb = el("tbody");
+      list.forEach(function (w) {
+        add(tb, add(el("tr", { "data-workflow": w.n }),
+          add(el("td"), el("a", { href: url("/workflow/" + w.n), "class": "workflow-link" }, w.name), el("div", { "class": "muted small" }, w.file)),
+          add(el("td", { "class": "state" }), w.problem ? problem(w.problem) : badge(w.status)),
+          el("td", { "class": "num steps" }, w.problem ? "—" : num(w.ok_steps) + " / " + num(w.steps)),
+          el("td", { "class": "num" }, w.problem ? "—" : num(w.pending)), el("td", { "class": "num" }, secs(w.duration_s)),
+          el("td", null, w.first_failure || "")));
+      });
+      add(flows, el("h2", null, "Workflow runs"), add(el("table", { "class": "plain", id: "workflows-table" }),
+        add(el("thead"), add(el("tr"), el("th", null, "workflow"), el("th", null, "status"), el("th", { "class": "num" }, "steps ok"),
+          el("th", { "class": "num" }, "waiting for answers"), el("th", { "class": "num" }, "duration"), el("th", null, "first failure"))), tb),
+        el("p", { "class": "muted small" }, "Workflow results: the JSON of `dsh-orchestra run --json` (WorkflowResult.to_json())."));
     }
     function tick() {
       api("/api/runs").then(function (data) { if (draw(data)) setTimeout(tick, POLL_MS); })
@@ -304,7 +325,7 @@
       add(table, tbody);
       var end = Math.min(page.total, page.offset + page.items.length);
       info.textContent = page.total ? "Items " + (page.offset + 1) + "–" + end + " of " + page.total : "No items match";
-      if (page.parsed < page.lines) info.textContent += " (reading lines: " + page.parsed + " of " + page.lines + ")";
+      if (page.parsed < page.lines || page.unread_bytes) info.textContent += " (reading lines: " + page.parsed + " of " + page.lines + (page.unread_bytes ? "+" : "") + ")";
       pager.querySelector("#page-prev").disabled = page.offset === 0;
       pager.querySelector("#page-next").disabled = end >= page.total;
       document.body.dataset.items = String(page.total);
@@ -330,7 +351,7 @@
     var filtersDrawn = false;
     function poll(once) {
       return api("/api/run/" + n).then(function (run) {
-        var mark = [run.lines, run.parsed, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
+        var mark = [run.lines, run.parsed, run.unread_bytes, run.generation, run.live, run.summary, run.pending_bytes, run.problem, JSON.stringify(run.progress)].join("/");
         if (mark !== seen) {
           var first = seen === null;
           seen = mark;
@@ -338,7 +359,7 @@
           if (!filtersDrawn || (run.stats && Object.keys(run.stats.scores).length !== scorers.length)) { drawFilters(run.stats); filtersDrawn = true; }
           if (!first) loadItems();  // the first page was asked for at once, beside the summary
         }
-        if (!once && (run.live || run.parsed < run.lines || run.pending_bytes)) setTimeout(poll, POLL_MS);
+        if (!once && (run.live || run.parsed < run.lines || run.unread_bytes || run.pending_bytes)) setTimeout(poll, POLL_MS);
         else if (!once) document.body.dataset.finished = "1";
       }).catch(function (e) { clear(head); add(head, problem(e.message)); });
     }
@@ -357,6 +378,7 @@
         node = el("div", { "class": "entry tool" + (e.is_error ? " tool-error" : ""), "data-kind": "tool" });
         add(node, el("div", { "class": "who" }, "tool call: " + (e.name || "?")), el("pre", { "class": "args" }, typeof e.args === "string" ? e.args : JSON.stringify(e.args, null, 2)));
         (e.approvals || []).forEach(function (a) { add(node, approval(a)); });
+        if (e.questions && e.questions.length) renderEntries(node, e.questions);
         if (e.children && e.children.length) { var kids = el("div", { "class": "children" }); renderEntries(kids, e.children); add(node, kids); }
         if (e.result !== undefined && e.result !== null) add(node, el("div", { "class": "who" }, e.is_error ? "result (error)" : "result"), el("pre", { "class": "result" }, e.result));
       } else if (e.k === "subagent") {
@@ -367,8 +389,10 @@
         add(node, inner);
       } else if (e.k === "approval") node = approval(e);
       else if (e.k === "question") {
-        node = add(el("div", { "class": "entry question", "data-kind": "question" }), el("div", { "class": "who" }, "question"), el("pre", null, e.text),
-          el("div", { "class": "who" }, "answer"), el("pre", null, e.answer === undefined || e.answer === null ? "—" : e.answer));
+        node = add(el("div", { "class": "entry question", "data-kind": "question" }), el("div", { "class": "who" }, "question"), el("pre", { "class": "q" }, e.text),
+          e.options && e.options.length ? el("div", { "class": "muted options" }, "options: " + e.options.join(" | ")) : null,
+          el("div", { "class": "who" }, "answer" + (e.outcome ? " · " + e.outcome : "") + (e.answered_by ? " · by " + e.answered_by : "")),
+          el("pre", { "class": "a" }, e.answer === undefined || e.answer === null ? "—" : e.answer), e.error ? problem(e.error) : null);
       } else node = el("div", { "class": "entry notice", "data-kind": e.k || "notice" }, e.text);
       box.appendChild(node);
     });
@@ -432,6 +456,62 @@
     }).catch(function (e) { clear(main); add(main, problem(e.message)); document.body.dataset.ready = "1"; });
   }
 
+  // ---- workflow -----------------------------------------------------------------------------
+  function workflowPage() {
+    var n = boot.n;
+    api("/api/workflow/" + n).then(function (w) {
+      crumb([["workflow " + w.name, null]]);
+      clear(main);
+      var head = el("section", { id: "workflow-summary" });
+      var okSteps = w.steps.filter(function (s) { return s.status === "ok"; }).length;
+      add(head, add(el("h2", null, "workflow " + w.name + " "), add(el("span", { id: "workflow-status" }, null), badge(w.status))),
+        el("p", { "class": "muted small" }, w.file),
+        add(el("div", { "class": "cards" }), card("steps", num(w.steps.length), "card-steps"), card("ok", num(okSteps), "card-steps-ok", "ok"),
+          card("not ok", num(w.steps.length - okSteps), "card-steps-bad", w.steps.length - okSteps ? "bad" : ""),
+          card("duration", secs(w.duration_s), "card-duration"), card("failure policy", w.failure_policy, "card-policy")));
+      if (w.first_failure) add(head, problem("first failure: " + w.first_failure));
+      add(main, head);
+      if (w.pending.length) {
+        var pend = add(el("section", { id: "pending" }), el("h2", null, "Waiting for answers"));
+        w.pending.forEach(function (q) {
+          add(pend, add(el("div", { "class": "entry question", "data-interrupt": q.id }), el("div", { "class": "who" }, q.id),
+            el("pre", null, q.question), q.choices && q.choices.length ? el("div", { "class": "muted" }, "choices: " + q.choices.join(" | ")) : null));
+        });
+        add(pend, el("p", { "class": "muted small" }, "Answer with: dsh-orchestra run RECIPE --checkpoint PATH --resume --answer ID=VALUE"));
+        add(main, pend);
+      }
+      var steps = add(el("section", { id: "steps" }), el("h2", null, "Steps"));
+      var tb = el("tbody");
+      w.steps.forEach(function (s) {
+        add(tb, add(el("tr", { "data-step": s.name }), el("td", { "class": "c-step" }, s.name), add(el("td"), badge(s.status)),
+          el("td", { "class": "num" }, s.started_s === null ? "—" : secs(s.started_s)), el("td", { "class": "num" }, secs(s.duration_s)),
+          el("td", { "class": "num" }, num(s.attempts)), el("td", { "class": "num items" }, num(s.ok_items) + " / " + num(s.items.length)),
+          el("td", { "class": "num" }, num(s.subagents)), el("td", { "class": "num" }, num(s.approvals)),
+          el("td", null, s.errors.length ? s.errors[0].type + ": " + s.errors[0].message : (s.reason || ""))));
+      });
+      add(steps, add(el("div", { "class": "table-box" }), add(el("table", { "class": "plain", id: "steps-table" }),
+        add(el("thead"), add(el("tr"), el("th", null, "step"), el("th", null, "status"), el("th", { "class": "num" }, "started"),
+          el("th", { "class": "num" }, "duration"), el("th", { "class": "num" }, "attempts"), el("th", { "class": "num" }, "items ok"),
+          el("th", { "class": "num" }, "subagents"), el("th", { "class": "num" }, "approvals"), el("th", null, "error or reason"))), tb)));
+      add(main, steps);
+      w.steps.forEach(function (s) {
+        var box = add(el("details", { "class": "step", "data-step": s.name }), el("summary", null, s.name + " · " + s.status + " · " + s.items.length + " item(s)"));
+        if (s.output !== null && s.output !== undefined) add(box, el("h4", null, "output"), el("pre", { "class": "output" }, s.output));
+        s.items.forEach(function (it) {
+          var row = add(el("div", { "class": "entry", "data-item": it.index === null ? "" : it.index }),
+            add(el("div", { "class": "who" }, (it.index === null ? "item" : "item " + it.index) + " · " + it.status + " · " + secs(it.duration_s) +
+              " · attempts " + num(it.attempts) + (it.finish_reason ? " · " + it.finish_reason : "") + (it.session_id ? " · session " + it.session_id : ""))));
+          if (it.final_response) add(row, el("pre", null, it.final_response));
+          if (it.error) add(row, problem(it.error.type + ": " + it.error.message));
+          (it.approvals || []).forEach(function (a) { add(row, approval({ tool: a.tool_name, outcome: a.outcome, rule: a.rule })); });
+          add(box, row);
+        });
+        add(main, add(el("section", { "class": "step-box" }), box));
+      });
+      document.body.dataset.ready = "1";
+    }).catch(function (e) { clear(main); add(main, problem(e.message)); document.body.dataset.ready = "1"; });
+  }
+
   // ---- compare ------------------------------------------------------------------------------
   function comparePage() {
     var q = new URLSearchParams(location.search), a = q.get("a"), b = q.get("b");
@@ -486,5 +566,5 @@
     }).catch(function (e) { clear(main); add(main, problem(e.message)); document.body.dataset.ready = "1"; });
   }
 
-  ({ runs: runsPage, run: runPage, item: itemPage, compare: comparePage })[boot.page]();
+  ({ runs: runsPage, run: runPage, item: itemPage, compare: comparePage, workflow: workflowPage })[boot.page]();
 })();
