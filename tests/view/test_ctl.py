@@ -26,7 +26,7 @@ regex = "^SLOW"
 reply = "done slowly"
 delay = 0.8
 '''
-ITEMS = 60
+ITEMS = 90  # 0.8 s each: at concurrency 1 the run lasts far longer than a loaded machine takes to start `ctl`
 DEADLINE = 120.0
 
 
@@ -79,16 +79,18 @@ def start_batch(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Pat
 def test_pause_resume_concurrency_stop_and_resume(tmp_path: Path) -> None:
     process, results = start_batch(tmp_path)
     try:
+        assert status(results)["concurrency"] == 3
+        # one at a time first (over the socket, at once): the run outlasts the slow `ctl` starts below
+        assert send_command(results, "concurrency", 1)["concurrency"] == 1
         shown = cli("ctl", results, "status", "--json", timeout=60)
         assert shown.returncode == 0, shown.stderr
         first = json.loads(shown.stdout)
-        assert first["state"] == "running" and first["total"] == ITEMS and first["concurrency"] == 3 and first["capacity"] == 3
+        assert first["state"] == "running" and first["total"] == ITEMS and first["concurrency"] == 1 and first["capacity"] == 3
         note = orjson.loads(Path(str(results) + ".lock").read_bytes())
         socket_path = Path(note["control"])
         assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
         assert stat.S_IMODE(socket_path.parent.stat().st_mode) == 0o700
 
-        assert send_command(results, "concurrency", 1)["concurrency"] == 1
         wait_until(lambda: status(results)["in_flight"] <= 1, "at most one item in flight")
 
         paused = cli("ctl", results, "pause", timeout=60)
