@@ -210,20 +210,27 @@ def apply_grant(limiter: AdaptiveLimiter, grant: QuotaGrant) -> None:
         limiter.hold(grant.hold_s)
 
 
-async def follow_quota(limiter: AdaptiveLimiter, exchange: Callable[[QuotaReport], Awaitable[QuotaGrant]], *,
+async def follow_quota(limiter: AdaptiveLimiter, exchange: Callable[[QuotaReport], Awaitable[QuotaGrant | None]], *,
                        every: float = REPORT_EVERY,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Keep ``limiter`` (fixed, ``minimum`` 0) at this member's share: report every ``every``
-    seconds through ``exchange`` (a call to the coordinator) and apply the grant. Started
-    (``nursery.start``) once the first grant is applied. Runs until cancelled; an error of
-    ``exchange`` (the coordinator is gone) ends it."""
+    seconds through ``exchange`` (a call to the coordinator) and apply the grant; ``exchange``
+    returning None (no answer this time) keeps the limits as they are. Started
+    (``nursery.start``) once a first grant is applied. Runs until cancelled."""
     seen = limiter.successes
     started = False
     while True:
         successes, seen = limiter.successes - seen, limiter.successes
         report = quota_report(limiter, successes)
+        window = limiter.limited_window
         limiter.limited_window = None
-        apply_grant(limiter, await exchange(report))
+        grant = await exchange(report)
+        if grant is None:  # not heard: report the same again next time
+            seen -= successes
+            limiter.limited_window = window if limiter.limited_window is None else max(window or 0, limiter.limited_window)
+            await trio.sleep(every)
+            continue
+        apply_grant(limiter, grant)
         if not started:
             started = True
             task_status.started()

@@ -172,14 +172,18 @@ class NodeGatewayActor:
         register_secrets([v for v in (api_key, gateway.token) if v])
         self._stop = trio.Event()
 
-        async def exchange(report: QuotaReport) -> QuotaGrant:
-            grant: QuotaGrant = await wait_ref(coordinator.report.remote(self.name, report))
+        async def exchange(report: QuotaReport) -> QuotaGrant | None:
+            try:
+                grant: QuotaGrant = await wait_ref(coordinator.report.remote(self.name, report))
+            except Exception as exc:  # noqa: BLE001 - the coordinator is unreachable: keep the last share
+                log.warning("node gateway %s: the quota coordinator did not answer: %s", self.name, exc)
+                return None
             return grant
 
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(gateway.run)
-                await nursery.start(follow_quota, limiter, exchange)  # ends the gateway if the coordinator is gone
+                await nursery.start(follow_quota, limiter, exchange)
                 self._gateway = gateway
                 self._token = trio.lowlevel.current_trio_token()
                 self._ready.set()
@@ -217,9 +221,12 @@ class NodeGateways:
         self.key_box = [ray.put(key)]
         self.actor_options = {k: v for k, v in actor_options.items() if k == "runtime_env"}
         options = config.options
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = _head_node(ray)  # the run ends with the head node anyway
         self.coordinator = ray.remote(QuotaCoordinator).options(
             name=f"dsh-orchestra-{run_id}-quota", num_cpus=0, max_restarts=0, max_concurrency=1,
-            **self.actor_options,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True), **self.actor_options,
         ).remote(options.model_concurrency, options.model_rate)
         self.nodes: dict[str, _Node] = {}
 
@@ -302,6 +309,14 @@ class NodeGateways:
             self.ray.kill(self.coordinator, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - gone already
             log.debug("ray.kill(quota coordinator): %s", exc)
+
+
+def _head_node(ray: Any) -> str:
+    """The head node's id (it holds Ray's control store: the run ends with it), else the driver's node."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in (node.get("Resources") or {}):
+            return str(node["NodeID"])
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def host_secrets(secrets: dict[str, str], key: str | None, names: set[str], api_key_name: str) -> dict[str, str]:
