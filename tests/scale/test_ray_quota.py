@@ -216,10 +216,11 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
             while True:
                 for process in psutil.process_iter():
                     try:
-                        if "dsh" in process.name() and str(tmp_path) in " ".join(process.cmdline() + [process.cwd()]):
-                            seen_envs.append(process.environ())
+                        environ = process.environ()
                     except psutil.Error:
-                        pass
+                        continue
+                    if environ.get("DSH_HOME", "").startswith(str(tmp_path)):  # a runtime of this run
+                        seen_envs.append(environ)
                 await trio.sleep(0.5)
 
         async with trio.open_nursery() as nursery:
@@ -238,6 +239,9 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
     assert {r.api_key for r in model.requests} == {KEY}  # the gateways sent the real key upstream
     assert seen_envs, "no runtime process was seen"
     assert all(KEY not in value for env_ in seen_envs for value in env_.values())
+    assert {env_.get("DEEPSEEK_API_KEY", "")[:8] for env_ in seen_envs} == {"dsho-gw-"}  # the run's token
+    assert len({env_["DEEPSEEK_BASE_URL"] for env_ in seen_envs}) == 2  # a gateway on each node
+    assert all(env_["DEEPSEEK_BASE_URL"].startswith("http://127.0.0.1:") for env_ in seen_envs)
     named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("dsh-orchestra-")]
     assert named == []
 
