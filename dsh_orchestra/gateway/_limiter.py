@@ -4,7 +4,8 @@ AIMD (additive increase, multiplicative decrease) when adaptive: +1 after a wind
 successes (as many successes in a row as the current limit), x0.5 on a rate-limit or
 overload answer (once per window: answers to calls that started before the last decrease do
 not halve it again). A ``retry-after`` holds every new call until it passes. An optional rate
-paces the starts (at most ``rate`` a second, evenly spaced, no burst). Waiting calls are let
+paces the starts (at most ``rate`` a second, evenly spaced; a start that woke up late does not
+push the later ones back). Waiting calls are let
 through in arrival order; a retry goes to the head of the line. Time is trio's clock, so tests
 drive it with ``MockClock``.
 
@@ -127,8 +128,10 @@ class AdaptiveLimiter:
         self._queue.popleft()
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        if self.rate is not None:
-            self.next_start = trio.current_time() + 1.0 / self.rate
+        if self.rate is not None:  # the next slot: one interval after this one's (a late wake-up does not shift it)
+            interval, now = 1.0 / self.rate, trio.current_time()
+            slot = self.next_start if now - self.next_start < interval else now
+            self.next_start = slot + interval
         self._notify()  # the next in line may go too
         return self._epoch
 

@@ -277,3 +277,21 @@ async def test_the_gateway_waits_what_retry_after_says_not_the_backoff() -> None
     gateway = Gateway(upstream="http://127.0.0.1:9", api_key=None)
     assert gateway.pause(5, 0.25) == 0.25  # the 5th retry's backoff would be 8-16 s
     assert 8.0 <= gateway.pause(5, None) <= 16.0
+
+
+async def test_a_late_start_does_not_push_the_pacing_back(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(64, adaptive=False, rate=10.0)
+    begin = trio.current_time()
+    limiter.release(await limiter.acquire(), "ok")  # t=0; the next slot at 0.1
+    await trio.sleep(0.13)  # as if woken 30 ms late
+    limiter.release(await limiter.acquire(), "ok")  # t=0.13: the next slot stays at 0.2, not 0.23
+    starts = []
+    for _ in range(2):
+        limiter.release(await limiter.acquire(), "ok")
+        starts.append(round(trio.current_time() - begin, 6))
+    assert starts == [0.2, 0.3]
+    await trio.sleep(5)  # idle: no burst saved up
+    t0 = trio.current_time()
+    for _ in range(3):
+        limiter.release(await limiter.acquire(), "ok")
+    assert round(trio.current_time() - t0, 6) == 0.2
