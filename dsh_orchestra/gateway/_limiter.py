@@ -6,7 +6,7 @@ overload answer (once per window: answers to calls that started before the last 
 not halve it again). A ``retry-after`` holds every new call until it passes. An optional rate
 paces the starts (at most ``rate`` a second, evenly spaced; a start that woke up late does not
 push the later ones back). Waiting calls are let
-through in arrival order; a retry goes to the head of the line. Time is trio's clock, so tests
+through in arrival order; a retry goes to the head of the line (behind earlier retries). Time is trio's clock, so tests
 drive it with ``MockClock``.
 
 :meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
@@ -52,6 +52,7 @@ class AdaptiveLimiter:
         self._streak = 0
         self._epoch = 0  # the window: bumped at each decrease; a ticket remembers the window it started in
         self._queue: collections.deque[object] = collections.deque()
+        self._fronts = 0  # retries at the head of the queue
         self._changed = trio.Event()
         if rate is not None:
             self.set_rate(rate)
@@ -105,10 +106,12 @@ class AdaptiveLimiter:
 
     async def acquire(self, *, front: bool = False) -> int:
         """Wait for a place (in arrival order, after any hold and the pacing); returns a ticket
-        for ``release``. ``front``: go to the head of the line (a retry of a call that waited)."""
+        for ``release``. ``front``: go to the head of the line, behind the retries already there (a retry of a
+        call that waited)."""
         me = object()
-        if front:
-            self._queue.appendleft(me)
+        if front:  # behind the retries already waiting (in their order), ahead of every new call
+            self._queue.insert(self._fronts, me)
+            self._fronts += 1
         else:
             self._queue.append(me)
         try:
@@ -123,9 +126,11 @@ class AdaptiveLimiter:
                     await changed.wait()
         except BaseException:
             self._queue.remove(me)
+            self._fronts -= front
             self._notify()
             raise
         self._queue.popleft()
+        self._fronts -= front
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if self.rate is not None:  # the next slot: one interval after this one's (a late wake-up does not shift it)

@@ -265,10 +265,11 @@ async def test_a_retry_goes_to_the_head_of_the_line(autojump_clock: trio.testing
         for name in ("new-1", "new-2"):
             nursery.start_soon(call, name, False)
             await trio.sleep(0.1)
-        nursery.start_soon(call, "retry", True)
-        await trio.sleep(0.1)
+        for name in ("retry-1", "retry-2"):
+            nursery.start_soon(call, name, True)
+            await trio.sleep(0.1)
         limiter.release(first, "ok")
-    assert order == ["retry", "new-1", "new-2"]
+    assert order == ["retry-1", "retry-2", "new-1", "new-2"]  # retries first, in their own order
 
 
 async def test_the_gateway_waits_what_retry_after_says_not_the_backoff() -> None:
