@@ -67,6 +67,7 @@ def scorer_batch(cwd: Path, body: str, n: int = 6, extra: list[str] | None = Non
     (cwd / "userscorer.py").write_text(textwrap.dedent(body))
     dataset(cwd, n)
     flags = ["--scorer-timeout", "3"] if has_flag("--scorer-timeout") else []
+    flags += ["--json"] if has_flag("--json") else []  # the summary as JSON (a table by default since --json)
     run = cli(["batch", "data.jsonl", "--out", "r.jsonl", "--no-progress", "--score", "userscorer:score", *flags,
                *(extra or [])], cwd, timeout)
     return run, lines(cwd / "r.jsonl")

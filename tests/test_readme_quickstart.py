@@ -30,7 +30,7 @@ def test_the_quick_start_has_exactly_two_commands() -> None:
 def test_the_first_command_runs_the_batch_and_resumes(tmp_path: Path) -> None:
     """The batch part of command one, run twice from a fresh directory: all ok, then all resumed."""
     batch = quick_start_commands()[0].split("&& dsh-orchestra ", 1)[1]
-    argv = [sys.executable, "-m", "dsh_orchestra.cli._main", *shlex.split(batch)]
+    argv = [sys.executable, "-m", "dsh_orchestra.cli._main", *shlex.split(batch), "--json"]  # the summary as JSON
     argv = [str(ROOT / a) if a.startswith("recipes/") else a for a in argv]
     for round_ in range(2):
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)

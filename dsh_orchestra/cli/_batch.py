@@ -23,6 +23,7 @@ from ._common import (
     add_runtime_options,
     answerer_option,
     build_spec,
+    check_judge_runtimes,
     check_numbers,
     fail,
     policy_option,
@@ -40,7 +41,8 @@ from ._ray_options import (  # --ray: scale-out (imports no Ray)
     add_ray_options,
     ray_options,
 )
-from ._score import add_scoring_options
+from ._score import add_scoring_options, scoring_plan
+from ._table import batch_table
 from ._stats import dataset_clusters
 from ..session import warnings_reported
 
@@ -85,6 +87,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="per-item timeout (retried)")
     parser.add_argument("--retries", type=int, default=2, metavar="N", help="retries for retryable failures (default 2)")
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON (default: a table for the terminal)")
     parser.add_argument("--transcripts", default=None, metavar="DIR", help="write each item's notifications to DIR/<id>.jsonl.gz (bounded)")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     add_gateway_options(parser)  # --no-gateway --upstream --api-key-env --model-concurrency --cache ...
@@ -149,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
                 control=True,  # `dsh-orchestra ctl RESULTS ...` and the viewer's buttons
             )
             dataset_clusters(args.cluster_by, args.dataset)
+            if args.scoring is not None:  # a judge's own runtime (only a scoring file names one): checked now
+                check_judge_runtimes(scoring_plan(args, (spec.provider, spec.model)).scorers, args.scoring)
             scale = ray_options(args, spec, temp_home) if args.ray is not None else None
             printed = start_warnings(spec, policy=options.policy, answerer=options.answerer)
         except (UsageError, ValueError) as exc:
@@ -201,7 +206,10 @@ def main(args: argparse.Namespace) -> int:
     for line in summary.warnings:
         if line not in printed:
             say(f"warning: {line}")
-    print(redact(json.dumps(summary.to_json(), indent=2)))
+    if args.json:
+        print(redact(json.dumps(summary.to_json(), indent=2)))
+    else:
+        print(batch_table(summary.to_json()))
     if summary.stopped == "budget":
         return EXIT_BUDGET
     return 0 if summary.error == 0 and not summary.scorers_without_value else 1

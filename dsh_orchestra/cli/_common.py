@@ -197,6 +197,30 @@ def check_startable(spec: RuntimeSpec, flag: str) -> None:
         raise UsageError(f"{flag}: program {program!r} is not on PATH; install it or give its full path")
 
 
+def check_judge_runtimes(scorers: Any, scoring: str | None) -> None:
+    """Refuse, before the first item, a judge whose own ``[judge] runtime`` (of the scoring
+    file ``scoring``) cannot start, as ``check_startable`` refuses ``--runtime``: a program that
+    is not there, the bundled ``dsh`` not installed, ``dsh`` on ``deepseek-official`` without
+    ``DEEPSEEK_API_KEY``. A judge without its own runtime uses the runtime options' (checked
+    with them).
+
+    Raises:
+        UsageError: naming the judge, its runtime, the scoring file and what to fix.
+    """
+    from ..eval import ScoringError, judge_spec
+
+    for spec in scorers:
+        if spec.kind != "judge" or spec.settings.get("runtime") is None:
+            continue
+        try:
+            runtime = judge_spec(spec.settings, dsh_home=os.devnull)  # the home is not used by the check
+        except ScoringError as exc:
+            raise UsageError(message(exc)) from exc
+        if runtime is not None:
+            where = f" of --scoring {scoring}" if scoring else ""
+            check_startable(runtime, f"judge {spec.name!r}: [judge] runtime = {spec.settings['runtime']!r}{where}")
+
+
 def _build(args: argparse.Namespace, kind: str, home: str, workspace: Path, route: dict[str, Any]) -> RuntimeSpec:
     try:
         if kind == "sim":

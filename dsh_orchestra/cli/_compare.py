@@ -23,7 +23,7 @@ from ..report import load_result_lines
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from .._scratch import scratch_dir
 from ._errors import message
-from ._common import UsageError, escape_controls, fail
+from ._common import UsageError, check_judge_runtimes, escape_controls, fail
 from ._paths import Paths
 from ._score import scoring_plan
 from ._stats import lines_clusters
@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
         "a paired bootstrap 95%% interval, a paired test (McNemar's exact test for 0/1 scores, else a sign-flip "
         "permutation test; with --cluster-by a sign-flip test of the clusters' sums) with its p-value raw and "
         "adjusted across candidates and scorers (--correction), the regressions and improvements, usage and "
-        "latency side by side, and a leaderboard. Exit status: 0 compared, 2 bad input.",
+        "latency side by side, and a leaderboard. Exit status (docs/batch.md#exit-status): 0 compared, 2 bad input "
+        "(a judge runtime that cannot start included), 130 interrupted, 143 terminated (SIGTERM).",
     )
     parser.add_argument("base", metavar="BASE", help="the baseline's results file (JSON Lines of `dsh-orchestra batch`)")
     parser.add_argument("candidates", metavar="CANDIDATE", nargs="+", help="a candidate's results file (one or more)")
@@ -188,6 +189,7 @@ def _score_run(args: argparse.Namespace, path: str, lines: list[dict[str, Any]],
     present = set(scorer_names(lines))
     if all(spec.name in present for spec in plan.scorers):
         return lines
+    check_judge_runtimes(plan.scorers, args.scoring)
     items, _ = load_dataset(args.dataset)
     out = os.path.join(directory, f"{what}.jsonl")
     with tempfile.TemporaryDirectory(prefix="dsh-orchestra-home-", dir=directory) as home:

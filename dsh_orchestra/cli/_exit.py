@@ -17,3 +17,5 @@ EXIT_TEMPFAIL = 75
 ``--resume`` continues (``EX_TEMPFAIL`` of sysexits.h)."""
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C)."""
+EXIT_TERMINATED = 143
+"""Terminated (SIGTERM, 128 + 15): stopped and cleaned up as after Ctrl-C."""

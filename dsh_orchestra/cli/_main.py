@@ -7,12 +7,16 @@ it. ``sim`` hands everything after it to the simulator's own parser (its stdout 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
-from typing import Any, Callable, Sequence
+import threading
+from typing import Any, Callable, Iterator, Sequence
 
 from .._logging import configure_cli_logging
 from .._version import __version__
-from ._exit import EXIT_INTERRUPTED, EXIT_USAGE
+from ._exit import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from ._paths import check_command_paths
 
 Command = Callable[[argparse.Namespace], int]
@@ -125,11 +129,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"dsh-orchestra: {message(failure)}", file=sys.stderr)
         return EXIT_USAGE
+    terminated: list[bool] = []
     try:
-        return func(args)
-    except KeyboardInterrupt:  # a command that does not say more (batch and run keep their results and say so)
+        with _sigterm_as_interrupt(terminated, args.command in TERM_AS_INTERRUPT):
+            return func(args)
+    except (KeyboardInterrupt, BaseExceptionGroup) as exc:  # a command that does not say more (batch says more)
+        if isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is None:
+            raise  # not an interruption (trio's nurseries group what they raise)
+        if terminated:
+            print("dsh-orchestra: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
         print("dsh-orchestra: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+TERM_AS_INTERRUPT = ("run", "score", "compare")
+"""The commands SIGTERM stops as Ctrl-C does (cleaning up: temporary files removed, workers and
+runtimes closed), exiting 143 (docs/batch.md#exit-status); ``batch`` handles SIGTERM itself."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(terminated: list[bool], active: bool) -> Iterator[None]:
+    """While the block runs, SIGTERM is turned into SIGINT (which trio delivers safely as
+    KeyboardInterrupt) and noted in ``terminated``. Only in the main thread; else nothing."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        terminated.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,8 @@ answers interrupts (the terminal asks too, when stdin is a TTY).
 
 Exit status (docs/batch.md#exit-status): 0 the workflow succeeded, 1 it failed, 2 bad
 arguments, a recipe that cannot be loaded or a runtime that cannot start, 3 it ended with
-interrupts waiting for answers, 75 it could not run (trouble that may pass), 130 interrupted.
+interrupts waiting for answers, 75 it could not run (trouble that may pass), 130 interrupted,
+143 terminated (SIGTERM, stopped as Ctrl-C stops it).
 Holds no logic of its own: ``load_recipe``, ``checkpoint_changes`` and ``open_workflow`` are
 what a Python user would call.
 """
@@ -16,6 +17,7 @@ what a Python user would call.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -36,9 +38,11 @@ from ..workflow import (
     WorkflowOptions,
     WorkflowResult,
     answer_on_terminal,
+    answer_type,
     checkpoint_changes,
     compact_checkpoint,
     open_workflow,
+    typed_answer,
 )
 from ..workflow import (
     Recipe as Recipe,
@@ -101,7 +105,10 @@ def parse_answers(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...]) -> None:
+def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...], workflow: Workflow) -> None:
+    """Each ``--answer`` against its pending interrupt: one of its choices, or text that reads
+    as the type its step is annotated with (``-> int``: the checkpoint records no type, so it
+    comes from the recipe's code, as the engine takes it)."""
     by_id = {i.id: i for i in pending}
     for key, value in answers.items():
         interrupt = by_id.get(key)
@@ -110,6 +117,10 @@ def _check_answers(answers: dict[str, str], pending: tuple[Interrupt, ...]) -> N
             raise UsageError(f"--answer {key}=...: the checkpoint has no pending interrupt {key!r} (pending: {waiting})")
         if interrupt.choices and value not in interrupt.choices:
             raise UsageError(f"--answer {key}={value}: choose one of {', '.join(interrupt.choices)}")
+        try:
+            typed_answer(key, answer_type(workflow, interrupt), value)
+        except ValueError as exc:
+            raise UsageError(f"--answer {key}={value}: {exc}") from exc
 
 
 def register(sub: Any) -> None:
@@ -122,7 +133,7 @@ def register(sub: Any) -> None:
         "summary, or the whole result as JSON with --json. With --checkpoint the run is journaled as it "
         "goes; --resume continues it after a crash or an interrupt, running only what did not complete. "
         "Exit status: 0 ok, 1 the workflow failed, 2 bad arguments, recipe or runtime, 3 interrupts wait for answers, "
-        "75 it could not run part-way (trouble that may pass), 130 interrupted.",
+        "75 it could not run part-way (trouble that may pass), 130 interrupted, 143 terminated (SIGTERM).",
     )
     parser.add_argument("recipe", help=f"the recipe: a Python file, or a directory holding {RECIPE_FILE}")
     add_runtime_options(parser)
@@ -230,7 +241,7 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
         raise UsageError("--answer answers the interrupts of a checkpoint: give it with --checkpoint PATH --resume")
     if args.resume:
         changes = checkpoint_changes(recipe.workflow, args.checkpoint, inputs=inputs)
-        _check_answers(given, changes.pending)
+        _check_answers(given, changes.pending, recipe.workflow)
         if changes.changed:
             print(f"dsh-orchestra: changed since the checkpoint (they and their dependents run again): "
                   f"{', '.join(changes.changed)}", file=sys.stderr)
@@ -243,10 +254,20 @@ def _answers(args: argparse.Namespace, recipe: Recipe, inputs: dict[str, Any]) -
     if terminal is None:
         return given or None
 
-    def answer(interrupt: Interrupt) -> Any:
+    async def answer(interrupt: Interrupt) -> Any:
         if interrupt.id in given:
             return given[interrupt.id]
-        return terminal(interrupt)
+        kind = answer_type(recipe.workflow, interrupt)
+        while True:  # a typed step's interrupt: asked again until the answer reads as its type
+            value = terminal(interrupt)
+            if inspect.isawaitable(value):
+                value = await value
+            try:
+                if value is not None:
+                    typed_answer(interrupt.id, kind, value)
+                return value
+            except ValueError as exc:
+                print(f"dsh-orchestra: {exc}", file=sys.stderr)
 
     return answer
 

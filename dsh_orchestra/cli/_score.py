@@ -30,8 +30,19 @@ from ..eval import (
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
+from ._exit import EXIT_ERRORS, EXIT_OK
 from ._paths import Paths
-from ._common import UsageError, add_runtime_options, build_spec, check_numbers, fail, say, stdout_to_stderr
+from ._common import (
+    UsageError,
+    add_runtime_options,
+    build_spec,
+    check_judge_runtimes,
+    check_numbers,
+    fail,
+    say,
+    stdout_to_stderr,
+)
+from ._table import score_table
 from ._stats import labels_agreement, read_labels, results_clusters
 
 
@@ -89,12 +100,15 @@ def register(sub: Any) -> None:
         help="re-score finished batch results without running the items again",
         description="Score the lines of RESULTS (a batch's results) against DATASET and write them, with the new "
         "scores, to RESCORED; print the summary. RESULTS is never modified. Only judge scorers start a runtime "
-        "(the runtime options, or [judge] runtime). Exit status: 0 done, 1 a scorer produced no value on any item that ran, 2 bad arguments or input.",
+        "(the runtime options, or [judge] runtime). Exit status (docs/batch.md#exit-status): 0 every line scored and none ended in error, 1 some line of RESULTS "
+        "ended in error or a scorer produced no value on any item that ran, 2 bad arguments or input (a judge runtime "
+        "that cannot start included), 130 interrupted, 143 terminated (SIGTERM; RESCORED is then not written).",
     )
     parser.add_argument("results", metavar="RESULTS", help="a batch results file (JSON Lines)")
     parser.add_argument("--dataset", required=True, metavar="DATASET", help="the dataset the results came from")
     parser.add_argument("--out", required=True, metavar="RESCORED", help="where to write the re-scored result lines")
     parser.add_argument("--summary", default=None, metavar="FILE", help="also write the summary JSON here")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON (default: a table for the terminal)")
     parser.add_argument("--labels", default=None, metavar="LABELS",
                         help='people\'s labels (JSON Lines {"id": ..., "label": <number, true/false or '
                         'correct/partial/incorrect>}): the summary adds each scorer\'s agreement with them (accuracy, '
@@ -123,6 +137,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)
+            check_judge_runtimes(plan.scorers, args.scoring)
             results_clusters(args.cluster_by, args.results)
             labels = read_labels(args.labels, args.results) if args.labels is not None else None
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
@@ -153,5 +168,6 @@ def main(args: argparse.Namespace) -> int:
         if args.summary is not None:
             with open(args.summary, "w", encoding="utf-8") as handle:
                 handle.write(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-    return 1 if summary.get("scorers_without_value") else 0
+    print(json.dumps(summary, indent=2) if args.json else score_table(summary))
+    # docs/batch.md#exit-status: 1 when a line of RESULTS ended in error, as batch's
+    return EXIT_ERRORS if summary.get("error") or summary.get("scorers_without_value") else EXIT_OK

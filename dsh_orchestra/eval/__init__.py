@@ -73,6 +73,7 @@ from ._frames import (
     summary_frame as summary_frame,
 )
 from ._judge import GRADES as GRADES, Judge as Judge, Lease as Lease, JudgeError as JudgeError, Verdict as Verdict, judge_prompt as judge_prompt, open_judges as open_judges
+from ._judge import judge_spec as judge_spec
 from ._metrics import (
     BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
     DEFAULT_REDUCER as DEFAULT_REDUCER,

@@ -5,6 +5,7 @@ Knows nothing about datasets or the CLI.
 """
 
 from .._public import publish as _publish
+from ._answers import answer_type as answer_type, typed_answer as typed_answer
 from ._engine import (
     FailurePolicy as FailurePolicy,
     SessionLostError as SessionLostError,

@@ -26,6 +26,7 @@ from ..session import OK_FINISH_REASONS, Runtime, Session, TurnResult
 from ._events import EventHub
 from ._fingerprint import declared_output, fingerprint
 from ._graph import Step, Workflow
+from ._answers import step_type, typed_answer
 from ._interrupts import APPROVE, InterruptPending, Interrupts, decision_of
 from ._journal import PLAIN, Journal, encode, expand_item
 from ._output import OUTPUT_CONVERTER, OutputParseError, parse_output, repair_prompt
@@ -120,8 +121,12 @@ class StepContext:
             timeout=None, record=self,
         )
 
-    async def interrupt(self, question: str, *, choices: Sequence[str] | None = None, timeout: float | None = None) -> str:  # noqa: ASYNC109 - public API; the answerer's time only
+    async def interrupt(self, question: str, *, choices: Sequence[str] | None = None, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - public API; the answerer's time only
         """Ask a person ``question`` and return the answer (one of ``choices`` when given).
+
+        The answer is text, except in a step annotated ``-> int``, ``-> float`` or ``-> bool``
+        asking without ``choices``: the answer must read as that type (``42``; ``4.5``;
+        ``yes``/``no``, ``true``/``false``) and is returned as one.
 
         This branch waits; the rest of the workflow goes on. The id is ``item_path:N`` (N: the
         interrupts this attempt asked before). With no answer to be had in this run the
@@ -131,7 +136,8 @@ class StepContext:
         Raises:
             TimeoutError: the answerer gave no answer within ``timeout`` seconds.
             InterruptPending: no answer in this run (let it propagate).
-            ValueError: an answer outside ``choices``; empty ``choices``; a bad timeout.
+            ValueError: an answer outside ``choices`` or not of the step's type; empty
+                ``choices``; a bad timeout.
         """
         if not isinstance(question, str) or not question:
             raise ParamValueError("an interrupt needs a non-empty ", Param("question", question, spelled="question"), f", not {question!r}")
@@ -141,11 +147,12 @@ class StepContext:
         if timeout is not None:
             _SECONDS.check("timeout", timeout)
         interrupt = Interrupt(id=self._next_id(), question=question, choices=tuple(choices or ()))
-        answer = await self._engine.run.interrupts.ask(interrupt, timeout)
+        kind = step_type(self._step, interrupt.choices)
+        answer = await self._engine.run.interrupts.ask(interrupt, timeout, kind)
         if answer is None:
             self.paused.append(interrupt)
             raise InterruptPending(interrupt)
-        return answer
+        return typed_answer(interrupt.id, kind, answer)
 
     async def escalated(self, request: ApprovalRequest, timeout: float) -> Decision:  # noqa: ASYNC109 - running out is a rejection
         """Decide an approval the policy left undecided by an interrupt of this step."""

@@ -18,6 +18,7 @@ import trio
 from .._params import Param, ParamValueError, positive
 from ..approvals import ApprovalRequest, Decision, allow, reject
 from ..protocol import OrchestraError
+from ._answers import typed_answer
 from ._events import EventHub
 from ._journal import Journal
 from ._result import Interrupt
@@ -38,11 +39,12 @@ class InterruptPending(OrchestraError):
         self.interrupt = interrupt
 
 
-def check_answer(interrupt: Interrupt, answer: Any) -> str:
-    """``answer`` as the interrupt's answer.
+def check_answer(interrupt: Interrupt, answer: Any, kind: type | None = None) -> str:
+    """``answer`` as the interrupt's answer (text that reads as ``kind``, when given: see
+    ``_answers.typed_answer``).
 
     Raises:
-        ValueError: not a string, or not one of the interrupt's choices.
+        ValueError: not a string, not one of the interrupt's choices, or not a ``kind``.
     """
     if not isinstance(answer, str):
         raise ValueError(f"the answer to interrupt {interrupt.id!r} must be a string, not {type(answer).__name__}")
@@ -50,6 +52,7 @@ def check_answer(interrupt: Interrupt, answer: Any) -> str:
         raise ValueError(
             f"the answer {answer!r} to interrupt {interrupt.id!r} is not one of its choices: {', '.join(interrupt.choices)}"
         )
+    typed_answer(interrupt.id, kind, answer)
     return answer
 
 
@@ -70,19 +73,20 @@ class Interrupts:
         self.pending.pop(interrupt.id, None)
         return answer
 
-    async def ask(self, interrupt: Interrupt, timeout: float | None) -> str | None:  # noqa: ASYNC109 - the answerer's time only
+    async def ask(self, interrupt: Interrupt, timeout: float | None, kind: type | None = None) -> str | None:  # noqa: ASYNC109 - the answerer's time only
         """The answer, or None when none can be had in this run (the interrupt is pending).
+        ``kind``: the type the answer must read as (the asking step's ``-> int``/``float``/``bool``).
 
         Raises:
             TimeoutError: the answerer gave no answer within ``timeout`` seconds.
-            ValueError: the answer is not a string or not among the choices.
+            ValueError: the answer is not a string, not among the choices, or not a ``kind``.
         """
         if self.journal is not None:
             known = self.journal.answers.get(interrupt.id)
             if known is not None and known[0] == interrupt.question and known[1] is not None:
-                return check_answer(interrupt, known[1])
+                return check_answer(interrupt, known[1], kind)
         if isinstance(self.answers, Mapping) and interrupt.id in self.answers:
-            return self._settle(interrupt, check_answer(interrupt, self.answers[interrupt.id]))
+            return self._settle(interrupt, check_answer(interrupt, self.answers[interrupt.id], kind))
         self.pending[interrupt.id] = interrupt
         if self.journal is not None:
             self.journal.put_interrupt(interrupt.id, interrupt.question, interrupt.choices, None)
@@ -99,7 +103,7 @@ class Interrupts:
             raise TimeoutError(f"interrupt {interrupt.id!r} was not answered within {timeout:g} s") from None
         if value is None:
             return None
-        return self._settle(interrupt, check_answer(interrupt, value))
+        return self._settle(interrupt, check_answer(interrupt, value, kind))
 
 
 class _forever:

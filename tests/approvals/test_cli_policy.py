@@ -98,7 +98,7 @@ def test_the_recipe_with_the_batch_command_then_replay(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)
     audit, out = tmp_path / "audit.jsonl", tmp_path / "results.jsonl"
     status = main(["batch", str(RECIPE / "prompts.jsonl"), "--out", str(out), "--script", str(RECIPE / "scenario.toml"),
-                   "--policy", str(RECIPE / "policy.toml"), "--audit", str(audit), "--no-progress"])
+                   "--policy", str(RECIPE / "policy.toml"), "--audit", str(audit), "--no-progress", "--json"])
     assert status == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["approval_outcomes"] == {"allowed-once": 2, "rejected": 2}

@@ -67,7 +67,7 @@ def setup(tmp_path: Path, fake_model: FakeModelServer) -> tuple[list[str], dict[
         {"id": "no", "prompt": "ESC-NO please"},
         {"id": "ask", "prompt": "QUESTION please"},
     ]))
-    args = ["batch", "ds.jsonl", "--out", "r.jsonl", "--runtime", "dsh", "--dsh-home", str(home),
+    args = ["batch", "ds.jsonl", "--out", "r.jsonl", "--json", "--runtime", "dsh", "--dsh-home", str(home),
             "--workspace", str(workspace), "--policy", "policy.toml", "--audit", "audit.jsonl", "--no-progress"]
     env = {"DEEPSEEK_BASE_URL": fake_model.base_url, "DEEPSEEK_API_KEY": "offline-placeholder"}
     return args, env, workspace

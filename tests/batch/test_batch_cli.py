@@ -38,7 +38,7 @@ def test_all_ok_exits_0_and_prints_the_summary(tmp_path: Path, dataset: Path, ca
     policy.write_text(ALLOW_BASH)
     audit = tmp_path / "audit.jsonl"
     status = main(cli_args(dataset, out, tmp_path, "--runtimes", "2", "--concurrency", "3", "--summary", str(summary),
-                           "--policy", str(policy), "--audit", str(audit), "--no-progress"))
+                           "--policy", str(policy), "--audit", str(audit), "--no-progress", "--json"))
     captured = capsys.readouterr()
     assert status == 0, captured.err
     printed = json.loads(captured.out)
@@ -55,7 +55,7 @@ def test_all_ok_exits_0_and_prints_the_summary(tmp_path: Path, dataset: Path, ca
 def test_an_item_in_error_exits_1_with_complete_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dataset = write_dataset(tmp_path / "ds.jsonl", [*items(3), {"id": "bad", "prompt": "E400"}])
     out = tmp_path / "r.jsonl"
-    assert main(cli_args(dataset, out, tmp_path, "--no-progress")) == 1
+    assert main(cli_args(dataset, out, tmp_path, "--no-progress", "--json")) == 1
     results = by_id(out)
     assert len(results) == 4 and results["bad"]["status"] == "error"
     assert json.loads(capsys.readouterr().out)["error"] == 1
@@ -204,7 +204,7 @@ def test_progress_lines_when_not_a_terminal(tmp_path: Path) -> None:
 
 def test_no_progress_prints_nothing(tmp_path: Path) -> None:
     dataset = write_dataset(tmp_path / "ds.jsonl", items(4))
-    done = run_cli([*cli_args(dataset, tmp_path / "r.jsonl", tmp_path), "--no-progress"], cwd=tmp_path)
+    done = run_cli([*cli_args(dataset, tmp_path / "r.jsonl", tmp_path), "--no-progress", "--json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert json.loads(done.stdout)["ok"] == 4
@@ -216,7 +216,7 @@ def test_live_bar_on_a_terminal(tmp_path: Path) -> None:
     dataset = write_dataset(tmp_path / "ds.jsonl", [*items(40, "TICK"), {"id": "bad", "prompt": "E400"}])
     master, slave = pty.openpty()
     env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "COLUMNS": "160"}
-    args = [*cli_args(dataset, tmp_path / "r.jsonl", tmp_path), "--concurrency", "2"]
+    args = [*cli_args(dataset, tmp_path / "r.jsonl", tmp_path), "--concurrency", "2", "--json"]
     process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
@@ -258,7 +258,7 @@ def test_timeout_and_retries_on_the_command_line(tmp_path: Path, capsys: pytest.
     # Only "stuck" may reach the timeout. The others take milliseconds alone, but on a loaded
     # machine the simulator's session-store writes were measured stalling it over a second (disk
     # contention), so 2 s (the bound before) was too close; 8 s costs "stuck" 12 s more.
-    assert main(cli_args(dataset, out, tmp_path, "--timeout", "8", "--retries", "1", "--no-progress")) == 1
+    assert main(cli_args(dataset, out, tmp_path, "--timeout", "8", "--retries", "1", "--no-progress", "--json")) == 1
     results = by_id(out)
     assert results["stuck"]["attempts"] == 2 and results["stuck"]["error"]["type"] == "TimeoutError"
     assert all(results[f"item-0000{i}"]["status"] == "ok" for i in range(3))

@@ -116,7 +116,7 @@ def test_resume_after_sigkill_at_random_points(tmp_path: Path) -> None:
     total = 1000
     dataset = write_dataset(tmp_path / "ds.jsonl", items(total, "TICK"))
     out = tmp_path / "results.jsonl"
-    args = [*cli_args(dataset, out, tmp_path), "--runtimes", "2", "--concurrency", "8", "--resume", "--no-progress"]
+    args = [*cli_args(dataset, out, tmp_path), "--runtimes", "2", "--concurrency", "8", "--resume", "--no-progress", "--json"]
     kills = 0
     history = []
     for _ in range(5):
@@ -152,7 +152,7 @@ def test_runtime_killed_mid_run_costs_only_retries(tmp_path: Path) -> None:
     script = "[[rules]]\nname = \"slowish\"\nmatch = \"SLOWISH\"\nreply = \"ok\"\ndelay = 0.1\n"
     out = tmp_path / "results.jsonl"
     args = [*cli_args(dataset, out, tmp_path, script_text=script), "--runtimes", "2", "--concurrency", "8",
-            "--no-progress"]
+            "--no-progress", "--json"]
     process = subprocess.Popen([*CLI, *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert wait_for_lines(out, 20, process)

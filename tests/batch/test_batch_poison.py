@@ -217,7 +217,7 @@ async def test_a_poison_item_fails_alone_run_batch(tmp_path: Path) -> None:
 def test_a_poison_item_fails_alone_cli(tmp_path: Path) -> None:
     dataset = poison_dataset(tmp_path / "ds.jsonl")
     out = tmp_path / "r.jsonl"
-    args = cli_args(dataset, out, tmp_path, "--runtimes", "1", "--concurrency", "4", "--no-progress",
+    args = cli_args(dataset, out, tmp_path, "--runtimes", "1", "--concurrency", "4", "--no-progress", "--json",
                     script_text=POISON_SCRIPT)
     done = run_cli(args, cwd=tmp_path, timeout=300)
     assert done.returncode == 1, done.stderr

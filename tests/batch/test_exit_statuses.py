@@ -74,7 +74,8 @@ def test_resume_retry_errors_runs_the_error_lines_again(tmp_path: Path, capsys: 
     before = {line["id"]: line for line in map(orjson.loads, out.read_bytes().splitlines())}
     assert before["bad"]["status"] == "error"
     capsys.readouterr()
-    assert main(cli_args(dataset, out, tmp_path, "--no-progress", "--retries", "0", "--resume", "--retry-errors")) == 1
+    assert main(cli_args(dataset, out, tmp_path, "--no-progress", "--retries", "0", "--resume", "--retry-errors",
+                         "--json")) == 1
     captured = capsys.readouterr()
     after = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert sorted(line["id"] for line in after) == sorted(before)  # one line per id

@@ -63,7 +63,7 @@ def test_group_by_a_field_no_item_has_is_refused_and_a_partial_one_warns(tmp_pat
     status = main(cli_args(dataset, tmp_path / "r.jsonl", tmp_path, "--score", "exact", "--group-by", "topik", "--no-progress"))
     err = capsys.readouterr().err
     assert status == 2 and "--group-by 'topik'" in err and "metadata keys: level, topic" in err
-    status = main(cli_args(dataset, tmp_path / "r.jsonl", tmp_path, "--score", "exact", "--group-by", "level", "--no-progress"))
+    status = main(cli_args(dataset, tmp_path / "r.jsonl", tmp_path, "--score", "exact", "--group-by", "level", "--no-progress", "--json"))
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert "warning: group_by 'level': 1 of 3 items have no such metadata key" in captured.err

@@ -79,7 +79,7 @@ def test_a_batch_sends_the_rendered_prompt_and_records_the_template(tmp_path: Pa
     ])
     (tmp_path / "sc.toml").write_text(SCENARIO)
     args = ["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--script", str(tmp_path / "sc.toml"),
-            "--score", "choice", "--transcripts", str(tmp_path / "tr"), "--no-progress"]
+            "--score", "choice", "--transcripts", str(tmp_path / "tr"), "--no-progress", "--json"]
     if template is not None:
         (tmp_path / "scoring.toml").write_text(f"[prompt]\ntemplate = {json.dumps(template)}\n")
         args += ["--scoring", str(tmp_path / "scoring.toml")]

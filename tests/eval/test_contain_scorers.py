@@ -229,7 +229,7 @@ def test_batch_stdout_holds_only_the_summary_and_scorer_failures_are_counted(sco
     write_jsonl(scorers_module / "data.jsonl", [{"id": f"q{i}", "prompt": "hi", "target": "x"} for i in range(3)])
     run = run_cli(["batch", "data.jsonl", "--out", "r.jsonl", "--no-progress", "--score", "boxed:prints",
                    "--score", "boxed:exits", "--score", "boxed:interrupts", "--score", "boxed:hangs",
-                   "--scorer-timeout", "1"], cwd=scorers_module)
+                   "--scorer-timeout", "1", "--json"], cwd=scorers_module)
     assert run.returncode == 1, run.stderr  # three scorers produced no value on any item (docs/batch.md#exit-status)
     summary = json.loads(run.stdout)
     assert summary["ok"] == 3 and "hello from the scorer" in run.stderr and "from its file descriptor" in run.stderr

@@ -30,7 +30,7 @@ def _setup(tmp_path: Path) -> Path:
 def test_a_scorer_failing_on_every_item_exits_1_and_says_why(tmp_path: Path) -> None:
     dataset = _setup(tmp_path)
     done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--score", "exact",
-                    "--score", "loud_scorers:boom", "--no-progress"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+                    "--score", "loud_scorers:boom", "--no-progress", "--json"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert done.returncode == 1, done.stderr
     summary = json.loads(done.stdout)
     assert summary["error"] == 0 and summary["scorers_without_value"] == ["loud_scorers:boom"]
@@ -48,7 +48,7 @@ def test_a_scorer_failing_on_every_item_exits_1_and_says_why(tmp_path: Path) -> 
 def test_a_scorer_failing_on_some_items_warns_with_exit_0(tmp_path: Path) -> None:
     dataset = _setup(tmp_path)
     done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--score", "loud_scorers:picky",
-                    "--no-progress"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+                    "--no-progress", "--json"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert "scorer 'loud_scorers:picky' failed 1 time on items that ran; the first error: ValueError: b is odd" in summary["warnings"]
@@ -63,7 +63,7 @@ def test_a_judge_that_never_gives_a_verdict_exits_1(tmp_path: Path) -> None:
     (tmp_path / "judge.toml").write_text(JUDGE_SCENARIO)
     (tmp_path / "scoring.toml").write_text('[judge]\nruntime = "sim"\nscript = "judge.toml"\nparse_attempts = 0\n')
     done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--scoring", str(tmp_path / "scoring.toml"),
-                    "--score", "judge", "--no-progress"], cwd=tmp_path)
+                    "--score", "judge", "--no-progress", "--json"], cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     summary = json.loads(done.stdout)
     assert summary["scorers_without_value"] == ["judge"]

@@ -47,7 +47,7 @@ def test_the_newcomer_path(tmp_path: Path) -> None:
     # 2. fixed: the base run; one item ends in error (exit 1), the scores say so
     dataset = write_jsonl(tmp_path / "ds.jsonl", ITEMS)
     done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "a.jsonl"), "--script", str(tmp_path / "base.toml"), *scorers,
-                    "--retries", "0", "--no-progress"], cwd=tmp_path)
+                    "--retries", "0", "--no-progress", "--json"], cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     summary = json.loads(done.stdout)
     lines = {line["id"]: line for line in lines_of(tmp_path / "a.jsonl")}
@@ -60,16 +60,18 @@ def test_the_newcomer_path(tmp_path: Path) -> None:
     assert "numeric: 1 item excluded from the mean" in done.stderr
     assert summary["run"]["prompt_template"].startswith("Answer the following multiple choice question.")
 
-    # 3. the candidate: every item ok (exit 0)
+    # 3. the candidate: every item ok (exit 0); the terminal shows a table by default
     done = run_cli(["batch", str(dataset), "--out", str(tmp_path / "b.jsonl"), "--script", str(tmp_path / "cand.toml"), *scorers,
                     "--no-progress"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["scores"]["numeric"]["n_error"] == 0
+    table = done.stdout.splitlines()
+    assert table[0] == "3 items: 3 ok, 0 error" and table[2].split() == ["scorer", "mean", "95%", "CI", "n", "errors", "n/a"]
+    assert table[4].split()[:2] == ["numeric", "1.000"] and table[4].split()[-2:] == ["0", "1"]  # no error, cap n/a
 
-    # 4. score the base again (what `score` is for): the same counts
-    done = run_cli(["score", str(tmp_path / "a.jsonl"), "--dataset", str(dataset), *scorers, "--out", str(tmp_path / "a2.jsonl")],
-                   cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    # 4. score the base again (what `score` is for): the same counts; its error line: exit 1
+    done = run_cli(["score", str(tmp_path / "a.jsonl"), "--dataset", str(dataset), *scorers, "--out", str(tmp_path / "a2.jsonl"),
+                    "--json"], cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
     rescored = json.loads(done.stdout)
     assert rescored["scores"]["numeric"] == summary["scores"]["numeric"]
     assert "numeric: 1 item excluded from the mean" in done.stderr

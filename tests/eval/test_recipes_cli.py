@@ -22,7 +22,7 @@ def test_eval_qa_recipe(tmp_path: Path) -> None:
     common = ["--scoring", str(QA / "scoring.toml"), "--score", "exact", "--score", "includes", "--score", "numeric", "--group-by", "topic"]
     done = run_cli(["batch", str(QA / "dataset.jsonl"), "--out", str(out), "--script", str(QA / "scenario.toml"), "--dsh-home", str(home),
                     *common, "--epochs", "3", "--epoch-reducer", "pass@1", "--prices", str(QA / "prices.toml"),
-                    "--summary", str(summary_file), "--no-progress"], cwd=tmp_path)
+                    "--summary", str(summary_file), "--no-progress", "--json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary == json.loads(summary_file.read_text())
@@ -43,7 +43,7 @@ def test_eval_qa_recipe(tmp_path: Path) -> None:
     assert len(summary["run"]["scenario_sha256"]) == 64 and len(summary["run"]["scoring_sha256"]) == 64
     before = out.read_bytes()
     rescored = run_cli(["score", str(out), "--dataset", str(QA / "dataset.jsonl"), *common, "--epoch-reducer", "pass@3",
-                        "--out", str(tmp_path / "qa-pass3.jsonl")], cwd=tmp_path)
+                        "--out", str(tmp_path / "qa-pass3.jsonl"), "--json"], cwd=tmp_path)
     assert rescored.returncode == 0, rescored.stderr
     pass3 = json.loads(rescored.stdout)
     assert pass3["scores"]["includes"]["mean"] == pytest.approx(6 / 8)  # deterministic simulator: pass@3 == pass@1
@@ -56,7 +56,7 @@ def test_eval_coding_recipe_on_the_simulator(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     done = run_cli(["batch", "dataset.jsonl", "--out", "results.jsonl", "--script", "scenario.toml", "--dsh-home", str(home),
-                    "--workspace-template", "template", "--score", "checks:tests_pass", "--keep-workspaces", "--no-progress"],
+                    "--workspace-template", "template", "--score", "checks:tests_pass", "--keep-workspaces", "--no-progress", "--json"],
                    cwd=recipe)
     assert done.returncode == 0, done.stderr
     lines = {line["id"]: line for line in lines_of(recipe / "results.jsonl")}
@@ -74,7 +74,7 @@ def test_batch_budget_exit_4_then_resume_exit_0(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     args = ["batch", str(dataset), "--out", str(tmp_path / "r.jsonl"), "--dsh-home", str(home), "--score", "exact",
-            "--no-progress", "--concurrency", "1"]
+            "--no-progress", "--concurrency", "1", "--json"]
     stopped = run_cli([*args, "--max-total-tokens", "20"], cwd=tmp_path)
     assert stopped.returncode == 4, stopped.stderr
     summary = json.loads(stopped.stdout)

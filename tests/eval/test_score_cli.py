@@ -1,4 +1,5 @@
-"""``dsh-orchestra score``: re-scoring finished results; RESULTS is never modified; exit 0 or 2."""
+"""``dsh-orchestra score``: re-scoring finished results; RESULTS is never modified; exit 0, 1 (a line
+of RESULTS ended in error, as the ``files`` fixture's q3) or 2."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def test_score_writes_rescored_and_never_touches_results(tmp_path: Path, files: 
     before, stat = results.read_bytes(), results.stat()
     out, summary_file = tmp_path / "rescored.jsonl", tmp_path / "summary.json"
     done = run_cli(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--score", "numeric",
-                    "--group-by", "level", "--out", str(out), "--summary", str(summary_file)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+                    "--group-by", "level", "--out", str(out), "--summary", str(summary_file), "--json"], cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # q3 ended in error (docs/batch.md#exit-status)
     assert results.read_bytes() == before and results.stat().st_mtime_ns == stat.st_mtime_ns
     lines = {line["id"]: line for line in lines_of(out)}
     assert lines["q1"]["scores"] == {"exact": {"value": 1.0, "answer": None, "explanation": None},
@@ -72,7 +73,7 @@ def test_score_with_prices_and_epochs_pass_at_k(tmp_path: Path) -> None:
     out = tmp_path / "rescored.jsonl"
     common = ["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(out), "--prices", str(prices)]
     for reducer, expected in [("pass@1", (1 / 3 + 2 / 3) / 2), ("pass@3", 1.0), ("pass@2", (pass_at_k(3, 1, 2) + pass_at_k(3, 2, 2)) / 2), ("max", 1.0), ("min", 0.0)]:
-        done = run_cli([*common, "--epoch-reducer", reducer], cwd=tmp_path)
+        done = run_cli([*common, "--epoch-reducer", reducer, "--json"], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         summary = json.loads(done.stdout)
         assert summary["scores"]["exact"]["mean"] == pytest.approx(expected), reducer
@@ -92,7 +93,7 @@ def test_the_same_results_give_the_same_interval(tmp_path: Path) -> None:
     intervals = []
     for seed in ("0", "0", "7"):
         done = run_cli(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--seed", seed,
-                        "--out", str(tmp_path / "o.jsonl")], cwd=tmp_path)
+                        "--out", str(tmp_path / "o.jsonl"), "--json"], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         intervals.append(json.loads(done.stdout)["scores"]["exact"]["ci95"])
     assert intervals[0] == intervals[1]
@@ -111,8 +112,8 @@ def test_python_and_regex_scorers_from_the_working_directory(tmp_path: Path, fil
     scoring.write_text('[regex.digits]\npattern = "[0-9]+"\n\n[scorers.easy]\nkind = "python"\nfunction = "myscorers:level"\n')
     out = tmp_path / "o.jsonl"
     done = run_cli(["score", str(results), "--dataset", str(dataset), "--scoring", str(scoring), "--score", "myscorers:length",
-                    "--score", "regex:digits", "--score", "easy", "--out", str(out)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+                    "--score", "regex:digits", "--score", "easy", "--out", str(out), "--json"], cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # q3 ended in error
     lines = {line["id"]: line for line in lines_of(out)}
     assert lines["q2"]["scores"]["myscorers:length"] == {"value": 9.0, "answer": "q2", "explanation": None}
     assert lines["q2"]["scores"]["regex:digits"] == {"value": 1.0, "answer": "42", "explanation": None}
@@ -130,8 +131,8 @@ def test_judge_on_the_simulator(tmp_path: Path, files: tuple[Path, Path]) -> Non
     scoring = tmp_path / "scoring.toml"
     scoring.write_text(f'[judge]\nruntime = "sim"\nscript = "{script}"\n')
     out = tmp_path / "o.jsonl"
-    done = run_cli(["score", str(results), "--dataset", str(dataset), "--scoring", str(scoring), "--score", "judge", "--out", str(out)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["score", str(results), "--dataset", str(dataset), "--scoring", str(scoring), "--score", "judge", "--out", str(out), "--json"], cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # q3 ended in error
     lines = {line["id"]: line for line in lines_of(out)}
     assert lines["q1"]["scores"]["judge"] == {"value": 1.0, "answer": "correct", "explanation": "yes"}
     assert lines["q2"]["scores"]["judge"]["value"] == 0.0
@@ -143,9 +144,9 @@ def test_judge_on_the_simulator(tmp_path: Path, files: tuple[Path, Path]) -> Non
 def test_a_rescored_file_can_be_rescored(tmp_path: Path, files: tuple[Path, Path]) -> None:
     dataset, results = files
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert run_cli(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(first)], cwd=tmp_path).returncode == 0
+    assert run_cli(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(first)], cwd=tmp_path).returncode == 1
     done = run_cli(["score", str(first), "--dataset", str(dataset), "--score", "includes", "--out", str(second)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # q3 ended in error, in both
     assert all(set(line["scores"]) == {"includes"} for line in lines_of(second))
 
 
@@ -204,6 +205,6 @@ def test_a_torn_last_line_is_skipped(tmp_path: Path, files: tuple[Path, Path]) -
     before = results.read_bytes()
     out = tmp_path / "o.jsonl"
     done = run_cli(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(out)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # q3 ended in error
     assert len(lines_of(out)) == 3 and results.read_bytes() == before
     assert os.path.getsize(results) == len(before)

@@ -78,7 +78,7 @@ def runs(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_score_cluster_by(tmp_path: Path, runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     dataset, base, _ = runs
     code, out, err = run(["score", base, "--dataset", dataset, "--score", "exact", "--out", tmp_path / "r.jsonl",
-                          "--cluster-by", "passage"], capsys)
+                          "--cluster-by", "passage", "--json"], capsys)
     assert code == 0, err
     summary = json.loads(out)
     assert summary["scores"]["exact"]["n_clusters"] == 5
@@ -135,7 +135,7 @@ def test_report_shows_clusters_epoch_variance_and_pass_hat_k(tmp_path: Path, cap
         for i in range(12) for e in (1, 2, 3)])
     summary = tmp_path / "summary.json"
     code = main(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(tmp_path / "r.jsonl"),
-                 "--cluster-by", "passage", "--epoch-reducer", "pass^2", "--summary", str(summary)])
+                 "--cluster-by", "passage", "--epoch-reducer", "pass^2", "--summary", str(summary), "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     scores = json.loads(out)["scores"]["exact"]

@@ -28,7 +28,7 @@ def test_labels_agreement(tmp_path: Path, files: tuple[Path, Path], capsys: pyte
         {"id": "q4", "label": "incorrect"}, {"id": "q5", "label": 1}, {"id": "q6", "label": 0}])
     summary_file = tmp_path / "summary.json"
     code = main(["score", str(results), "--dataset", str(dataset), "--score", "exact", "--out", str(tmp_path / "r.jsonl"),
-                 "--labels", str(labels), "--summary", str(summary_file)])
+                 "--labels", str(labels), "--summary", str(summary_file), "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     summary = json.loads(out)

@@ -192,7 +192,7 @@ def test_driver_killed_then_resumed(ray_cluster: RayCluster, tmp_path: Path) -> 
     assert 15 <= len(before) < total and torn < 200
     # its actors die with it (their owner is gone), and their runtimes with them
     wait_until(lambda: not named_actors() and not our_runtimes(tmp_path), 30, "the killed driver's actors to go")
-    done = run_cli(args, cwd=tmp_path)
+    done = run_cli([*args, "--json"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     results = by_id(out)
     assert set(results) == {item["id"] for item in tick_items(total)}

@@ -106,11 +106,11 @@ def test_a_runtime_that_cannot_start_leaves_no_empty_results_file(tmp_path: Path
 
 
 def test_the_summary_says_where_the_results_went_and_when_nothing_was_left(tmp_path: Path, dataset: Path) -> None:
-    first = run("batch", "ds.jsonl", "--out", "r.jsonl", "--no-progress", cwd=tmp_path)
+    first = run("batch", "ds.jsonl", "--out", "r.jsonl", "--no-progress", "--json", cwd=tmp_path)
     summary = json.loads(first.stdout)
     assert first.returncode == 0 and summary["results"] == str(tmp_path / "r.jsonl") and summary["items_per_s"] > 0
     assert "note" not in summary
-    again = run("batch", "ds.jsonl", "--out", "r.jsonl", "--no-progress", "--resume", cwd=tmp_path)
+    again = run("batch", "ds.jsonl", "--out", "r.jsonl", "--no-progress", "--resume", "--json", cwd=tmp_path)
     summary = json.loads(again.stdout)
     assert again.returncode == 0 and summary["processed"] == 0 and summary["items_per_s"] is None
     note = f"nothing left to do: all 2 items were already in {tmp_path / 'r.jsonl'}"
