@@ -495,8 +495,9 @@ class RayExecutor:
             temp_home = True if temp_home is None else temp_home
         gateway = options.gateway if needs_gateway(spec) else None  # one per node, not one per actor
         if gateway is not None and gateway.cache is not None and options.epochs > 1 and gateway.cache_epochs == "independent":
-            raise BatchUsageError("with --ray the model gateway's cache cannot yet tell an item's epochs apart: pass "
-                                  "--cache-epochs shared (epochs then reuse one answer) or run without --ray")
+            raise BatchUsageError("on Ray the model gateway's cache cannot yet tell an item's epochs apart: ",
+                                  Param("cache_epochs", "independent"), " must be 'shared' there (epochs then reuse "
+                                  "one answer), or run the batch without Ray")
         try:
             actor_spec, settings, secrets = split_spec(spec, temp_home=bool(temp_home))
         except ValueError as exc:

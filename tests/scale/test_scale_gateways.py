@@ -36,6 +36,6 @@ def test_a_routed_spec_has_the_token_and_empty_key_variables(tmp_path: Path, mon
 async def test_a_cache_with_independent_epochs_is_refused_on_ray(tmp_path: Path) -> None:
     spec = RuntimeSpec(dsh_home=tmp_path)  # the bundled dsh: it needs a gateway
     options = BatchOptions(epochs=2, gateway=GatewayOptions(cache=str(tmp_path / "cache")))
-    with pytest.raises(BatchUsageError, match="--cache-epochs shared"):
+    with pytest.raises(BatchUsageError, match="cache_epochs='independent' must be 'shared' there"):
         async with RayExecutor().open(spec, options):
             pass  # pragma: no cover - refused before Ray is touched
