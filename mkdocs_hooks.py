@@ -14,12 +14,18 @@ from typing import Any
 DIRECTIVE = re.compile(r"^::: (dsh_orchestra(?:\.[a-z_]+)*)[ \t]*$", re.M)
 
 
+INHERITED = {"dsh_orchestra.sync", "dsh_orchestra.aio"}
+"""Pages whose classes get their members from a private base (``dsh_orchestra._embedding``'s
+handles, which have no page of their own): they show inherited members."""
+
+
 def members_directive(module_name: str) -> str:
     """The mkdocstrings directive for ``module_name`` with its ``__all__`` as the members."""
     module = importlib.import_module(module_name)
     names = [name for name in module.__all__ if not name.startswith("_")]
     listed = "".join(f"        - {name}\n" for name in names)
-    return f"::: {module_name}\n    options:\n      members:\n{listed}"
+    extra = "      inherited_members: true\n" if module_name in INHERITED else ""
+    return f"::: {module_name}\n    options:\n{extra}      members:\n{listed}"
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:

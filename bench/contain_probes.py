@@ -476,6 +476,68 @@ def _(cwd: Path) -> tuple[bool, str]:
     return run.returncode == 2 and "3" in run.stderr, f"exit {run.returncode}: {run.stderr.strip()[-100:]!r}"
 
 
+# ---- part 4: agents stay in their place (the real runtime, the scripted model) -------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _agent_batch(cwd: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A real-runtime batch whose agent writes the results file (read first), ../x.txt and an
+    absolute path outside its workspace; the scripted model serves it on 127.0.0.1."""
+    workspace, home, elsewhere = cwd / "ws", cwd / "home", cwd / "elsewhere"
+    for directory in (workspace, home, elsewhere):
+        directory.mkdir()
+    results = workspace / "results.jsonl"
+    def tool(name: str, **arguments: str) -> str:
+        table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in arguments.items())
+        return f'[[rules.tools]]\nname = "{name}"\ninput = {{ {table} }}\n'
+    (cwd / "model.toml").write_text(
+        'default_reply = "fine"\n[[rules]]\nname = "tamper"\nmatch = "TAMPER"\nreply = "tried"\n'
+        + tool("read", file_path=str(results)) + tool("write", file_path=str(results), content='{"id": "forged", "status": "ok"}\n')
+        + tool("write", file_path="../x.txt", content="escaped") + tool("write", file_path=str(elsewhere / "abs.txt"), content="escaped"))
+    (cwd / "data.jsonl").write_text('{"id": "a", "prompt": "hello"}\n{"id": "b", "prompt": "TAMPER now"}\n{"id": "c", "prompt": "hello"}\n')
+    port = _free_port()
+    model = subprocess.Popen([sys.executable, "-m", "dsh_orchestra.testing", "fake-model", "--port", str(port),
+                              "--script", str(cwd / "model.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)  # the model server listening
+        return cli(["batch", str(cwd / "data.jsonl"), "--out", str(results), "--runtime", "dsh", "--dsh-home", str(home),
+                    "--workspace", str(workspace), "--concurrency", "1", "--no-progress", *flags], cwd, timeout=300,
+                   env={"DEEPSEEK_BASE_URL": f"http://127.0.0.1:{port}", "DEEPSEEK_API_KEY": "probe-not-a-secret",
+                        "NO_PROXY": "127.0.0.1,localhost", **(env or {})})
+    finally:
+        model.terminate()
+        model.wait()
+
+
+@probe("4.1", "an agent writing the results file, ../x and an absolute path (default --sandbox auto): all fail, results intact, exit 0")
+def _(cwd: Path) -> tuple[bool, str]:
+    run = _agent_batch(cwd)
+    text = (cwd / "ws" / "results.jsonl").read_text() if (cwd / "ws" / "results.jsonl").exists() else ""
+    escaped = [p.name for p in (cwd / "x.txt", cwd / "elsewhere" / "abs.txt") if p.exists()]
+    held = run.returncode == 0 and "forged" not in text and text.count("\n") == 3 and not escaped
+    return held, f"exit {run.returncode}, forged line {'forged' in text}, lines {text.count(chr(10))}, written outside: {escaped}"
+
+
+@probe("4.2", "the same agent with --sandbox none: the results file's tampering is detected (exit 75)")
+def _(cwd: Path) -> tuple[bool, str]:
+    run = _agent_batch(cwd, "--sandbox", "none")
+    return run.returncode == 75, f"exit {run.returncode}: {run.stderr.strip()[-120:]!r}"
+
+
+@probe("4.3", "--sandbox bwrap where bwrap is not on PATH: exit 2 naming why")
+def _(cwd: Path) -> tuple[bool, str]:
+    dataset(cwd, 1)
+    run = cli(["batch", "data.jsonl", "--out", "r.jsonl", "--runtime", "dsh", "--dsh-home", str(cwd), "--no-progress",
+               "--sandbox", "bwrap"], cwd, env={"PATH": os.path.dirname(sys.executable), "DEEPSEEK_API_KEY": "probe-not-a-secret"})
+    return run.returncode == 2 and "bwrap is not on PATH" in run.stderr, f"exit {run.returncode}: {run.stderr.strip()[-120:]!r}"
+
+
 def main() -> int:
     wanted = sys.argv[1:]
     failed = 0

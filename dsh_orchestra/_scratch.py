@@ -66,15 +66,20 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int, started: int | None) -> bool:
-    """Whether the owner ``pid`` (started at ``started``, when recorded) still runs."""
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (another user's too: signal 0 is refused to it, not failed)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
-        pass  # another user's process holds the pid now
-    except OverflowError:
+        return True
+    return True
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    """Whether the owner ``pid`` (started at ``started``, when recorded) still runs."""
+    if not pid_alive(pid):
         return False
     if started is None:
         return True

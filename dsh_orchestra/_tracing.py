@@ -86,6 +86,15 @@ def tracing_enabled() -> bool:
     return wanted and _trace_api() is not None
 
 
+def missing_api_warning() -> str | None:
+    """What to say when the environment asks for spans (``DSH_ORCHESTRA_OTEL=1``) but the
+    OpenTelemetry API is not installed (the ``otel`` extra); None otherwise."""
+    if _env_value().strip().lower() in ("1", "true", "yes", "on") and _trace_api() is None:
+        return (f"{ENV}={_env_value().strip()} but OpenTelemetry is not installed: pip install 'dsh-orchestra[otel]'; "
+                "no spans are recorded")
+    return None
+
+
 def _trace_api() -> Any:
     global _api
     if _api is None:

@@ -11,17 +11,17 @@ import os
 from collections import deque
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 import attrs
 import trio
 
 from .. import batch as _batch, session as _session, workflow as _workflow
+from .._embedding import Host, RuntimeHandle, SessionHandle, compare_runs as compare_runs
 from ..approvals import ApprovalService, AuditLog
 from ..batch import BatchOptions, BatchSummary
-from ..eval import CompareInputError, compare_runs as _compare_runs
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..protocol import QueryResult
-from ..results import read_results
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -114,94 +114,59 @@ class Events:
         self.close()
 
 
-class Session:
+class Session(SessionHandle[Guest]):
     """A session of an asyncio ``Runtime``: the trio ``Session``'s calls, awaitable from asyncio."""
 
-    def __init__(self, guest: Guest, session: _session.Session) -> None:
-        self._guest = guest
-        self.trio_session = session
-        """The trio ``Session`` (its coroutines are trio code: not awaitable from asyncio)."""
-
-    def __repr__(self) -> str:
-        return f"aio.Session({self.id!r}, runtime={self.trio_session.runtime.name!r})"
-
-    @property
-    def id(self) -> str:
-        """The session id."""
-        return self.trio_session.id
-
-    @property
-    def abandoned(self) -> bool:
-        """True once a run on this session was cancelled mid-turn."""
-        return self.trio_session.abandoned
+    api = "aio"
 
     async def run(self, input: PromptInput, *, capacity: int = DEFAULT_CAPACITY) -> TurnResult:
         """Send one prompt and wait until the session tree settled; see ``Session.run``.
         Cancelling the awaiting task cancels the run (the session is abandoned)."""
-        return await call(self._guest, partial(self.trio_session.run, input, capacity=capacity))
+        return await call(self._host, partial(self.trio_session.run, input, capacity=capacity))
 
     async def prompt(self, input: PromptInput) -> str:
         """Queue ``input`` (session/prompt) and return the queued message id."""
-        return await call(self._guest, self.trio_session.prompt, input)
+        return await call(self._host, self.trio_session.prompt, input)
 
     async def wait(self) -> None:
         """session/wait: until the root is idle and its descendants settled."""
-        await call(self._guest, self.trio_session.wait)
+        await call(self._host, self.trio_session.wait)
 
     async def query(self, input: PromptInput) -> QueryResult:
         """session/query (MethodNotSupportedError on the 0.2.1-rc.2 runtime)."""
-        return await call(self._guest, self.trio_session.query, input)
+        return await call(self._host, self.trio_session.query, input)
 
     async def run_query(self, input: PromptInput) -> TurnResult | CommandResult:
         """session/query, then settle; see ``Session.run_query``."""
-        return await call(self._guest, self.trio_session.run_query, input)
+        return await call(self._host, self.trio_session.run_query, input)
 
     async def get_working_directory(self) -> str:
         """The session's effective working directory."""
-        return await call(self._guest, self.trio_session.get_working_directory)
+        return await call(self._host, self.trio_session.get_working_directory)
 
     async def set_working_directory(self, path: str) -> str:
         """Change the effective working directory; returns it (absolute)."""
-        return await call(self._guest, self.trio_session.set_working_directory, path)
+        return await call(self._host, self.trio_session.set_working_directory, path)
 
     def events(self, *, capacity: int = DEFAULT_CAPACITY) -> Events:
         """This session tree's notifications as an async iterator (``with`` it to unsubscribe)."""
-        return Events(self._guest, self.trio_session.events(capacity=capacity))
+        return Events(self._host, self.trio_session.events(capacity=capacity))
 
 
-class Runtime:
+class Runtime(RuntimeHandle[Guest, Session]):
     """A runtime of the asyncio API (from ``dsh_orchestra.aio.open_runtime``)."""
 
-    def __init__(self, guest: Guest, runtime: _session.Runtime) -> None:
-        self._guest = guest
-        self.trio_runtime = runtime
-        """The trio ``Runtime`` (its coroutines are trio code: use ``call`` for them)."""
-
-    def __repr__(self) -> str:
-        return f"aio.Runtime({self.name!r}, alive={self.alive})"
-
-    @property
-    def name(self) -> str:
-        """The runtime's display name."""
-        return self.trio_runtime.name
-
-    @property
-    def alive(self) -> bool:
-        """True while the connection is open."""
-        return self.trio_runtime.alive
-
-    def session(self, id: str | None = None) -> Session:
-        """A handle on session ``id`` (a fresh unique id when None)."""
-        return Session(self._guest, self.trio_runtime.session(id))
+    api = "aio"
+    session_type = Session
 
     async def resume(self, id: str) -> Session:
         """Restore persisted session ``id`` (session/resume) and return its handle."""
-        return Session(self._guest, await call(self._guest, self.trio_runtime.resume, id))
+        return Session(self._host, await call(self._host, self.trio_runtime.resume, id))
 
     async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         """``await fn(*args)`` on the trio side and return its value: the way to use the trio
         API (``trio_runtime``, ``runtime.turns()``) from asyncio code."""
-        return await call(self._guest, fn, *args)
+        return await call(self._host, fn, *args)
 
 
 def _bridged(value: Any, guest: Guest, what: str) -> Any:
@@ -220,6 +185,7 @@ async def open_runtime(
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> AsyncIterator[Runtime]:
     """Start a runtime in the loop's trio guest run; yield an asyncio ``Runtime``; close it
     (the whole ladder) when the block ends, also when the task is cancelled.
@@ -237,55 +203,21 @@ async def open_runtime(
         opened = partial(
             _session.open_runtime, spec, approvals=_bridged(approvals, guest, "policy"),
             answerer=_bridged(answerer, guest, "answerer"), audit=audit, approval_relay=approval_relay,
+            gateway=gateway,
         )
-        host = _Host(guest, opened)
-        runtime = await host.enter()
+        host = Host(opened, partial(_nursery, guest))
+        runtime = await call(guest, host.start)
         try:
             yield Runtime(guest, runtime)
         finally:
-            await host.leave()
+            await call(guest, partial(host.stop, shield=True))  # the close ladder runs to its end
     finally:
         await release(guest)
 
 
-class _Host:
-    """An async context manager entered and left by one task of the guest run."""
-
-    def __init__(self, guest: Guest, opened: Callable[[], Any]) -> None:
-        self._guest = guest
-        self._opened = opened
-        self._leave = trio.Event()
-        self._done = trio.Event()
-        self._error: BaseException | None = None
-
-    async def enter(self) -> Any:
-        async def start() -> Any:
-            assert self._guest.nursery is not None
-            return await self._guest.nursery.start(self._run)
-        return await call(self._guest, start)
-
-    async def _run(self, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        try:
-            async with self._opened() as value:
-                task_status.started(value)
-                started = True
-                await self._leave.wait()
-        except BaseException as exc:
-            if not started:
-                raise
-            self._error = exc
-        finally:
-            self._done.set()
-
-    async def leave(self) -> None:
-        async def leave() -> None:
-            self._leave.set()
-            with trio.CancelScope(shield=True):  # the close ladder runs to its end
-                await self._done.wait()
-            if self._error is not None and not isinstance(self._error, trio.Cancelled):
-                raise self._error
-        await call(self._guest, leave)
+def _nursery(guest: Guest) -> trio.Nursery:
+    assert guest.nursery is not None
+    return guest.nursery
 
 
 async def _once(api: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
@@ -366,20 +298,3 @@ async def run_workflow(
         return await call(guest, partial(_workflow.run_workflow, workflow, where, options, **keywords))
     finally:
         await release(guest)
-
-
-def compare_runs(
-    base: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
-    candidate: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """``dsh_orchestra.eval.compare_runs`` on two results files (paths) or their lines (pure:
-    nothing to await)."""
-    lines = []
-    for value, what in ((base, "base"), (candidate, "candidate")):
-        if isinstance(value, (str, os.PathLike)):
-            if not os.path.isfile(value):
-                raise CompareInputError(f"{what} results file {os.fspath(value)!r} does not exist")
-            value = [line.to_json() for line in read_results(value)]
-        lines.append(value)
-    return _compare_runs(lines[0], lines[1], **kwargs)

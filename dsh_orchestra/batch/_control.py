@@ -27,7 +27,7 @@ from typing import Any, Callable
 import orjson
 import trio
 
-from .._scratch import scratch_path
+from .._scratch import pid_alive, scratch_path
 from ._progress import Counters
 
 SOCKET_NAME = "control.sock"
@@ -207,7 +207,7 @@ def control_socket(results: str | os.PathLike[str]) -> Path:
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ControlError(f"cannot read the lock note {str(note)!r}: {exc}") from None
     pid = holder.get("pid") if isinstance(holder, dict) else None
-    if not isinstance(pid, int) or not _alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         raise ControlError(f"no batch is running on {os.fspath(results)!r} (the process that wrote it, pid {pid}, is gone)")
     path = holder.get("control")
     if not isinstance(path, str):
@@ -216,16 +216,6 @@ def control_socket(results: str | os.PathLike[str]) -> Path:
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise ControlError(f"the control directory of {os.fspath(results)!r} is not private to this user; not used")
     return Path(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def send_command(results: str | os.PathLike[str], command: str, value: Any = None, *, timeout: float = CLIENT_TIMEOUT) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from ..runtime import RuntimeSpec
 from ..session import TurnResult
 from ._dataset import BatchItem, DatasetCheck
 from ._options import BatchOptions, BatchUsageError
-from ._workspaces import Workspaces, check_workspace_template
+from ._workspaces import Workspaces
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -163,25 +163,20 @@ class BatchEval:
 @contextlib.asynccontextmanager
 async def open_batch_eval(
     options: BatchOptions, plan: EvalPlan, out: Path, *, lease: Lease | None, spec: RuntimeSpec | None,
-    tally: EvalTally,
+    tally: EvalTally, workspaces: Workspaces | None = None,
 ) -> AsyncIterator[BatchEval]:
     """The run's ``BatchEval``: judges on ``lease`` (the local pool; None: a pool on ``spec``,
-    or the judges' own runtime), workspaces under a temporary root (or ``RESULTS.workspaces``)."""
-    template = check_workspace_template(options, out)
-    workspaces = Workspaces(template, out, keep=options.keep_workspaces) if template is not None else None
-    try:
-        async with open_judges(
-            plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
-            max_runtime_rss_mib=options.max_runtime_rss_mib,
-        ) as judges, open_scorer_workers(options.scorer_workers if needs_workers(plan.scorers) else 0) as workers:
-            scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=options.scorer_timeout)
-            yield BatchEval(
-                plan=plan, scorers=scorers, price=plan.price(),
-                budget=Budget(options.max_total_tokens, options.max_total_cost, tally), workspaces=workspaces,
-            )
-    finally:
-        if workspaces is not None:
-            workspaces.close()
+    or the judges' own runtime), the run's ``workspaces`` (``open_workspaces``: made before the
+    runtimes start, so that a sandbox can let them write there; closed by the run loop)."""
+    async with open_judges(
+        plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
+        max_runtime_rss_mib=options.max_runtime_rss_mib,
+    ) as judges, open_scorer_workers(options.scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+        scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=options.scorer_timeout)
+        yield BatchEval(
+            plan=plan, scorers=scorers, price=plan.price(),
+            budget=Budget(options.max_total_tokens, options.max_total_cost, tally), workspaces=workspaces,
+        )
 
 
 def _runtime_kind(spec: RuntimeSpec | None) -> tuple[str, list[str] | None]:

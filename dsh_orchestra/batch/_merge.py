@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import attrs
 
 from .._params import Param, ParamError
 from ..eval import EvalPlan, ScorerSpec
-from ..results import ResultLine, read_results
+from ..results import ResultLine, read_results, replaced_atomically
 from ._dataset import check_dataset, iter_dataset
 from ._summary import BatchSummary, Tally
 
@@ -175,9 +174,8 @@ def _copy(shards: Sequence[Path], index: dict[tuple[str, int], _Where], order: S
           out: Path, tally: Tally) -> None:
     """Pass two: every line's bytes in ``order`` into a temporary file, then renamed to ``out``."""
     handles = [open(path, "rb") for path in shards]
-    temporary = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
     try:
-        with temporary:
+        with replaced_atomically(out) as temporary:
             for key in order:
                 where = index[key]
                 handle = handles[where.shard]
@@ -187,12 +185,6 @@ def _copy(shards: Sequence[Path], index: dict[tuple[str, int], _Where], order: S
                     raw += b"\n"
                 temporary.write(raw)
                 tally.add(ResultLine.from_json(json.loads(raw)))
-            temporary.flush()
-            os.fsync(temporary.fileno())
-        os.replace(temporary.name, out)
-    except BaseException:
-        os.unlink(temporary.name)
-        raise
     finally:
         for handle in handles:
             handle.close()

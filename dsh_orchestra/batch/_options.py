@@ -8,10 +8,11 @@ from typing import Any, Sequence
 import attrs
 from attrs import validators as v
 
-from .._params import Check, Param, ParamError, integer, non_negative, positive
+from .._params import Check, Param, ParamError, integer, non_negative, one_of, positive
 from ..eval import SCORER_TIMEOUT, SCORER_WORKERS
 from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..pool import SESSIONS_PER_RUNTIME
+from ..runtime import SANDBOX_MODES
 
 
 class BatchUsageError(ParamError, ValueError):
@@ -51,6 +52,9 @@ class BatchOptions:
     ``max_total_tokens`` / ``max_total_cost``, per-item copies of ``workspace_template``
     (kept with ``keep_workspaces``). ``module:attr`` scorers run in ``scorer_workers`` worker
     processes (0: in this process, unprotected), each call bounded by ``scorer_timeout`` seconds.
+
+    ``sandbox`` (``auto``, ``bwrap``, ``none``; None: the spec's) runs the runtimes under
+    bubblewrap: the run's outputs hidden from them, the workspaces writable (docs/runtime.md#sandbox).
 
     Long runs: a runtime is recycled (no new items; a replacement starts at once; closed once
     its items in flight have finished, none cut or retried) after ``max_sessions_per_runtime``
@@ -97,6 +101,8 @@ class BatchOptions:
     max_runtime_rss_mib: float | None = attrs.field(default=None, validator=v.optional(_mib))
     # the real dsh's model calls go through one model gateway of the run (docs/gateway.md); None: none
     gateway: GatewayOptions | None = DEFAULT_GATEWAY
+    # the runtimes under bubblewrap (docs/runtime.md#sandbox): auto | bwrap | none; None: the spec's (auto by default)
+    sandbox: str | None = attrs.field(default=None, validator=v.optional(one_of(*SANDBOX_MODES).raising(BatchUsageError)))
     control: bool = False  # listen on a control socket (pause, resume, stop, status, concurrency: `dsh-orchestra ctl`)
 
     def __attrs_post_init__(self) -> None:

@@ -106,11 +106,13 @@ class Progress:
             await trio.sleep(period)
             self.update()
 
-    def close(self) -> None:
-        """Final refresh and release the terminal."""
+    def close(self, *, final: bool = True) -> None:
+        """Final refresh (unless ``final`` is False: the run failed before any item) and release the terminal."""
         if self.mode == "lines":
-            self.update(force=True)
+            if final:
+                self.update(force=True)
         elif self._bar is not None:
-            self.update(force=True)
+            if final:
+                self.update(force=True)
             self._bar.close()
             self._bar = None

@@ -23,26 +23,29 @@ import trio
 from .._redact import Redactor, environment_secrets
 from .._params import Param, rewrap
 from .._tracing import ITEM_SPAN, observed
-from ..gateway import Gateway, gateway_for
+from ..gateway import CallBudget, Gateway, gateway_for
 from ..pool import Backoff, job_warnings
 from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
 from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
+from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, refused_calls
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
-from ..results import ResultLine, read_results
-from ._evaluation import BatchEval, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
+from ..results import ResultLine
+from ._evaluation import BatchEval, Budget as BatchBudget, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
 from ._executor import Attempt, AttemptRunner, Executor, executor_in_process, runner_lease, runner_server_version
 from ._ids import check_ids_hold_no_secret
 from ._local import default_executor
 from ._options import BatchOptions, BatchUsageError
 from ._paths import check_batch_paths
 from ._progress import Counters, Progress
+from ._resume import read_done
 from ._retry import drop_error_lines
 from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
 from ._workspaces import check_workspace_template
+from ._confine import confine_run
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -63,6 +66,7 @@ class _Run:
     redactor: Redactor = attrs.field(factory=Redactor)
     gateway: Gateway | None = None  # the run's model gateway (local pool, real dsh)
     control: RunControl | None = None
+    cut: int = 0  # items cut short by the gateway's budget (no line written)
     deaths: Deaths = attrs.field(factory=Deaths)
     # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
     clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
@@ -116,6 +120,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
                 extra["alone"] = True
             attempt = await run.runner.attempt(unit, session_id, **extra)
         crash = attempt.crash
+        if cut_short(run.gateway, attempt.session_id):
+            break
         if attempt.lost:
             lost += 1
             reason = (attempt.error or {}).get("message", "")
@@ -142,12 +148,21 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
             await run.backoff.sleep(retried)
             retried += 1
         run.counters.retries += 1
+    if cut_short(run.gateway, attempt.session_id):
+        if evaluation.workspaces is not None:
+            await evaluation.workspaces.remove(workspace)
+        _cut(run, item, attempt.session_id)
+        return
     turn = attempt.turn
     ok = turn is not None and turn.finish_reason in OK_FINISH_REASONS
     status = "ok" if ok else "error"
     duration = clock.current_time() - started
     if evaluation.scorers or evaluation.workspaces is not None:
+        refused = refused_calls(run.gateway)
         fields = await evaluation.finish(item, epoch, status, turn, workspace)
+        if judged_past_budget(run.gateway, refused, fields):
+            _cut(run, item, attempt.session_id)
+            return
     else:  # nothing to score or remove: the same fields, without a coroutine
         fields = evaluation.fields(turn, epoch)
     line = ResultLine.of_attempt(
@@ -164,6 +179,14 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
         line = attrs.evolve(line, extra={**line.extra, "model": run.gateway.take(attempt.session_id).to_json()})
     _write(run, line)
+
+
+def _cut(run: _Run, item: BatchItem, session_id: str) -> None:
+    """The budget cut ``item`` short: no result line (a resumed run runs it again)."""
+    if run.gateway is not None:
+        run.gateway.take(session_id)
+    run.cut += 1
+    log.info("item %r was cut short by the budget: no result line (run again to resume)", item.id)
 
 
 def _write(run: _Run, line: ResultLine) -> None:
@@ -223,11 +246,6 @@ def _check_paths(out: Path, options: BatchOptions) -> None:
         )
 
 
-def _epoch_of(line: ResultLine) -> int:
-    epoch = line.epoch
-    return epoch if epoch is not None and not isinstance(epoch, bool) and epoch >= 1 else 1
-
-
 def _prepare_resume(
     dataset: str | os.PathLike[str], out: Path, options: BatchOptions, lock: ResultsLock, tally: Tally,
     secrets: Sequence[str] = (),
@@ -252,18 +270,9 @@ def _prepare_resume(
         dropped = drop_error_lines(out, lock)
         if dropped:
             log.warning("retry_errors: %d error line(s) removed from %s; their items run again", dropped, out)
-    done: set[tuple[str, int]] = set()
-    lines = read_results(out, repair=True)
-    try:
-        for line in lines:
-            key = (line.id, _epoch_of(line))
-            if key[0] in check.ids and key[1] <= options.epochs and key not in done:
-                done.add(key)
-                tally.add(line)
-    except ValueError as exc:
-        raise BatchUsageError(str(exc)) from exc
-    if lines.torn:
-        log.warning("repaired %s: cut a torn last line of %d bytes", out, lines.torn)
+    done, torn = read_done(out, check.ids, options.epochs, tally)
+    if torn:
+        log.warning("repaired %s: cut a torn last line of %d bytes", out, torn)
     return check, done
 
 
@@ -338,7 +347,7 @@ async def _run_locked(
     stopped: str | None = None
     model_totals: dict[str, Any] | None = None
     server_version: str | None = None
-    processed = 0
+    processed = cut = 0
     if spec is not None and options.approval_relay is not None:
         spec = spec.evolve(approval_relay=options.approval_relay)
     try:
@@ -348,22 +357,26 @@ async def _run_locked(
         raise rewrap(BatchUsageError, exc) from exc
     for line in plan_warnings:
         log.warning("%s", line)
+    failed = True  # until the run ends well: a run that fails before any item prints no final progress line
     try:  # warnings once for the batch, not once per runtime
         with job_warnings(spec, approvals=options.policy is not None, answerer=options.answerer is not None) as warnings, \
                 ResultsWriter(out) as writer:
             local = executor_in_process(executor)  # Ray actors open their own (scale.RayExecutor)
             if todo:
-                async with gateway_for(spec if local else None, options.gateway) as (gateway, routed), \
+                # the workspaces' root made before the runtimes start: a sandbox lets them write there
+                async with confine_run(spec, out, options) as (spec, workspaces), \
+                        gateway_for(spec if local else None, budgeted(options, plan)) as (gateway, routed), \
                         executor.open(routed if local else spec, options) as runner:
                     server_version = runner_server_version(runner)
                     lease = runner_lease(runner)
-                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally) as batch_eval:
+                    async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally,
+                                               workspaces=workspaces) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         workers = min(max(1, runner.capacity), todo)
                         control = RunControl(workers, workers, counters, out) if options.control else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
                                    gateway=gateway, control=control)
-                        units = _Units(check, done, epochs, batch_eval)
+                        units = _Units(check, done, epochs, batch_eval, call_budget(gateway))
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
                             if control is not None:
@@ -371,14 +384,17 @@ async def _run_locked(
                             async with trio.open_nursery() as nursery:
                                 for _ in range(workers):
                                     nursery.start_soon(_worker, run, units)
-                            stopped = units.stopped
+                            stopped = units.stopped or ("budget" if run.cut else None)
                             outer.cancel_scope.cancel(reason="every item finished")
-                        processed = tally.run_lines
+                        processed, cut = tally.run_lines, run.cut
                 if gateway is not None:
                     model_totals = gateway.summary()
+                    if model_totals["budget"] is not None:
+                        model_totals["budget"]["cut_items"] = cut
             writer.check()  # the runtimes are closed: nothing of this run may have changed it since
+        failed = False
     finally:
-        progress.close()
+        progress.close(final=not failed or tally.run_lines > 0)
     duration = trio.current_time() - started
     summary = tally.summary(
         total=total, resumed=resumed, processed=processed if stopped else todo, duration_s=duration,
@@ -403,18 +419,20 @@ class _Units:
     as they free up; it stops early (``stopped = "budget"``) once the run's budget is reached,
     checked as each item would start."""
 
-    def __init__(self, check: DatasetCheck, done: set[tuple[str, int]], epochs: int, batch_eval: BatchEval) -> None:
+    def __init__(self, check: DatasetCheck, done: set[tuple[str, int]], epochs: int, batch_eval: BatchEval,
+                 per_call: CallBudget | None = None) -> None:
         self.stopped: str | None = None
-        self._units = self._generate(check, done, epochs, batch_eval)
+        self._units = self._generate(check, done, epochs, batch_eval, per_call)
 
     def __iter__(self) -> Iterator[tuple[BatchItem, int]]:
         return self._units
 
     def _generate(
         self, check: DatasetCheck, done: set[tuple[str, int]], epochs: int, batch_eval: BatchEval,
+        per_call: CallBudget | None,
     ) -> Iterator[tuple[BatchItem, int]]:
         skip = {item_id for item_id, _ in done if all((item_id, e) in done for e in range(1, epochs + 1))}
-        budget = batch_eval.budget
+        budget: BatchBudget | CallBudget = per_call if per_call is not None else batch_eval.budget  # the gateway's counts per call
         for item in iter_dataset(check, skip=skip):
             for epoch in range(1, epochs + 1):
                 if done and (item.id, epoch) in done:

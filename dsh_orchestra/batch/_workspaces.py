@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import trio
 
@@ -163,3 +164,16 @@ def _relative_links(template: Path, copy: Path) -> None:
             if _inside(resolved, root):
                 os.unlink(path)
                 os.symlink(os.path.relpath(os.path.join(copy, os.path.relpath(resolved, root)), directory), path)
+
+
+@contextmanager
+def open_workspaces(options: Any, out: Path) -> Iterator[Workspaces | None]:
+    """The run's ``Workspaces`` (None without a template), root made now, before any runtime
+    starts (a sandboxed runtime gets it writable); closed on exit."""
+    template = check_workspace_template(options, out)
+    workspaces = Workspaces(template, out, keep=options.keep_workspaces) if template is not None else None
+    try:
+        yield workspaces
+    finally:
+        if workspaces is not None:
+            workspaces.close()

@@ -94,8 +94,8 @@ def register(sub: Any) -> None:
     add_ray_options(parser)  # --ray [ADDRESS] --ray-actors N --runtimes-per-actor M --ray-runtime-env JSON
     add_scoring_options(parser, epochs=True)  # --score --scoring --epochs --epoch-reducer --group-by --seed --prices
     budget = parser.add_argument_group("budgets and workspaces")
-    budget.add_argument("--max-total-tokens", type=int, default=None, metavar="N", help="start no new item once this run's items used N tokens (exit 4; --resume continues)")
-    budget.add_argument("--max-total-cost", type=float, default=None, metavar="USD", help="start no new item once this run's items cost USD (needs --prices; exit 4)")
+    budget.add_argument("--max-total-tokens", type=int, default=None, metavar="N", help="stop at N tokens: with the gateway no further model call once this run's calls used N, the items cut short get no line; without it no new item once this run's items used N (exit 4; --resume continues)")
+    budget.add_argument("--max-total-cost", type=float, default=None, metavar="USD", help="stop at USD spent, as --max-total-tokens (needs --prices; exit 4)")
     budget.add_argument("--workspace-template", default=None, metavar="DIR", help="give each item's session a fresh copy of DIR as its working directory")
     budget.add_argument("--keep-workspaces", action="store_true", help="keep the copies (in RESULTS.workspaces/) instead of removing them after scoring")
     parser.set_defaults(func=main, paths=paths)

@@ -22,7 +22,7 @@ from ..approvals import LoadedPolicy, PolicyFileError, load_policy
 from ..questions import Answerer, AnswererFileError, QuestionsRequest, load_answerer
 from ..runtime import RuntimeSpec
 from ._errors import message
-from ..runtime import APPROVAL_RELAY_MODES
+from ..runtime import APPROVAL_RELAY_MODES, SANDBOX_MODES, bwrap_problem
 from ..session import configuration_warnings, report_warnings
 
 
@@ -130,6 +130,12 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
         help="answer the real runtime's internal approvals and questions with --policy/--answerer: auto "
         "(default: on for --runtime dsh when either is given), on, off",
     )
+    group.add_argument(
+        "--sandbox", choices=SANDBOX_MODES, default="auto",
+        help="run the runtime under bubblewrap: the system read-only, only its workspace and DSH_HOME writable, the "
+        "run's outputs hidden (docs/runtime.md#sandbox): auto (default: --runtime dsh, when bubblewrap works here; a "
+        "one-line notice when it does not), bwrap (insist; any runtime), none",
+    )
 
 
 def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> RuntimeSpec:
@@ -161,10 +167,31 @@ def build_spec(args: argparse.Namespace, *, temp_home: str | None = None) -> Run
             route[key] = value
     if args.script is not None:
         check_script(args.script)
+    route["sandbox"] = sandbox_mode(getattr(args, "sandbox", None) or "auto", kind)
     spec = _build(args, kind, home, workspace, route)
     register_secrets(spec.secrets())  # every message the CLI prints is redacted with them
     check_startable(spec, "--runtime dsh" if kind == "dsh" else "--runtime-command" if kind == "command" else "--runtime sim")
     return spec
+
+
+def sandbox_mode(mode: str, kind: str) -> str:
+    """``--sandbox`` resolved for the runtime ``kind`` (sim, dsh, command): ``bwrap`` or ``none``.
+
+    ``auto`` sandboxes ``--runtime dsh`` when bubblewrap works here (else one notice line on
+    stderr, and none).
+
+    Raises:
+        UsageError: ``--sandbox bwrap`` and bubblewrap does not work here.
+    """
+    if mode == "none" or (mode == "auto" and kind != "dsh"):
+        return "none"
+    problem = bwrap_problem()
+    if problem is None:
+        return "bwrap"
+    if mode == "bwrap":
+        raise UsageError(f"--sandbox bwrap: bubblewrap does not work here: {problem}; install it, or pass --sandbox none")
+    say(f"notice: the runtime runs without a sandbox: {problem} (--sandbox none silences this)")
+    return "none"
 
 
 def check_startable(spec: RuntimeSpec, flag: str) -> None:

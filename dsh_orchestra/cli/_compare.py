@@ -16,7 +16,7 @@ import trio
 
 from ..batch import DatasetError, load_dataset
 from ..eval import RescoreError, ScoringError, rescore
-from ..eval import CompareInputError, compare_many, compare_runs, scorer_names
+from ..eval import CompareInputError, compare_line_problem, compare_many, compare_runs, read_run, scorer_names
 from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report import load_result_lines
@@ -219,13 +219,20 @@ def compare_check() -> Callable[[Any], str | None]:
     return check
 
 
+def _load(args: argparse.Namespace, path: str, what: str) -> Any:
+    """A run's lines: as columns (``eval.read_run``: score values as arrays, for runs of millions
+    of lines), or decoded (for the page and --cluster-by, which read more of each line)."""
+    if args.out is None and args.cluster_by is None:
+        return read_run(path, what, check=compare_line_problem, unique=True)
+    return load_result_lines(path, what, strict=True, check=compare_check())
+
+
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
     many = len(args.candidates) > 1 or args.all_pairs
     try:
-        base = load_result_lines(args.base, "base results file", strict=True, check=compare_check())
-        candidates = [load_result_lines(path, "candidate results file", strict=True, check=compare_check())
-                      for path in args.candidates]
+        base = _load(args, args.base, "base results file")
+        candidates = [_load(args, path, "candidate results file") for path in args.candidates]
         with scratch_dir("compare") as directory:
             base = _score_run(args, args.base, base, directory, "base")
             candidates = [_score_run(args, path, lines, directory, f"candidate-{number}")

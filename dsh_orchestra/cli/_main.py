@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from .._logging import configure_cli_logging
+from .._tracing import missing_api_warning
 from .._version import __version__
 from ._exit import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE
 from ._paths import check_command_paths
@@ -129,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"dsh-orchestra: {message(failure)}", file=sys.stderr)
         return EXIT_USAGE
+    if (otel := missing_api_warning()) is not None:
+        print(f"dsh-orchestra: warning: {otel}", file=sys.stderr)
     terminated: list[bool] = []
     try:
         with _sigterm_as_interrupt(terminated, args.command in TERM_AS_INTERRUPT):

@@ -42,6 +42,15 @@ from ._cluster import (
     cluster_stderr as cluster_stderr,
     design_effect as design_effect,
 )
+from ._columns import (
+    ReducedRun as ReducedRun,
+    RunColumns as RunColumns,
+    RunInputError as RunInputError,
+    compare_line_problem as compare_line_problem,
+    read_run as read_run,
+    reduce_run as reduce_run,
+    run_columns as run_columns,
+)
 from ._compare import (
     CompareInputError as CompareInputError,
     compare_runs as compare_runs,

@@ -19,9 +19,12 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from .._params import Param, ParamError
 from ._frames import Comparison
-from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer, stderr
+from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
+from ._columns import ReducedRun, RunColumns, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
@@ -79,7 +82,7 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     Zero differences do not change under a flip and are left out of the assignments (they
     still count in every mean's denominator). None for no differences.
     """
-    if not differences:
+    if len(differences) == 0:  # (a list or a numpy array)
         return None
     import numpy as np
 
@@ -129,8 +132,10 @@ def _value(record: Any) -> float | None:
     return float(value)
 
 
-def scorer_names(lines: Iterable[Mapping[str, Any]]) -> list[str]:
+def scorer_names(lines: Iterable[Mapping[str, Any]] | RunColumns) -> list[str]:
     """The scorer names of ``lines``' ``scores``, in first-seen order."""
+    if isinstance(lines, RunColumns):
+        return list(lines.names)
     names: dict[str, None] = {}
     for line in lines:
         scores = line.get("scores")
@@ -140,7 +145,7 @@ def scorer_names(lines: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def reduce_items(
-    lines: Iterable[Mapping[str, Any]], names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
+    lines: Iterable[Mapping[str, Any]] | RunColumns, names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, str]]:
     """Per item id: each scorer's value with the epochs reduced, and the item's status.
 
@@ -151,68 +156,30 @@ def reduce_items(
     return values, status
 
 
-def _failed(line: Mapping[str, Any], record: Any) -> bool:
-    return line.get("status") == "error" or (isinstance(record, dict) and record.get("error") is True)
-
-
 def reduce_items_strict(
-    lines: Iterable[Mapping[str, Any]], names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
+    lines: Iterable[Mapping[str, Any]] | RunColumns, names: Sequence[str], reducer: str | Reducer = DEFAULT_REDUCER
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, str], dict[str, dict[str, float | None]]]:
     """``reduce_items``, and the strict values of the items where something failed: per item
     id and scorer, the epochs reduced with every failed epoch (the line ended in error, or the
     scorer failed: ``"error": true``) counted as 0. Items where nothing failed are not in it:
     their strict value is their value."""
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
-    epochs: dict[str, dict[int, Mapping[str, Any]]] = {}
-    for line in lines:
-        epoch = line.get("epoch", 1)
-        key = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1
-        epochs.setdefault(str(line.get("id")), {}).setdefault(key, line)
-    values: dict[str, dict[str, float | None]] = {}
-    status: dict[str, str] = {}
-    strict: dict[str, dict[str, float | None]] = {}
-    if chosen.k is None and all(len(by_epoch) == 1 for by_epoch in epochs.values()):
-        # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
-        for item_id, by_epoch in epochs.items():
-            (line,) = by_epoch.values()
-            scores = line.get("scores")
-            if not isinstance(scores, dict):
-                scores = {}
-            line_status = line.get("status")
-            row: dict[str, float | None] = {}
-            for name in names:
-                record = scores.get(name)
-                value = record.get("value") if type(record) is dict else None
-                if type(value) is not float:
-                    value = _value(record)
-                row[name] = value
-                if value is None and (line_status == "error" or (type(record) is dict and record.get("error") is True)):
-                    strict.setdefault(item_id, {})[name] = 0.0
-            values[item_id] = row
-            status[item_id] = "ok" if line_status == "ok" else str(line_status)
-        return values, status, strict
-    for item_id, by_epoch in epochs.items():
-        ordered = [by_epoch[e] for e in sorted(by_epoch)]
-        values[item_id] = {}
-        for name in names:
-            per_epoch = []
-            failed = []
-            for line in ordered:
-                scores = line.get("scores")
-                record = scores.get(name) if isinstance(scores, dict) else None
-                value = _value(record)
-                per_epoch.append(value)
-                failed.append(value is None and _failed(line, record))
-            values[item_id][name] = chosen(per_epoch)
-            if any(failed):
-                strict.setdefault(item_id, {})[name] = chosen([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
-        statuses = [str(line.get("status")) for line in ordered]
-        status[item_id] = next((s for s in statuses if s != "ok"), "ok")
-    return values, status, strict
+    return reduce_run(run_columns(lines), names, chosen).as_dicts(names)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
+def _stderr(values: Any) -> float | None:
+    """``stderr`` of a numpy array, bit for bit: the same deviations and products, elementwise,
+    and the same exactly rounded sums (``math.fsum``), without a list of them."""
+    n = len(values)
+    if n < 2:
+        return None
+    centre = math.fsum(values) / n
+    deviations = values - centre
+    return math.sqrt(math.fsum(deviations * deviations) / (n - 1)) / math.sqrt(n)
+
+
+def _sorted_ids(ids: Any) -> list[str]:
+    return [_text(i) for i in np.sort(ids).tolist()]
 
 
 def compare_scorer(
@@ -223,16 +190,28 @@ def compare_scorer(
     present). With ``clusters`` (id -> cluster), the differences' standard error is the CR1
     clustered one, ``ci95`` a cluster bootstrap and ``p_value`` a sign-flip test of the
     clusters' sums of differences (``_cluster``)."""
-    n = len(pairs)
-    base = [b for _, b, _ in pairs]
-    candidate = [c for _, _, c in pairs]
-    mean_base, mean_candidate = _mean(base), _mean(candidate)
-    differences = [c - b for _, b, c in pairs]
-    extra: dict[str, Any] = {"stderr": stderr(differences)}
+    ids = np.array([i for i, _, _ in pairs], dtype=object)
+    base = np.array([b for _, b, _ in pairs], dtype=np.float64)
+    candidate = np.array([c for _, _, c in pairs], dtype=np.float64)
+    return compare_arrays(ids, base, candidate, seed=seed, resamples=resamples, clusters=clusters)
+
+
+def compare_arrays(
+    ids: Any, base: Any, candidate: Any, *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    clusters: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``compare_scorer`` of the pairs given as three numpy arrays of one length (ids, base
+    values, candidate values; every value present)."""
+    n = len(ids)
+    mean_base = math.fsum(base) / n if n else None  # (fsum over the arrays: no list of a million floats)
+    mean_candidate = math.fsum(candidate) / n if n else None
+    differences = candidate - base
+    extra: dict[str, Any] = {"stderr": _stderr(differences)}
     if clusters is not None:
         from ._cluster import cluster_bootstrap_ci, cluster_codes, cluster_stderr
 
-        of_pair = [clusters[i] for i, _, _ in pairs]
+        of_pair = [clusters[_text(i)] for i in ids.tolist()]
+        differences = differences.tolist()
         interval = cluster_bootstrap_ci(differences, of_pair, seed=seed, resamples=resamples) if n else None
         codes, g = cluster_codes(of_pair)
         sums = [0.0] * g
@@ -248,9 +227,9 @@ def compare_scorer(
         if not n:
             p_value = None
             extra["test"] = None
-        elif all(v in (0.0, 1.0) for v in base + candidate):
-            went_down = sum(1 for _, b, c in pairs if b == 1.0 and c == 0.0)
-            went_up = sum(1 for _, b, c in pairs if b == 0.0 and c == 1.0)
+        elif bool(np.all((base == 0.0) | (base == 1.0)) and np.all((candidate == 0.0) | (candidate == 1.0))):
+            went_down = int(np.count_nonzero((base == 1.0) & (candidate == 0.0)))
+            went_up = int(np.count_nonzero((base == 0.0) & (candidate == 1.0)))
             p_value = mcnemar_exact(went_down, went_up)
             extra["test"] = "mcnemar"
         else:
@@ -263,30 +242,48 @@ def compare_scorer(
         "diff": mean_candidate - mean_base if mean_base is not None and mean_candidate is not None else None,
         "ci95": list(interval) if interval is not None else None,
         "p_value": p_value,
-        "regressions": sorted(i for i, b, c in pairs if c < b),
-        "improvements": sorted(i for i, b, c in pairs if c > b),
+        "regressions": _sorted_ids(ids[candidate < base]),
+        "improvements": _sorted_ids(ids[candidate > base]),
         **extra,
     }
 
 
-_Side = tuple[dict[str, dict[str, float | None]], dict[str, dict[str, float | None]]]
-
-
-def _strict_entry(entry: dict[str, Any], name: str, common: Sequence[str], base: _Side, candidate: _Side,
-                  seed: int) -> dict[str, Any]:
+def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any], base: ReducedRun,
+                  candidate: ReducedRun, seed: int) -> dict[str, Any]:
     """The strict view of one scorer: the same fields over the pairs where an item that ended
     in error (or whose scorer failed) scores 0; an ok <-> error pair is a regression or an
     improvement there. The entry itself when nothing failed in either run."""
-    if not any(name in base[1].get(i, ()) or name in candidate[1].get(i, ()) for i in common):
+    ids, at_base, at_candidate = pairing
+    if not (base.overridden[name][at_base].any() or candidate.overridden[name][at_candidate].any()):
         return {key: value for key, value in entry.items() if key != "strict"}
-    pairs = []
-    for item_id in common:
-        b_over, c_over = base[1].get(item_id, {}), candidate[1].get(item_id, {})
-        b = b_over[name] if name in b_over else base[0][item_id][name]
-        c = c_over[name] if name in c_over else candidate[0][item_id][name]
-        if b is not None and c is not None:
-            pairs.append((item_id, b, c))
-    return compare_scorer(pairs, seed=seed)
+    b = (base.strict[name] if base.strict[name] is not None else base.values[name])[at_base]
+    c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
+    both = ~(np.isnan(b) | np.isnan(c))
+    return compare_arrays(ids[both], b[both], c[both], seed=seed)
+
+
+def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, Any]:
+    """(ids of the common items in the base's order, their positions in the base, in the
+    candidate, and the ids only in the base, only in the candidate)."""
+    b_ids, c_ids = base.ids, candidate.ids
+    if (b_ids.dtype == object) != (c_ids.dtype == object):
+        b_ids, c_ids = _as_objects(b_ids), _as_objects(c_ids)
+    if not len(c_ids) or not len(b_ids):
+        none = np.zeros(0, dtype=np.int64)
+        return b_ids[:0], none, none, b_ids, c_ids
+    by = np.argsort(c_ids, kind="stable")
+    ordered = c_ids[by]
+    position = np.minimum(np.searchsorted(ordered, b_ids), len(ordered) - 1)
+    found = ordered[position] == b_ids
+    at_base = np.flatnonzero(found)
+    at_candidate = by[position[found]]
+    in_base = np.zeros(len(c_ids), dtype=bool)
+    in_base[at_candidate] = True
+    return b_ids[at_base], at_base, at_candidate, b_ids[~found], c_ids[~in_base]
+
+
+def _as_objects(ids: Any) -> Any:
+    return ids if ids.dtype == object else np.array([_text(i) for i in ids.tolist()], dtype=object)
 
 
 # ---- usage and latency --------------------------------------------------------------------
@@ -321,15 +318,14 @@ def _ratios(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, 
     return {key: _ratio(candidate.get(key), base.get(key)) for key in base if key != "n"}
 
 
-def usage_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def usage_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's usage: total/median/p95 of each line's ``total_tokens``, the totals of the three
     token counts, and ``cost_usd`` (total/median/p95) when lines carry it."""
-    per_line = [u for u in (line.get("usage") for line in lines) if isinstance(u, dict)]
-    totals = [v for v in (_count(u.get("total_tokens")) for u in per_line) if v is not None]
-    out = _spread(totals)
+    run = run_columns(lines)
+    out = _spread(_present(run.usage["total_tokens"]))
     for key in USAGE_KEYS:
-        out[key] = int(math.fsum(v for v in (_count(u.get(key)) for u in per_line) if v is not None))
-    costs = [v for v in (_count(line.get("cost_usd")) for line in lines) if v is not None]
+        out[key] = int(math.fsum(_present(run.usage[key])))
+    costs = _present(run.cost)
     if costs:
         spread = _spread(costs)
         out["cost_usd"] = float(spread["total"])
@@ -338,9 +334,14 @@ def usage_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def latency_side(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def latency_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's ``duration_s``: total, median and p95 over its lines (seconds)."""
-    return _spread([v for v in (_count(line.get("duration_s")) for line in lines) if v is not None])
+    return _spread(_present(run_columns(lines).duration))
+
+
+def _present(column: Any) -> list[float]:
+    """The numbers of a column (NaN: none), in line order."""
+    return column[~np.isnan(column)].tolist()  # type: ignore[no-any-return]
 
 
 def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
@@ -351,8 +352,8 @@ def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, 
 
 
 def compare_runs(
-    base: Sequence[Mapping[str, Any]],
-    candidate: Sequence[Mapping[str, Any]],
+    base: Sequence[Mapping[str, Any]] | RunColumns,
+    candidate: Sequence[Mapping[str, Any]] | RunColumns,
     *,
     scorers: Sequence[str] | None = None,
     reducer: str | Reducer = DEFAULT_REDUCER,
@@ -361,22 +362,26 @@ def compare_runs(
     correction: str = DEFAULT_CORRECTION,
     labels: tuple[str, str] = ("base", "candidate"),
     _of_other_runs: bool = False,  # compare_many: a scorer may be in other runs only
-    _reduced: tuple[Any, Any] | None = None,  # compare_many: both runs' reduce_items, once per run; no leaderboard
+    _reduced: tuple[ReducedRun, ReducedRun] | None = None,  # compare_many: both runs reduced, once per run; no leaderboard
 ) -> Comparison:
     """The comparison document of ``dsh-orchestra compare`` for two runs' result lines (a dict;
     a ``Comparison`` displays as a table in a notebook and a terminal).
 
-    ``scorers`` names the scorers to compare (default: every scorer either run has). A scorer
-    one run lacks is compared over no pairs (``n`` 0, nulls). ``cluster_by``: a metadata key
-    whose values cluster the items (clustered differences). ``correction`` (``holm``, ``bh``,
-    ``none``) adjusts the scorers' p-values into ``p_adjusted``; ``leaderboard`` ranks the two
-    runs (named by ``labels``) per scorer.
+    ``base`` and ``candidate`` are the lines (decoded JSON objects) or their columns
+    (``read_run``; with ``cluster_by``, read with it). ``scorers`` names the scorers to compare
+    (default: every scorer either run has). A scorer one run lacks is compared over no pairs
+    (``n`` 0, nulls). ``cluster_by``: a metadata key whose values cluster the items (clustered
+    differences). ``correction`` (``holm``, ``bh``, ``none``) adjusts the scorers' p-values
+    into ``p_adjusted``; ``leaderboard`` ranks the two runs (named by ``labels``) per scorer.
 
     Raises:
         CompareInputError: no item id in both runs, a named scorer in neither run, or a
             ``pass@k`` with k above a run's epochs.
     """
-    base_names, candidate_names = scorer_names(base), scorer_names(candidate)
+    base_run, candidate_run = run_columns(base, cluster_by), run_columns(candidate, cluster_by)
+    if cluster_by is not None and (base_run.clusters is None or candidate_run.clusters is None):
+        raise ValueError("compare_runs: with cluster_by, give the lines, or columns read with that cluster_by")
+    base_names, candidate_names = base_run.names, candidate_run.names
     if scorers is None:
         names = list(dict.fromkeys(base_names + candidate_names))
     else:
@@ -388,58 +393,74 @@ def compare_runs(
                                     f": scorer {missing[0]!r} is in neither run (their scorers: {known})")
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
     if chosen.k is not None:
-        for what, lines in (("base", base), ("candidate", candidate)):
-            epochs = max((e for e in (line.get("epoch", 1) for line in lines) if isinstance(e, int) and not isinstance(e, bool)), default=1)
+        for what, run in (("base", base_run), ("candidate", candidate_run)):
+            epochs = run.max_epoch()
             if chosen.k > epochs:
                 raise CompareInputError(Param("reducer", chosen.name, spelled="reducer"),
                                         f": the epoch reducer {chosen.name} needs k <= the epochs of each run, but the "
                                         f"{what} run has {epochs} epoch(s): lower k, or compare runs with more epochs")
-    reducer = chosen  # both runs' strict values too (``_reduced`` holds the plain ones only)
-    base_values, base_status, base_strict = reduce_items_strict(base, names, reducer)
-    candidate_values, candidate_status, candidate_strict = reduce_items_strict(candidate, names, reducer)
-    common = [i for i in base_values if i in candidate_values]
-    if not common:
+    if _reduced is not None:
+        base_items, candidate_items = _reduced
+    else:
+        base_items, candidate_items = reduce_run(base_run, names, chosen), reduce_run(candidate_run, names, chosen)
+    common, at_base, at_candidate, only_base, only_candidate = _pair(base_items, candidate_items)
+    if not len(common):
         raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
                                 ": the two runs have no item id in common: nothing to pair")
-    clusters = item_clusters([*base, *candidate], cluster_by) if cluster_by is not None else None
+    clusters = _run_clusters(base_run, candidate_run) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
     for name in names:
-        pairs = []
-        for item_id in common:
-            b, c = base_values[item_id][name], candidate_values[item_id][name]
-            if b is not None and c is not None:
-                pairs.append((item_id, b, c))
-        entry = compare_scorer(pairs, seed=seed, clusters=clusters)
-        entry["strict"] = _strict_entry(entry, name, common, (base_values, base_strict),
-                                        (candidate_values, candidate_strict), seed)
+        b, c = base_items.values[name][at_base], candidate_items.values[name][at_candidate]
+        both = ~(np.isnan(b) | np.isnan(c))
+        entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
+        entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
     for entry, p in zip(out_scorers.values(), adjusted, strict=True):
         entry["p_adjusted"] = p
     board = None if _reduced is not None else leaderboard(
-        dict(zip(labels, (base_values, candidate_values), strict=True)), names,
+        dict(zip(labels, (base_items, candidate_items), strict=True)), names,
         [{"base": labels[0], "candidate": labels[1], "scorers": out_scorers}],
         clusters=None if clusters is None else dict.fromkeys(labels, clusters), seed=seed,
     )
     return Comparison({
         "pairs": len(common),
-        "only_in_base": sorted(i for i in base_values if i not in candidate_values),
-        "only_in_candidate": sorted(i for i in candidate_values if i not in base_values),
-        "status_changes": [
-            {"id": i, "base": base_status[i], "candidate": candidate_status[i]}
-            for i in sorted(common) if base_status[i] != candidate_status[i]
-        ],
+        "only_in_base": _sorted_ids(only_base),
+        "only_in_candidate": _sorted_ids(only_candidate),
+        "status_changes": _status_changes(common, at_base, at_candidate, base_items, candidate_items),
         "scorers": out_scorers,
-        "usage": _side_by_side(usage_side(base), usage_side(candidate)),
-        "latency": _side_by_side(latency_side(base), latency_side(candidate)),
+        "usage": _side_by_side(usage_side(base_run), usage_side(candidate_run)),
+        "latency": _side_by_side(latency_side(base_run), latency_side(candidate_run)),
         "correction": correction,
         "cluster_by": cluster_by,
         "leaderboard": board,
     })
 
 
-def item_clusters(lines: Iterable[Mapping[str, Any]], field: str) -> dict[str, Any]:
+def _status_changes(common: Any, at_base: Any, at_candidate: Any, base: ReducedRun, candidate: ReducedRun) -> list[dict[str, Any]]:
+    """The common items whose status differs, by id."""
+    if all(s == "ok" for s in base.statuses) and all(s == "ok" for s in candidate.statuses):
+        return []
+    changed = [k for k, (i, j) in enumerate(zip(at_base.tolist(), at_candidate.tolist(), strict=True))
+               if base.statuses[i] != candidate.statuses[j]]
+    rows = sorted((_text(common[k]), base.statuses[at_base[k]], candidate.statuses[at_candidate[k]]) for k in changed)
+    return [{"id": i, "base": b, "candidate": c} for i, b, c in rows]
+
+
+def _run_clusters(*runs: RunColumns) -> dict[str, Any]:
+    """Each item id's cluster, from the first line that has the id (the runs in order)."""
+    out: dict[str, Any] = {}
+    for run in runs:
+        assert run.clusters is not None
+        for index, cluster in enumerate(run.clusters):
+            out.setdefault(run.id_text(index), cluster)
+    return out
+
+
+def item_clusters(lines: Iterable[Mapping[str, Any]] | RunColumns, field: str) -> dict[str, Any]:
     """Each item id's cluster (``_cluster.cluster_of``) from the first of its lines."""
+    if isinstance(lines, RunColumns):
+        return _run_clusters(lines)
     from ._cluster import cluster_of
 
     out: dict[str, Any] = {}

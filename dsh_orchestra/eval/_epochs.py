@@ -16,7 +16,7 @@ decomposition by moments:
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 
 def epoch_variance(items: Iterable[Sequence[float]]) -> dict[str, Any] | None:
@@ -56,13 +56,11 @@ def variance_at(between: float, within: float, epochs: int) -> float:
 
 
 def add_epoch_variance(scores: dict[str, dict[str, Any]], names: Sequence[str],
-                       items: Mapping[str, Mapping[int, Sequence[float | None]]]) -> None:
-    """Add ``"epochs"`` (``epoch_variance`` of each scorer's valid epoch values) to the
-    ``scores`` entries of a run where some item has two or more epochs."""
-    if not any(len(epochs) > 1 for epochs in items.values()):
-        return
-    for index, name in enumerate(names):
-        per_item = ([v for row in epochs.values() if (v := row[index]) is not None] for epochs in items.values())
+                       per_scorer: Iterable[Sequence[Sequence[float]]]) -> None:
+    """Add ``"epochs"`` (``epoch_variance``) to each scorer's ``scores`` entry: ``per_scorer[i]``
+    holds, per item, scorer ``names[i]``'s valid epoch values (a run where some item has two or
+    more epochs)."""
+    for name, per_item in zip(names, per_scorer, strict=True):
         found = epoch_variance(per_item)
         if found is not None:
             scores[name]["epochs"] = found

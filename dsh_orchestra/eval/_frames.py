@@ -46,8 +46,8 @@ def require(module: str, what: str) -> Any:
     except ImportError as exc:
         raise ImportError(
             f"{what} needs {module}, which is not installed: pip install 'dsh-orchestra[{EXTRA}]' "
-            f"(the optional extra with pyarrow, polars and pandas)"
-        ) from exc
+            f"(the optional extra with pyarrow, polars and pandas)", name=exc.name
+        ) from None
 
 
 class Frame:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from ._columns import ReducedRun, _text
 from ._metrics import cluster_metrics, metrics
 
 ALPHA = 0.05
 
 
 def leaderboard(
-    values: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+    values: Mapping[str, Mapping[str, Mapping[str, float | None]] | ReducedRun],
     names: Sequence[str],
     comparisons: Sequence[Mapping[str, Any]],
     *,
@@ -21,7 +24,8 @@ def leaderboard(
 ) -> dict[str, list[dict[str, Any]]]:
     """``{scorer: [{"run", "rank", "mean", "ci95", "n", "better_than", "worse_than"}, ...]}``.
 
-    ``values``: per run label, per item id, per scorer the reduced value; ``comparisons``:
+    ``values``: per run label, per item id, per scorer the reduced value (or the run's
+    ``ReducedRun``); ``comparisons``:
     ``{"base", "candidate", "scorers": {name: {"diff", "p_adjusted"}}}``. A run is
     ``better_than`` another when their comparison's adjusted p is below ``alpha`` and the
     difference favours it. The mean and ci95 are the run's own over its items (clustered with
@@ -31,13 +35,12 @@ def leaderboard(
     for name in names:
         rows = []
         for label, items in values.items():
-            kept = [(i, v) for i, item in items.items() if (v := item.get(name)) is not None]
+            kept_ids, kept = _kept(items, name, clusters is not None)
             errors = len(items) - len(kept)
             if clusters is not None:
-                found = cluster_metrics([v for _, v in kept], [clusters[label][i] for i, _ in kept], errors, seed=seed,
-                                        strict=False)
+                found = cluster_metrics(kept, [clusters[label][i] for i in kept_ids], errors, seed=seed, strict=False)
             else:
-                found = metrics([v for _, v in kept], errors, seed=seed)
+                found = metrics(kept, errors, seed=seed)
             rows.append({"run": label, "mean": found["mean"], "ci95": found["ci95"], "n": found["n"],
                          "better_than": [], "worse_than": []})
         by_label = {row["run"]: row for row in rows}
@@ -57,3 +60,14 @@ def leaderboard(
             row["rank"] = rank
         out[name] = rows
     return out
+
+
+def _kept(items: Mapping[str, Mapping[str, float | None]] | ReducedRun, name: str, with_ids: bool) -> tuple[list[str], list[float]]:
+    """The ids (with ``with_ids``) and values of the items with a value of scorer ``name``, in order."""
+    if isinstance(items, ReducedRun):
+        column = items.values[name]
+        present = ~np.isnan(column)
+        ids = [_text(i) for i in items.ids[present].tolist()] if with_ids else []
+        return ids, column[present].tolist()
+    pairs = [(i, v) for i, item in items.items() if (v := item.get(name)) is not None]
+    return [i for i, _ in pairs], [v for _, v in pairs]

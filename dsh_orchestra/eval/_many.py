@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ._compare import CompareInputError, compare_runs, item_clusters, reduce_items, scorer_names
+from ._columns import RunColumns, reduce_run, run_columns
+from ._compare import CompareInputError, compare_runs, item_clusters
 from ._leaderboard import ALPHA, leaderboard
 from ._metrics import DEFAULT_REDUCER, Reducer, parse_reducer
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
 
 def compare_many(
-    runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+    runs: Sequence[tuple[str, Sequence[Mapping[str, Any]] | RunColumns]],
     *,
     all_pairs: bool = False,
     scorers: Sequence[str] | None = None,
@@ -38,19 +39,20 @@ def compare_many(
     if len(set(labels)) != len(labels):
         raise CompareInputError(f"a run is given twice: {sorted({x for x in labels if labels.count(x) > 1})}")
     chosen = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
+    read = [(label, run_columns(lines, cluster_by)) for label, lines in runs]  # each run read once
     if scorers is None:
-        names = list(dict.fromkeys(n for _, lines in runs for n in scorer_names(lines)))
+        names = list(dict.fromkeys(n for _, run in read for n in run.names))
     else:
         names = list(dict.fromkeys(scorers))
-        known = {n for _, lines in runs for n in scorer_names(lines)}
+        known = {n for _, run in read for n in run.names}
         missing = [n for n in names if n not in known]
         if missing:
             raise CompareInputError(f"scorer {missing[0]!r} is in no run (their scorers: {', '.join(sorted(known)) or 'none'})")
     pairs = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))] if all_pairs else [(0, j) for j in range(1, len(runs))]
-    reduced = [reduce_items(lines, names, chosen) for _, lines in runs]  # once per run
+    reduced = [reduce_run(run, names, chosen) for _, run in read]  # once per run
     comparisons: list[dict[str, Any]] = []
     for i, j in pairs:
-        doc = compare_runs(runs[i][1], runs[j][1], scorers=names, reducer=chosen, seed=seed, cluster_by=cluster_by,
+        doc = compare_runs(read[i][1], read[j][1], scorers=names, reducer=chosen, seed=seed, cluster_by=cluster_by,
                            correction="none", labels=(labels[i], labels[j]), _of_other_runs=True,
                            _reduced=(reduced[i], reduced[j]))
         del doc["leaderboard"]  # one for every run, below
@@ -60,8 +62,8 @@ def compare_many(
         entry["p_adjusted"] = p
     for one in comparisons:
         one["correction"] = correction
-    values = {label: found[0] for label, found in zip(labels, reduced, strict=True)}
-    clusters = {label: item_clusters(lines, cluster_by) for label, lines in runs} if cluster_by is not None else None
+    values = dict(zip(labels, reduced, strict=True))
+    clusters = {label: item_clusters(run, cluster_by) for label, run in read} if cluster_by is not None else None
     return {
         "runs": labels,
         "base": None if all_pairs else labels[0],

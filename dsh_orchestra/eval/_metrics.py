@@ -6,11 +6,13 @@ Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
+from array import array
 from collections import Counter
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -19,7 +21,7 @@ from .._params import Param, ParamValueError
 from ..results import score_value
 
 if TYPE_CHECKING:
-    from ..results import ResultLine
+    from ..results import ResultLine, TallyLine
 
 BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
@@ -153,7 +155,7 @@ def bootstrap_ci(
     the distribution of n draws with replacement and costs O(levels) instead of O(n); other
     values are resampled by n uniform indices per resample.
     """
-    if not values:
+    if len(values) == 0:  # (a list or a numpy array)
         return None
     import numpy as np
 
@@ -298,8 +300,10 @@ class Reduced(dict[str, list[float | None]]):
 class ScoreTally:
     """Collects the score values of result lines, then reduces epochs and computes metrics.
 
-    Keeps one float (or None) per (item, epoch, scorer), which of them failed (the line ended
-    in error, or the record says ``"error": true``), and each item's group.
+    Keeps columns (``array``): per line its item (an index, items in first-seen order) and
+    epoch, and per scorer its value (NaN: none) and whether it failed (the line ended in error,
+    or the record says ``"error": true``); per item its id and group. About 8 bytes per
+    (line, scorer) and 24 per line, plus the item ids: a million lines fit in tens of MiB.
     """
 
     def __init__(
@@ -310,13 +314,17 @@ class ScoreTally:
         self.reducer = reducer if isinstance(reducer, Reducer) else parse_reducer(reducer)
         self.group_by = group_by
         self.seed = seed
-        self._values: dict[str, dict[int, list[float | None]]] = {}
-        self._failed: dict[str, dict[int, tuple[bool, ...]]] = {}  # only (item, epoch) rows with a failure
-        self._groups: dict[str, Any] = {}
+        self._codes: dict[str, int] = {}  # item id -> its index, in first-seen order
+        self._item = array("q")
+        self._epoch = array("q")
+        self._values = [array("d") for _ in self.names]
+        self._failed = [array("b") for _ in self.names]
+        self._any_failed = False
+        self._groups: list[Any] = []
         self.cluster_by = cluster_by
-        self._clusters: dict[str, Any] = {}
+        self._clusters: list[Any] = []
 
-    def add(self, line: ResultLine) -> None:
+    def add(self, line: ResultLine | TallyLine) -> None:
         """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
         scores = line.scores
         row: list[float | None] = []
@@ -343,58 +351,91 @@ class ScoreTally:
 
     def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any,
               flags: tuple[bool, ...] | None) -> None:
-        epochs = self._values.get(item_id)
-        if epochs is None:
-            self._values[item_id] = epochs = {}
-        if epoch not in epochs:  # the first line of an (id, epoch) wins
-            epochs[epoch] = row
-            if flags is not None:
-                self._failed.setdefault(item_id, {})[epoch] = flags
-        if self.group_by is not None and item_id not in self._groups:
-            self._groups[item_id] = group_value(metadata, self.group_by)
-        if self.cluster_by is not None and item_id not in self._clusters:
-            from ._cluster import cluster_of  # _cluster imports nothing of this module
+        code = self._codes.get(item_id)
+        if code is None:
+            code = self._codes[item_id] = len(self._codes)
+            if self.group_by is not None:
+                self._groups.append(group_value(metadata, self.group_by))
+            if self.cluster_by is not None:
+                from ._cluster import cluster_of  # _cluster imports nothing of this module
 
-            self._clusters[item_id] = cluster_of(metadata, self.cluster_by, item_id)
+                self._clusters.append(cluster_of(metadata, self.cluster_by, item_id))
+        self._item.append(code)
+        self._epoch.append(epoch)
+        for column, value in zip(self._values, row, strict=True):  # (NaN: no value)
+            column.append(_NAN if value is None else value)
+        if flags is None:
+            for marks in self._failed:
+                marks.append(0)
+        else:
+            self._any_failed = True
+            for marks, flag in zip(self._failed, flags, strict=True):
+                marks.append(flag)
+
+    def _kept(self) -> tuple[Any, Any]:
+        """The lines that count (the first of each (item, epoch)), ordered by item then epoch,
+        and where each item's lines start in them (one more: the end)."""
+        import numpy as np
+
+        n = len(self._item)
+        if not n:
+            return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        items = np.frombuffer(self._item, dtype=np.int64)
+        epochs = np.frombuffer(self._epoch, dtype=np.int64)
+        order = np.lexsort((np.arange(n), epochs, items))
+        first = np.ones(n, dtype=bool)
+        first[1:] = (items[order][1:] != items[order][:-1]) | (epochs[order][1:] != epochs[order][:-1])
+        lines = order[first]
+        starts = np.searchsorted(items[lines], np.arange(len(self._codes) + 1))
+        return lines, starts
 
     def reduced(self) -> Reduced:
         """Each scorer's reduced value per item, in the order items were first seen (a
         ``Reduced``: also which items failed, and the strict values)."""
+        import numpy as np
+
         out = Reduced()
         names = self.names
         reducer = self.reducer
-        failed: dict[str, list[bool]] = {name: [] for name in names}
-        strict: dict[str, list[float | None]] | None = {name: [] for name in names} if self._failed else None
-        if reducer.k is None and all(len(epochs) == 1 for epochs in self._values.values()):
+        lines, starts = self._kept()
+        items = len(self._codes)
+        columns = [_column(values, lines) for values in self._values]
+        flag_columns = [np.frombuffer(marks, dtype=np.int8)[lines].astype(bool) if len(marks) else np.zeros(0, bool)
+                        for marks in self._failed]
+        any_failed = self._any_failed and any(bool(flags.any()) for flags in flag_columns)
+        if reducer.k is None and len(lines) == items:
             # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
-            rows = [row for epochs in self._values.values() for row in epochs.values()]
-            out.update({name: [row[index] for row in rows] for index, name in enumerate(names)})
-            if strict is None:
-                out.failed = {name: [False] * len(rows) for name in names}
-                out.strict = None
-                return out
-        else:
-            columns: list[list[float | None]] = [[] for _ in names]
-            for epochs in self._values.values():
-                rows = [epochs[e] for e in sorted(epochs)]
-                for index, column in enumerate(columns):
-                    column.append(reducer([r[index] for r in rows]))
-            out.update(zip(names, columns, strict=True))
-        for item_id, epochs in self._values.items():
-            marks = self._failed.get(item_id)
-            for index, name in enumerate(names):
-                if marks is None:
-                    failed[name].append(False)
-                    if strict is not None:
-                        strict[name].append(out[name][len(failed[name]) - 1])
-                    continue
-                ordered = sorted(epochs)
-                flags = [marks.get(e, (False,) * len(names))[index] for e in ordered]
-                position = len(failed[name])
-                failed[name].append(out[name][position] is None and any(flags))
-                assert strict is not None
-                values = [0.0 if flag else epochs[e][index] for e, flag in zip(ordered, flags, strict=True)]
-                strict[name].append(reducer(values))
+            out.update({name: column.tolist() for name, column in zip(names, columns, strict=True)})
+            out.update({name: [None if v != v else v for v in out[name]] for name in names} if any(
+                bool(np.isnan(column).any()) for column in columns) else {})
+            out.failed = {name: flags.tolist() for name, flags in zip(names, flag_columns, strict=True)}
+            out.strict = {name: [0.0 if f else v for v, f in zip(out[name], out.failed[name], strict=True)]
+                          for name in names} if any_failed else None
+            return out
+        bounds = starts.tolist()
+        failed: dict[str, list[bool]] = {}
+        strict: dict[str, list[float | None]] | None = {} if any_failed else None
+        for name, column, flags in zip(names, columns, flag_columns, strict=True):
+            values = [None if v != v else v for v in column.tolist()]
+            marks = flags.tolist()
+            reduced_values: list[float | None] = []
+            failed_items: list[bool] = []
+            strict_values: list[float | None] = []
+            for start, stop in itertools.pairwise(bounds):
+                per_epoch = values[start:stop]
+                value = reducer(per_epoch)
+                reduced_values.append(value)
+                epoch_flags = marks[start:stop]
+                if True in epoch_flags:
+                    failed_items.append(value is None)
+                    strict_values.append(reducer([0.0 if f else v for v, f in zip(per_epoch, epoch_flags, strict=True)]))
+                else:
+                    failed_items.append(False)
+                    strict_values.append(value)
+            out[name] = reduced_values
+            failed[name] = failed_items
+            if strict is not None:
+                strict[name] = strict_values
         out.failed = failed
         out.strict = strict
         return out
@@ -406,16 +447,25 @@ class ScoreTally:
         every = range(len(next(iter(reduced.values()), [])))
         clusters = self.clusters()
         out = {name: _metrics_of(reduced, name, every, self.seed, clusters) for name in self.names}
-        from ._epochs import add_epoch_variance
+        lines, starts = self._kept()
+        if len(lines) > len(self._codes):  # some item has two or more epochs
+            from ._epochs import add_epoch_variance
 
-        add_epoch_variance(out, self.names, self._values)
+            bounds = starts.tolist()
+
+            def per_scorer() -> Iterator[list[list[float]]]:  # one scorer's lists at a time
+                for values in self._values:
+                    column = _column(values, lines).tolist()
+                    yield [[v for v in column[start:stop] if v == v] for start, stop in itertools.pairwise(bounds)]
+
+            add_epoch_variance(out, self.names, per_scorer())
         return out
 
     def clusters(self) -> list[Any] | None:
         """Each item's cluster (``cluster_by``), in the order items were first seen; None without it."""
         if self.cluster_by is None:
             return None
-        return [self._clusters[item_id] for item_id in self._values]
+        return list(self._clusters)
 
     def groups(self, reduced: Reduced | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group, per scorer. A group
@@ -424,8 +474,8 @@ class ScoreTally:
             return None
         reduced = self.reduced() if reduced is None else reduced
         members: dict[Any, list[int]] = {}
-        for index, item_id in enumerate(self._values):
-            members.setdefault(self._groups.get(item_id, MISSING), []).append(index)
+        for index, value in enumerate(self._groups):
+            members.setdefault(value, []).append(index)
         names = group_names(members)
         ordered = sorted(members.items(), key=lambda pair: names[pair[0]])
         clusters = self.clusters()
@@ -438,7 +488,17 @@ class ScoreTally:
 
     def group_counts(self) -> tuple[int, int]:
         """(items, items whose metadata lacks the ``group_by`` key)."""
-        return len(self._values), sum(1 for item_id in self._values if self._groups.get(item_id, MISSING) is MISSING)
+        return len(self._codes), sum(1 for value in self._groups if value is MISSING)
+
+
+_NAN = math.nan
+
+
+def _column(values: array[float], lines: Any) -> Any:
+    """A scorer's values (numpy; NaN: none) at ``lines``."""
+    import numpy as np
+
+    return np.frombuffer(values, dtype=np.float64)[lines] if len(values) else np.zeros(0, dtype=np.float64)
 
 
 def _failures(row: list[float | None], scores: Any, line_failed: bool, names: Sequence[str]) -> tuple[bool, ...] | None:

@@ -11,11 +11,9 @@ import datetime
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import attrs
 import orjson
 import trio
 
@@ -26,7 +24,7 @@ from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, sco
 from ._judge import open_judges
 from ._workers import DEFAULT_TIMEOUT, DEFAULT_WORKERS, needs_workers, open_scorer_workers
 from ._score import EvalResult, ItemLike
-from ..results import ResultLine, ResultsFileError, Usage, read_results
+from ..results import ResultLine, ResultsFileError, TallyLine, Usage, read_results, replaced_atomically
 from ._tally import EvalPlan, EvalTally, evaluated, sha256_file
 
 log = logging.getLogger("dsh_orchestra.eval")
@@ -143,51 +141,40 @@ async def rescore(
         raise RescoreError(f"results file {str(results)!r} does not exist or is not a file")
     _check_out(results, out, summary_path)
     check_scorers(plan.scorers)
-    lines: list[ResultLine] = []
-    seen: set[tuple[str, int]] = set()
-    for number, line in numbered_lines(results):
-        if line.id not in items:
-            raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
-        key = (line.id, line.epoch_number)
-        if key in seen:
-            log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, *key)
-            continue
-        seen.add(key)
-        lines.append(line)
-    epochs = max((line.epoch_number for line in lines), default=1)
-    if plan.reducer.k is not None and plan.reducer.k > epochs:
-        raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     price = plan.price()
     tally = EvalTally(plan)
-    ok = 0
-    handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
-                    open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
-                scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
-                for start in range(0, len(lines), CHUNK):
-                    chunk = lines[start : start + CHUNK]
-                    scored = await _score_chunk(scorers, items, chunk)
-                    for line, attempt in zip(chunk, scored, strict=True):
-                        new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
-                                                        line.epoch_number, price))
-                        handle.write(orjson.dumps(new.to_json()) + b"\n")
-                        metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
-                        tally.add(attrs.evolve(new, metadata=metadata if isinstance(metadata, dict) else {}))
-                        ok += new.status == "ok"
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, out)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
+    ok = lines = 0
+    epochs = 1
+    index = {item_id: number for number, item_id in enumerate(items)}  # (the dataset's own id strings)
+    seen: dict[int, bytearray] = {}  # epoch -> per dataset item, whether a line of it was kept
+    present = bytearray(len(index))
+    with replaced_atomically(out) as handle:
+        async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
+                open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
+            scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
+            # One pass, line by line (memory: the tally's columns, not the lines): each line is
+            # checked, scored and written in chunks; a refused line ends it with nothing written.
+            for chunk in _chunks(_kept_lines(results, index, seen, present), CHUNK):
+                scored = await _score_chunk(scorers, items, chunk)
+                for line, attempt in zip(chunk, scored, strict=True):
+                    new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
+                                                    line.epoch_number, price))
+                    handle.write(orjson.dumps(new) + b"\n")
+                    counted = TallyLine(new)
+                    metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
+                    counted.metadata = metadata if isinstance(metadata, dict) else {}
+                    tally.add(counted)
+                    ok += counted.status == "ok"
+                    lines += 1
+                    epochs = max(epochs, line.epoch_number)
+            if plan.reducer.k is not None and plan.reducer.k > epochs:
+                raise RescoreError(Param("epoch_reducer", plan.reducer.name), f" needs k <= the epochs in RESULTS ({epochs})")
     evaluation = tally.to_json()
     report: dict[str, Any] = {
-        "results": len(lines),
-        "items": len({line.id for line in lines}),
+        "results": lines,
+        "items": present.count(1),
         "ok": ok,
-        "error": len(lines) - ok,
+        "error": lines - ok,
         **evaluation,
         "warnings": tally.warnings(evaluation),
         "scorers_without_value": tally.scorers_without_value(evaluation),
@@ -212,15 +199,56 @@ async def rescore(
     return report
 
 
-def _rescored(line: ResultLine, fields: dict[str, Any]) -> ResultLine:
-    """``line`` with new evaluation fields: its object as read, the old ``scores``, ``cost_usd``,
-    ``judge_usage`` and ``judge_cost_usd`` out, the new ones (but ``epoch``, kept) at the end."""
+def _kept_lines(results: Path, index: Mapping[str, int], seen: dict[int, bytearray], present: bytearray) -> Iterator[ResultLine]:
+    """The lines of ``results`` to score: the first of each (id, epoch) (a repeat is skipped with
+    a warning); ``seen`` and ``present`` record, per dataset item, what was kept.
+
+    Raises:
+        RescoreError: a line is not a result object, or its id is not in the dataset.
+    """
+    for number, line in numbered_lines(results):
+        position = index.get(line.id)
+        if position is None:
+            raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
+        epoch = line.epoch_number
+        marks = seen.get(epoch)
+        if marks is None:
+            marks = seen[epoch] = bytearray(len(index))
+        if marks[position]:
+            log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, line.id, epoch)
+            continue
+        marks[position] = 1
+        present[position] = 1
+        yield line
+
+
+def _chunks(lines: Iterator[ResultLine], size: int) -> Iterator[list[ResultLine]]:
+    chunk: list[ResultLine] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _rescored(line: ResultLine, fields: dict[str, Any]) -> dict[str, Any]:
+    """``line``'s object with new evaluation fields: as read, the old ``scores``, ``cost_usd``,
+    ``judge_usage`` and ``judge_cost_usd`` out, the new ones (but ``epoch``, kept) at the end
+    (``usage`` in its place), as ``ResultLine.evaluation_json`` writes them."""
     fields.pop("epoch", None)  # kept as it was
     raw = {k: v for k, v in line.to_json().items() if k not in _REPLACED}
-    raw.update(ResultLine(id=line.id, status=line.status, **fields).evaluation_json())
-    return ResultLine.from_json(raw)
+    for key in _EVALUATION_KEYS:
+        value = fields.pop(key, None)
+        if value is not None:
+            raw[key] = value.to_json() if isinstance(value, Usage) else value
+    if fields:
+        raise TypeError(f"unexpected evaluation fields {sorted(fields)}")
+    return raw
 
 
+_EVALUATION_KEYS = ("scores", "usage", "cost_usd", "judge_usage", "judge_cost_usd")  # evaluation_json's order
 _REPLACED = frozenset({"scores", "cost_usd", "judge_usage", "judge_cost_usd"})
 
 

@@ -20,7 +20,7 @@ from .._params import Param, ParamValueError, integer
 from ._config import ScorerSpec, ScoringError, ScoringFile, resolve_scorers
 from ._prompt import DEFAULT_TEMPLATE
 from ._metrics import DEFAULT_REDUCER, Reducer, ScoreTally, parse_reducer
-from ..results import ResultLine, Usage
+from ..results import ResultLine, TallyLine, Usage
 from ._usage import Price, Prices
 from ._warnings import excluded_warnings, failure_warnings, no_value
 
@@ -162,7 +162,7 @@ class EvalTally:
         """The tokens of every line counted so far."""
         return Usage(*self._tokens)
 
-    def add(self, line: ResultLine, *, this_run: bool = False) -> None:
+    def add(self, line: ResultLine | TallyLine, *, this_run: bool = False) -> None:
         """Count one result line (and what it spent, when ``this_run`` wrote it)."""
         if line.status == "ok":
             self.ok += 1

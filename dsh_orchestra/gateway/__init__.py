@@ -5,6 +5,7 @@ calls, a response cache with record/replay, and counters (docs/gateway.md).
 """
 
 from .._public import publish as _publish
+from ._budget import CallBudget as CallBudget, PerMtok as PerMtok, call_cost as call_cost
 from ._cache import CACHE_FILE_NAME as CACHE_FILE_NAME, CacheError as CacheError, ResponseCache as ResponseCache, cache_key as cache_key
 from ._limiter import AdaptiveLimiter as AdaptiveLimiter
 from ._options import CACHE_EPOCHS as CACHE_EPOCHS, CACHE_MODES as CACHE_MODES, DEFAULT_GATEWAY as DEFAULT_GATEWAY, DEFAULT_UPSTREAM as DEFAULT_UPSTREAM, GatewayOptions as GatewayOptions, parse_rate as parse_rate

@@ -11,7 +11,8 @@ from typing import Any, Final
 import h11
 import trio
 
-MAX_BODY: Final = 64 * 1024 * 1024
+from .._h11 import MAX_BODY, receive_request
+
 _HOP: Final = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"content-encoding",
                          b"proxy-connection", b"te", b"trailer", b"upgrade"})
 
@@ -25,24 +26,7 @@ class Peer:
 
     async def receive(self) -> tuple[h11.Request, bytes | None] | None:
         """One request; None at a clean end of the connection; body None when over MAX_BODY."""
-        request: h11.Request | None = None
-        body = bytearray()
-        while True:
-            event = self.connection.next_event()
-            if event is h11.NEED_DATA:
-                self.connection.receive_data(await self.stream.receive_some(65536))
-            elif isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > MAX_BODY:
-                    assert request is not None
-                    return request, None
-            elif isinstance(event, h11.EndOfMessage):
-                assert request is not None
-                return request, bytes(body)
-            else:
-                return None
+        return await receive_request(self.stream, self.connection, max_body=MAX_BODY)
 
     def reusable(self) -> bool:
         """After a response: start the next request cycle if both sides are done."""

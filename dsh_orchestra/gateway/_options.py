@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from .._params import Param, ParamValueError, integer, one_of
+from .._params import Check, Param, ParamValueError, integer, non_negative, one_of
+from ._budget import PerMtok
 
 DEFAULT_UPSTREAM = "https://api.deepseek.com/anthropic"
 """The provider's endpoint (``deepseek-official``) when neither ``upstream`` nor the user's
@@ -53,6 +54,14 @@ def parse_rate(value: Any) -> float | None:
     return rate
 
 
+def _is_price(value: Any) -> bool:
+    numbers = [getattr(value, name, None) for name in ("input_per_mtok", "output_per_mtok")]
+    return all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n >= 0 for n in numbers)
+
+
+_price = Check(_is_price, "a price with finite input_per_mtok and output_per_mtok >= 0 (e.g. dsh_orchestra.eval.Price)")
+
+
 def _path(value: Any) -> str | None:
     return None if value is None else os.fspath(value)
 
@@ -69,6 +78,9 @@ class GatewayOptions:
     limits for the whole run, shared between the nodes' gateways (docs/scale-out.md). ``cache`` (a directory) with ``cache_mode`` ``use`` |
     ``record`` | ``replay`` and ``cache_epochs`` ``independent`` | ``shared``.
     ``max_attempts``: tries per call on 429/529/overloaded or an unreachable provider.
+    ``max_total_tokens`` / ``max_total_cost`` (USD, needs ``price``): once the calls forwarded
+    upstream counted that much, no further call is forwarded (docs/gateway.md#budgets).
+    ``price`` (USD per million tokens, e.g. ``dsh_orchestra.eval.Price``): the calls' cost.
     """
 
     upstream: str | None = None
@@ -79,6 +91,9 @@ class GatewayOptions:
     cache_mode: str = attrs.field(default="use", validator=one_of(*CACHE_MODES))
     cache_epochs: str = attrs.field(default="independent", validator=one_of(*CACHE_EPOCHS))
     max_attempts: int = attrs.field(default=MAX_ATTEMPTS, validator=integer(1))
+    max_total_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(integer(0)))
+    max_total_cost: float | None = attrs.field(default=None, validator=attrs.validators.optional(non_negative("a finite number of USD >= 0")))
+    price: PerMtok | None = attrs.field(default=None, validator=attrs.validators.optional(_price))
 
     def __attrs_post_init__(self) -> None:
         if self.cache_mode == "replay" and self.cache is None:
@@ -86,6 +101,9 @@ class GatewayOptions:
                                   " (the directory to replay from)")
         if self.upstream is not None and not self.upstream.startswith(("http://", "https://")):
             raise ParamValueError(Param("upstream", self.upstream), " must be an http:// or https:// URL")
+        if self.max_total_cost is not None and self.price is None:
+            raise ParamValueError(Param("max_total_cost", self.max_total_cost), " needs ", Param("price", spelled="price"),
+                                  " (the cost of a token is unknown without it)")
         if not self.api_key_env:
             raise ParamValueError(Param("api_key_env", self.api_key_env), " must name an environment variable")
 

@@ -21,6 +21,7 @@ import h11
 import httpx
 import trio
 
+from ._budget import CallBudget, call_cost
 from ._cache import Entry, ResponseCache, cache_key
 from ._http import Peer, header, passed_headers
 from ._limiter import AUTO_MAX, AUTO_START, AdaptiveLimiter
@@ -35,6 +36,7 @@ BACKOFF_BASE: Final = 1.0
 BACKOFF_MAX: Final = 30.0
 _FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
                                   b"accept-encoding", b"transfer-encoding", b"keep-alive"})
+USAGE_EVENTS: Final = frozenset({"message_start", "message_delta"})
 PARENT: Final = re.compile(r'Your parent agent id is "([^"]+)"')
 
 log = logging.getLogger("dsh_orchestra.gateway")
@@ -52,6 +54,8 @@ class CallStats:
     input_tokens: int = 0
     output_tokens: int = 0
     saved_tokens: int = 0  # tokens of the cache hits (not paid again)
+    cost_usd: float | None = None  # of the upstream calls, at the run's price (None: no price)
+    saved_cost_usd: float | None = None  # of the cache hits, at the run's price
     first_token_s: float = 0.0  # summed over calls
     duration_s: float = 0.0  # summed over calls
 
@@ -61,6 +65,7 @@ class CallStats:
         return {"calls": self.calls, "upstream_calls": self.upstream, "cache_hits": self.cache_hits,
                 "retries": self.retries, "errors": self.errors, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "saved_tokens": self.saved_tokens,
+                "cost_usd": _usd(self.cost_usd), "saved_cost_usd": _usd(self.saved_cost_usd),
                 "time_to_first_token_s": round(self.first_token_s / timed, 6) if self.upstream else None,
                 "call_duration_s": round(self.duration_s / timed, 6) if self.upstream else None}
 
@@ -70,6 +75,10 @@ def limiter_for(options: GatewayOptions) -> AdaptiveLimiter:
     adaptive = options.model_concurrency == "auto"
     start = AUTO_START if adaptive else int(options.model_concurrency)
     return AdaptiveLimiter(start, adaptive=adaptive, maximum=max(start, AUTO_MAX), minimum=1, rate=options.model_rate)
+
+
+def _usd(value: float | None) -> float | None:
+    return round(value, 9) if value is not None else None
 
 
 class Gateway:
@@ -90,7 +99,8 @@ class Gateway:
         self._api_key = api_key
         self.cache = cache
         self.limiter = limiter or limiter_for(self.options)
-        self.totals = CallStats()
+        self.totals = self.new_stats()
+        self.budget = CallBudget(self.options.max_total_tokens, self.options.max_total_cost, self.options.price)
         self.sessions: dict[str, CallStats] = {}
         self.epochs: dict[str, int] = {}  # session id -> epoch (batch items); children inherit
         self.roots: dict[str, str] = {}  # subagent session id -> the session it was spawned from (at the top)
@@ -108,18 +118,23 @@ class Gateway:
             raise RuntimeError("the gateway is not listening yet; start it with nursery.start(gateway.run)")
         return f"http://{LOOPBACK}:{self._port}"
 
+    def new_stats(self) -> CallStats:
+        """Zero counters; with a price, the costs start at 0.0 (None: no price)."""
+        cost = 0.0 if self.options.price is not None else None
+        return CallStats(cost_usd=cost, saved_cost_usd=cost)
+
     def tag(self, session_id: str, *, epoch: int) -> None:
         """Key the cache of ``session_id``'s calls (and its subagents') by ``epoch``."""
         self.epochs[session_id] = epoch
 
     def stats_of(self, session_id: str) -> CallStats:
         """The counters of a session and its subagents (a zero one if they made no call)."""
-        return self.sessions.get(session_id, CallStats())
+        return self.sessions.get(session_id) or self.new_stats()
 
     def take(self, session_id: str) -> CallStats:
         """:meth:`stats_of`, forgotten here (an item's line is written once)."""
         self.epochs.pop(session_id, None)
-        return self.sessions.pop(session_id, CallStats())
+        return self.sessions.pop(session_id, None) or self.new_stats()
 
     def summary(self) -> dict[str, Any]:
         """Run totals: calls, hits, hit rate, tokens, tokens saved, 429s absorbed, the limit over time."""
@@ -129,7 +144,8 @@ class Gateway:
                 "concurrency": {"mode": "auto" if self.limiter.adaptive else "fixed", "final": self.limiter.limit,
                                 "min": min(limit for _, limit in self.limiter.history),
                                 "max": max(limit for _, limit in self.limiter.history),
-                                "changes": [[round(t - start, 3), limit] for t, limit in self.limiter.history[-100:]]}}
+                                "changes": [[round(t - start, 3), limit] for t, limit in self.limiter.history[-100:]]},
+                "budget": self.budget.to_json() if self.budget.limited else None}
 
     async def run(self, *, task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
@@ -188,8 +204,9 @@ class Gateway:
             return
         session = header(request, SESSION_HEADER) or ""
         epoch = self._resolve(session, payload)
-        stats = self.sessions.setdefault(self.roots.get(session, session), CallStats())
-        await _Call(self, peer, request, body, payload, session, stats, epoch).run()
+        root = self.roots.get(session, session)
+        stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
+        await _Call(self, peer, request, body, payload, root, stats, epoch).run()
 
     def _resolve(self, session: str, payload: dict[str, Any]) -> int | None:
         """Map a subagent to its root session (its first message names its parent); its epoch."""
@@ -269,6 +286,7 @@ class _Call:
         self.request = request
         self.body = body
         self.stats = stats
+        self.root = session  # the item's session (a subagent's calls count to the session at its top)
         self.key = cache_key(payload, epoch=epoch)
         self.started = trio.current_time()
         self.first_token: float | None = None
@@ -277,6 +295,19 @@ class _Call:
     def _count(self, field: str, amount: float = 1) -> None:
         for stats in (self.stats, self.gateway.totals):
             setattr(stats, field, getattr(stats, field) + amount)
+
+    def _cost(self, field: str, usage: Usage) -> None:
+        """Add ``usage``'s cost at the run's price to ``field`` (left None without a price)."""
+        price = self.gateway.options.price
+        if price is not None:
+            cost = call_cost(usage, price)
+            for stats in (self.stats, self.gateway.totals):
+                setattr(stats, field, (getattr(stats, field) or 0.0) + cost)
+
+    async def _refuse(self) -> None:
+        """The budget is reached: answer 400 (the runtime does not retry it); the item is cut short."""
+        self._count("errors")
+        await self.peer.error(400, "invalid_request_error", self.gateway.budget.refuse(self.root))
 
     async def run(self) -> None:
         gateway, options = self.gateway, self.gateway.options
@@ -294,8 +325,12 @@ class _Call:
         attempt = 0
         while True:
             attempt += 1
+            if gateway.budget.reached:  # a retry is a further call too
+                await self._refuse()
+                return
             try:
-                await self._attempt(last=attempt >= options.max_attempts, retry=attempt > 1)
+                if not await self._attempt(last=attempt >= options.max_attempts, retry=attempt > 1):
+                    return
                 break
             except _Retry as retry:
                 self._count("retries")
@@ -311,6 +346,7 @@ class _Call:
         self._count("calls")
         self._count("cache_hits")
         self._count("saved_tokens", entry.input_tokens + entry.output_tokens)
+        self._cost("saved_cost_usd", Usage(input_tokens=entry.input_tokens, output_tokens=entry.output_tokens))
         await self.peer.start(200, [(k.encode(), v.encode()) for k, v in entry.headers])
         reader = SseReader(frozenset())  # passed on as stored: no data decoded
         for event in reader.feed(entry.body):
@@ -318,12 +354,19 @@ class _Call:
         await self.peer.send(reader.pending)
         await self.peer.end()
 
-    async def _attempt(self, *, last: bool, retry: bool = False) -> None:
+    async def _attempt(self, *, last: bool, retry: bool = False) -> bool:
+        """One try upstream (``retry``: at the head of the line); False when the budget refused it (answered, nothing sent)."""
         gateway = self.gateway
         limiter = gateway.limiter
         assert gateway._client is not None
         ticket = await limiter.acquire(front=retry)
+        budget = gateway.budget
+        if budget.reached:  # reached while this call waited for a place
+            limiter.release(ticket, "other")
+            await self._refuse()
+            return False
         outcome = "other"
+        budget.in_flight += 1  # from here until it ends, the call may overshoot the budget
         try:
             try:
                 request = gateway._client.build_request("POST", gateway.upstream + "/v1/messages",
@@ -335,7 +378,7 @@ class _Call:
                     raise _Retry(reason, None, limited=False) from None
                 self._count("errors")
                 await self.peer.error(502, "api_error", reason)
-                return
+                return True
             try:
                 outcome = await self._relay(response, last=last)
             except _Retry as retry:
@@ -344,7 +387,9 @@ class _Call:
             finally:
                 await response.aclose()
         finally:
+            budget.in_flight -= 1
             limiter.release(ticket, outcome)
+        return True
 
     async def _relay(self, response: httpx.Response, *, last: bool) -> str:
         limiter = self.gateway.limiter
@@ -389,6 +434,7 @@ class _Call:
         self._count("upstream")
         self._count("input_tokens", self.usage.input_tokens)
         self._count("output_tokens", self.usage.output_tokens)
+        self._cost("cost_usd", self.usage)
         body = b"".join(stored)
         cache = self.gateway.cache
         storing = cache is not None and self.gateway.options.cache_mode in ("use", "record")
@@ -406,8 +452,12 @@ class _Call:
         """Count and pass on one chunk (held back until the first event after ``message_start``);
         returns whether the response head has been sent."""
         events = reader.feed(chunk)
+        budget = self.gateway.budget
         for event in events:
-            self.usage.update(event)
+            if event.name in USAGE_EVENTS:
+                before = attrs.evolve(self.usage)
+                self.usage.update(event)
+                budget.charge(before, self.usage)
             if overloaded_event(event) and not sent_head and not last:
                 raise _Retry("the provider is overloaded (in-band error)", retry_after(response.headers))
             if self.first_token is None and event.name == "content_block_delta":

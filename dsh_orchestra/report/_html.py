@@ -16,6 +16,7 @@ from typing import Any
 from ._charts import STATUS_COLOURS, count_bars, histogram_svg, seconds, timeline_svg, workflow_graph_svg
 from ._comparison import comparison_section, pair_panel
 from ._eval_html import evaluation_section
+from ._gateway_html import gateway_section
 from ._markup import Markup, embed_json, escape, join, tag
 
 COLUMN_TITLES = {
@@ -314,7 +315,8 @@ def render_html(payload: dict[str, Any]) -> str:
     comparison = payload.get("comparison")
     csp = f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
     nav = [tag("a", {"href": f"#{id}"}, label) for id, label, present in (
-        ("summary", "Summary", batch), ("evaluation", "Evaluation", batch and batch.get("evaluation")), ("latency", "Latency", batch), ("outcomes", "Outcomes", batch), ("errors", "Errors", batch),
+        ("summary", "Summary", batch), ("evaluation", "Evaluation", batch and batch.get("evaluation")), ("gateway", "Model gateway", batch and isinstance(batch["summary"].get("model"), dict)),
+        ("latency", "Latency", batch), ("outcomes", "Outcomes", batch), ("errors", "Errors", batch),
         ("approvals", "Approvals", batch), ("subagents", "Subagents", batch), ("items", "Items", batch), ("workflow", "Workflow", workflow),
         ("comparison", "Comparison", comparison),
     ) if present]
@@ -323,6 +325,7 @@ def render_html(payload: dict[str, Any]) -> str:
         sections.append(_summary_section(batch))
         if batch.get("evaluation"):
             sections.append(evaluation_section(batch["evaluation"]))
+        sections.append(gateway_section(batch["summary"].get("model")))
         sections += [_latency_section(batch), _outcomes_section(batch), _errors_section(batch),
                      _approvals_section(batch), _subagents_section(batch), _items_section(batch)]
     if workflow:

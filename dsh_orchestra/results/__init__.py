@@ -13,6 +13,7 @@ from ._line import (
     ResultLine as ResultLine,
     ScoreRecord as ScoreRecord,
     SubagentRecord as SubagentRecord,
+    TallyLine as TallyLine,
     score_value as score_value,
     Usage as Usage,
 )
@@ -22,5 +23,6 @@ from ._read import (
     read_results as read_results,
     result_problem as result_problem,
 )
+from ._write import replaced_atomically as replaced_atomically
 
 __all__ = _publish(globals())

@@ -356,6 +356,41 @@ def structure_line(raw: Mapping[str, Any]) -> ResultLine:
     )
 
 
+class TallyLine:
+    """The fields of a result line that the tallies read (``eval.EvalTally``, ``ScoreTally``):
+    ``id``, ``status``, ``duration_s``, ``finish_reason``, ``approvals``, ``usage``, ``cost_usd``,
+    ``judge_usage``, ``judge_cost_usd``, ``epoch``, ``scores``, ``metadata``, read from a decoded
+    line by ``structure_line``'s rules (``tally_line``), without the rest of a ``ResultLine``:
+    what a resumed batch counts of each line already done."""
+
+    __slots__ = ("id", "status", "duration_s", "finish_reason", "approvals", "usage", "cost_usd", "judge_usage",
+                 "judge_cost_usd", "epoch", "scores", "metadata")
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        get = raw.get
+        duration = get("duration_s")
+        if type(duration) is not float:
+            duration = float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else 0.0
+        epoch = get("epoch")
+        if epoch is not None and type(epoch) is not int:
+            epoch = epoch if isinstance(epoch, int) else 1
+        item_id, status, finish = get("id"), get("status"), get("finish_reason")
+        approvals, scores, metadata = get("approvals"), get("scores"), get("metadata")
+        cost, judge_cost, judge_usage = get("cost_usd"), get("judge_cost_usd"), get("judge_usage")
+        self.id: str = item_id if type(item_id) is str else str(item_id)
+        self.status: str = status if type(status) is str else str(status)
+        self.duration_s: float = duration
+        self.finish_reason: str | None = finish if finish is None or type(finish) is str else _text(finish)
+        self.approvals: tuple[ApprovalRecord, ...] = _records(approvals, ApprovalRecord, _APPROVAL_KEYS) if approvals else ()
+        self.usage: Usage | None = _usage(get("usage")) if "usage" in raw else None
+        self.cost_usd: float | None = (cost if type(cost) is float and math.isfinite(cost) else _number(cost)) if cost is not None else None
+        self.judge_usage: Usage | None = _usage(judge_usage) if judge_usage is not None or "judge_usage" in raw else None
+        self.judge_cost_usd: float | None = _number(judge_cost) if judge_cost is not None else None
+        self.epoch: int | None = epoch
+        self.scores: Mapping[str, ScoreRecord] | None = scores if type(scores) is dict or isinstance(scores, dict) else None
+        self.metadata: Mapping[str, Any] = metadata if type(metadata) is dict or isinstance(metadata, dict) else {}
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter()
     strict_scalars(conv)

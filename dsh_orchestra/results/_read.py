@@ -1,8 +1,9 @@
 """The one reader of results files: ``read_results`` streams ``ResultLine``s, line by line.
 
 The rules are those of a resumed batch (``resume=True``): a last line without its newline that is not valid JSON is
-torn (a crash while writing) and skipped (with ``repair`` cut off; a valid last line without
-its newline gets it back); any other line that is not a result object of the documented schema
+torn (a crash while writing) and skipped (with ``repair`` cut off, and only when it is the start
+of a result line, ``{"id":``: repair refuses anything else; a valid last line without its newline
+gets it back); any other line that is not a result object of the documented schema
 (``result_problem``) raises ``ResultsFileError`` naming the line, and the file is left as it was.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,6 +20,9 @@ import orjson
 from ._line import ResultLine, structure_line
 
 Check = Callable[[Any], "str | None"]
+
+_TORN = re.compile(rb'\s*\{\s*"id"\s*:')  # how a result line begins (its first key is "id")
+_START = b'{"id"'
 
 
 def _is_number(value: Any) -> bool:
@@ -56,12 +61,18 @@ def result_problem(value: Any) -> str | None:
     if value["status"] not in ("ok", "error"):
         return f"'status' must be \"ok\" or \"error\", not {value['status']!r}"
     for key in _OPTIONAL_TEXT:
-        if value.get(key) is not None and not isinstance(value[key], str):
-            return f"{key!r} must be a string or null, not {type(value[key]).__name__}"
-    if "attempts" in value and (isinstance(value["attempts"], bool) or not isinstance(value["attempts"], int) or value["attempts"] < 1):
-        return f"'attempts' must be an integer >= 1, not {value['attempts']!r}"
-    if "duration_s" in value and not (_is_number(value["duration_s"]) and value["duration_s"] >= 0):
-        return f"'duration_s' must be a number >= 0, not {value['duration_s']!r}"
+        text = value.get(key)
+        if text is not None and type(text) is not str and not isinstance(text, str):
+            return f"{key!r} must be a string or null, not {type(text).__name__}"
+    if "attempts" in value:
+        attempts = value["attempts"]
+        if type(attempts) is not int or attempts < 1:  # (a bool's type is bool: refused, as below)
+            if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+                return f"'attempts' must be an integer >= 1, not {attempts!r}"
+    if "duration_s" in value:
+        duration = value["duration_s"]
+        if not (type(duration) is float and 0.0 <= duration < math.inf) and not (_is_number(duration) and duration >= 0):
+            return f"'duration_s' must be a number >= 0, not {duration!r}"
     error = value.get("error")
     if error is not None:
         if not isinstance(error, dict):
@@ -71,19 +82,22 @@ def result_problem(value: Any) -> str | None:
                 return f"'error.{key}' must be a string, not {type(error[key]).__name__}"
     if "metadata" in value and value["metadata"] is not None and not isinstance(value["metadata"], dict):
         return f"'metadata' must be an object, not {type(value['metadata']).__name__}"
-    if "subagents" in value:
-        problem = _list_problem(value["subagents"], "subagents", ("child_session_id", "status", "stop_reason", "text"))
-        if problem:
-            return problem
-    if "approvals" in value:
-        problem = _list_problem(value["approvals"], "approvals", ("tool_name", "call_id", "outcome", "rule"))
-        if problem:
-            return problem
-    if "questions" in value:  # added after 0.1.0: older result lines lack it
-        problem = _list_problem(value["questions"], "questions", ("id", "question", "outcome", "custom", "answered_by"))
-        if problem:
-            return problem
+    for key, fields in _LISTS:  # ("questions" was added after 0.1.0: older result lines lack it)
+        if key in value:
+            entries = value[key]
+            if type(entries) is list and not entries:  # the common case: none
+                continue
+            problem = _list_problem(entries, key, fields)
+            if problem:
+                return problem
     return None
+
+
+_LISTS = (
+    ("subagents", ("child_session_id", "status", "stop_reason", "text")),
+    ("approvals", ("tool_name", "call_id", "outcome", "rule")),
+    ("questions", ("id", "question", "outcome", "custom", "answered_by")),
+)
 
 
 class ResultsFileError(ValueError):
@@ -145,9 +159,13 @@ class ResultStream:
                 try:
                     value = orjson.loads(line)
                 except orjson.JSONDecodeError as exc:
-                    if last:  # cut short by a crash
-                        torn = len(line)
+                    if last and (not self._repair or _TORN.match(line) or _START.startswith(line.strip())):
+                        torn = len(line)  # cut short by a crash
                         break
+                    if last:  # repair cuts only what a crash can leave: the start of a result line
+                        raise ResultsFileError(str(path), number, f"not valid JSON ({exc}), and not a result line cut "
+                                               'short (one begins {"id":); a torn line is cut off, this one is not',
+                                               str(exc)) from exc
                     raise ResultsFileError(str(path), number, f"not valid JSON ({exc})", str(exc)) from exc
                 if check is not None:
                     problem = check(value)
@@ -174,7 +192,8 @@ def read_results(path: str | os.PathLike[str], *, repair: bool = False, check: C
     the line at hand is held). A missing file has no lines.
 
     ``repair`` (what a resumed batch does) cuts a torn last line off, or restores a valid last
-    line's newline, once every line was read and accepted. ``check`` (default
+    line's newline, once every line was read and accepted; a last line cut short that is not the
+    start of a result line (``{"id":``) is refused then, not cut. ``check`` (default
     ``result_problem``) says what is wrong with a decoded line (None: nothing).
 
     Raises (while iterating):

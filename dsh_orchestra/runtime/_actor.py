@@ -31,6 +31,7 @@ from ..protocol import (
     TransportClosedError,
 )
 from ..transport import Connection, Notification
+from ._sandbox import SandboxStubs, bwrap_problem, cache_env, notice_unsandboxed, sandbox_argv
 from ._spec import RuntimeSpec
 
 log = logging.getLogger("dsh_orchestra.runtime")
@@ -195,6 +196,9 @@ class RuntimeActor:
         spec = self.spec
         argv = spec.argv()
         env = spec.process_env()
+        cwd = str(spec.process_cwd or spec.cwd)
+        if spec.sandboxed:
+            argv = await self._sandboxed(argv, cwd, stack)
         try:
             process = await trio.lowlevel.open_process(
                 argv,
@@ -202,7 +206,7 @@ class RuntimeActor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
-                cwd=str(spec.process_cwd or spec.cwd),
+                cwd=cwd,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -217,6 +221,27 @@ class RuntimeActor:
         self._stderr_done = trio.Event()
         nursery.start_soon(self._drain_stderr, process.stderr, drain_scope)
         return trio.StapledStream(process.stdin, process.stdout)
+
+    async def _sandboxed(self, argv: list[str], cwd: str, stack: AsyncExitStack) -> list[str]:
+        """``argv`` under bubblewrap (``_sandbox``); as it is, after a one-line warning, when
+        bubblewrap does not work here and the spec's ``sandbox`` is ``auto``.
+
+        Raises:
+            RuntimeStartError: ``sandbox="bwrap"`` and bubblewrap does not work here.
+        """
+        spec = self.spec
+        problem = await trio.to_thread.run_sync(bwrap_problem)
+        if problem is not None:
+            if spec.sandbox == "bwrap":
+                raise RuntimeStartError(self.name, spec.profile, f"sandbox 'bwrap' cannot be used: {problem}")
+            notice_unsandboxed(problem)
+            return argv
+        stubs = SandboxStubs()
+        stack.callback(stubs.remove)  # after the reap (pushed before it)
+        home = spec.dsh_home if spec.dsh_home is not None else spec.cwd
+        readable = [*spec.sandbox_readable, *([spec.process_cwd] if spec.process_cwd is not None else [])]
+        return sandbox_argv(argv, cwd=cwd, writable=[spec.cwd, home, *spec.sandbox_writable], readable=readable,
+                            hidden=spec.sandbox_hidden, stubs=stubs, cache=cache_env(home, spec.env))
 
     async def _drain_stderr(self, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
         with scope:

@@ -209,7 +209,8 @@ class ApprovalRelay:
         features = [*(("approvals", "subagents") if approvals else ()), *(("questions",) if questions else ())]
         patches = [str(self.directory / "patch.yml"), *([str(self.directory / "ask-user.yml")] if questions else [])]
         env = {**spec.env, SOCKET_ENV: self.socket_path, FEATURES_ENV: ",".join(features)}
-        return spec.evolve(env=env, patches=(*spec.patches, *patches))
+        # readable in a sandbox (its scratch root is hidden there): the patches and the socket
+        return spec.evolve(env=env, patches=(*spec.patches, *patches), sandbox_readable=(*spec.sandbox_readable, self.directory))
 
     async def run(
         self,

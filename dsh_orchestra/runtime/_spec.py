@@ -17,6 +17,7 @@ import attrs
 from .._params import Param, ParamTypeError, ParamValueError, integer, non_empty, one_of, positive
 from .._redact import MIN_INHERITED_SECRET, SECRET_NAME, encoded_forms, looks_random, redact
 from ..protocol import ClientCapabilities, InitializeParams
+from ._sandbox import SANDBOX_MODES, sandbox_paths
 
 Connector = Callable[[], AsyncContextManager[Any]]
 """Opens an in-process stream to a runtime (for example the simulator over memory streams)."""
@@ -142,6 +143,16 @@ class RuntimeSpec:
     socket; docs/approvals.md): ``auto`` (default), ``on`` or ``off`` (APPROVAL_RELAY_MODES)."""
     relay_approvals: bool | None = attrs.field(default=None, repr=False)
     """Deprecated alias: ``True`` is ``approval_relay="on"``, ``False`` is ``"off"`` (warns)."""
+    sandbox: str = attrs.field(default="auto", validator=one_of(*SANDBOX_MODES))
+    """Run the process under bubblewrap (docs/runtime.md#sandbox): ``auto`` (default: the bundled
+    dsh, when bubblewrap works here; a one-line warning when it does not), ``bwrap`` (any process
+    runtime; RuntimeStartError where bubblewrap does not work) or ``none`` (SANDBOX_MODES)."""
+    sandbox_writable: tuple[Path, ...] = attrs.field(default=(), converter=sandbox_paths)
+    """Inside the sandbox, writable besides ``cwd`` and ``dsh_home`` (a batch's workspace root)."""
+    sandbox_readable: tuple[Path, ...] = attrs.field(default=(), converter=sandbox_paths)
+    """Inside the sandbox, readable where they would be hidden (the approval relay's directory)."""
+    sandbox_hidden: tuple[Path, ...] = attrs.field(default=(), converter=sandbox_paths)
+    """Inside the sandbox, covered by an entry nobody may open (a batch's outputs)."""
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
@@ -195,6 +206,14 @@ class RuntimeSpec:
     def loads_patches(self) -> bool:
         """True when the launched runtime gets ``--profile`` and ``--patch`` (a dsh)."""
         return self.connect is None and (self.command is None or bool(self.append_profile))
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether ``sandbox`` asks for bubblewrap for this runtime (``bwrap``; ``auto`` for the
+        bundled dsh); whether it works here is found out as the process starts."""
+        if self.connect is not None or self.sandbox == "none":
+            return False
+        return self.sandbox == "bwrap" or self.command is None
 
     @property
     def unpatched_dsh(self) -> bool:

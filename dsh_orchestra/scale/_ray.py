@@ -76,8 +76,8 @@ def _resources_per_slot(value: Any) -> tuple[dict[str, float], ...] | None:
 def _import_ray() -> Any:
     try:
         import ray
-    except ImportError as exc:
-        raise BatchUsageError(RAY_MISSING) from exc
+    except ImportError:
+        raise BatchUsageError(RAY_MISSING) from None
     return ray
 
 

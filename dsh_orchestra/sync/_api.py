@@ -11,16 +11,16 @@ import os
 from collections import deque
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import trio
 
 from .. import batch as _batch, session as _session, workflow as _workflow
+from .._embedding import Host, RuntimeHandle, SessionHandle, compare_runs as compare_runs
 from ..approvals import AuditLog
 from ..batch import BatchOptions, BatchSummary
-from ..eval import CompareInputError, compare_runs as _compare_runs
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..protocol import QueryResult
-from ..results import read_results
 from ..runtime import RuntimeSpec
 from ..session import CommandResult, PromptInput, TurnResult
 from ..transport import DEFAULT_CAPACITY, Notification, Subscription
@@ -65,94 +65,59 @@ class Events:
         self.close()
 
 
-class Session:
+class Session(SessionHandle[TrioThread]):
     """A session of a blocking ``Runtime``: the trio ``Session``'s calls, blocking."""
 
-    def __init__(self, loop: TrioThread, session: _session.Session) -> None:
-        self._loop = loop
-        self.trio_session = session
-        """The trio ``Session`` (use it only from the runtime's trio thread)."""
-
-    def __repr__(self) -> str:
-        return f"sync.Session({self.id!r}, runtime={self.trio_session.runtime.name!r})"
-
-    @property
-    def id(self) -> str:
-        """The session id."""
-        return self.trio_session.id
-
-    @property
-    def abandoned(self) -> bool:
-        """True once a run on this session was cancelled (or interrupted) mid-turn."""
-        return self.trio_session.abandoned
+    api = "sync"
 
     def run(self, input: PromptInput, *, capacity: int = DEFAULT_CAPACITY) -> TurnResult:
         """Send one prompt and block until the session tree settled; see ``Session.run``."""
-        return self._loop.call(partial(self.trio_session.run, input, capacity=capacity))
+        return self._host.call(partial(self.trio_session.run, input, capacity=capacity))
 
     def prompt(self, input: PromptInput) -> str:
         """Queue ``input`` (session/prompt) and return the queued message id."""
-        return self._loop.call(self.trio_session.prompt, input)
+        return self._host.call(self.trio_session.prompt, input)
 
     def wait(self) -> None:
         """session/wait: block until the root is idle and its descendants settled."""
-        self._loop.call(self.trio_session.wait)
+        self._host.call(self.trio_session.wait)
 
     def query(self, input: PromptInput) -> QueryResult:
         """session/query (MethodNotSupportedError on the 0.2.1-rc.2 runtime)."""
-        return self._loop.call(self.trio_session.query, input)
+        return self._host.call(self.trio_session.query, input)
 
     def run_query(self, input: PromptInput) -> TurnResult | CommandResult:
         """session/query, then settle; see ``Session.run_query``."""
-        return self._loop.call(self.trio_session.run_query, input)
+        return self._host.call(self.trio_session.run_query, input)
 
     def get_working_directory(self) -> str:
         """The session's effective working directory."""
-        return self._loop.call(self.trio_session.get_working_directory)
+        return self._host.call(self.trio_session.get_working_directory)
 
     def set_working_directory(self, path: str) -> str:
         """Change the effective working directory; returns it (absolute)."""
-        return self._loop.call(self.trio_session.set_working_directory, path)
+        return self._host.call(self.trio_session.set_working_directory, path)
 
     def events(self, *, capacity: int = DEFAULT_CAPACITY) -> Events:
         """This session tree's notifications as a plain iterator (``with`` it to unsubscribe)."""
-        subscription = self._loop.run_sync(partial(self.trio_session.events, capacity=capacity))
-        return Events(self._loop, subscription)
+        subscription = self._host.run_sync(partial(self.trio_session.events, capacity=capacity))
+        return Events(self._host, subscription)
 
 
-class Runtime:
+class Runtime(RuntimeHandle[TrioThread, Session]):
     """A runtime of the blocking API (from ``dsh_orchestra.sync.open_runtime``)."""
 
-    def __init__(self, loop: TrioThread, runtime: _session.Runtime) -> None:
-        self._loop = loop
-        self.trio_runtime = runtime
-        """The trio ``Runtime`` (use it only from its trio thread)."""
-
-    def __repr__(self) -> str:
-        return f"sync.Runtime({self.name!r}, alive={self.alive})"
-
-    @property
-    def name(self) -> str:
-        """The runtime's display name."""
-        return self.trio_runtime.name
-
-    @property
-    def alive(self) -> bool:
-        """True while the connection is open."""
-        return self.trio_runtime.alive
-
-    def session(self, id: str | None = None) -> Session:
-        """A handle on session ``id`` (a fresh unique id when None)."""
-        return Session(self._loop, self.trio_runtime.session(id))
+    api = "sync"
+    session_type = Session
 
     def resume(self, id: str) -> Session:
         """Restore persisted session ``id`` (session/resume) and return its handle."""
-        return Session(self._loop, self._loop.call(self.trio_runtime.resume, id))
+        return Session(self._host, self._host.call(self.trio_runtime.resume, id))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``await fn(*args)`` on the runtime's trio thread and return its value: the way
         to use the trio API (``trio_runtime``, ``runtime.turns()``) from blocking code."""
-        return self._loop.call(fn, *args)
+        return self._host.call(fn, *args)
 
 
 @contextmanager
@@ -163,6 +128,7 @@ def open_runtime(
     answerer: Any = None,
     audit: AuditLog | str | os.PathLike[str] | None = None,
     approval_relay: str | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> Iterator[Runtime]:
     """Start a runtime on a trio loop in a dedicated thread; yield a blocking ``Runtime``;
     close it (the whole ladder) when the block ends, also on KeyboardInterrupt.
@@ -178,53 +144,15 @@ def open_runtime(
     loop = TrioThread()
     try:
         opened = partial(_session.open_runtime, spec, approvals=approvals, answerer=answerer, audit=audit,
-                         approval_relay=approval_relay)
-        host = _Host(loop, opened)
-        runtime = host.enter()
+                         approval_relay=approval_relay, gateway=gateway)
+        host = Host(opened, partial(_nursery, loop))
+        runtime = loop.call(host.start)
         try:
             yield Runtime(loop, runtime)
         finally:
-            host.leave()
+            loop.call(host.stop)
     finally:
         loop.close()
-
-
-class _Host:
-    """An async context manager entered and left by one task of a ``TrioThread``."""
-
-    def __init__(self, loop: TrioThread, opened: Callable[[], Any]) -> None:
-        self._loop = loop
-        self._opened = opened
-        self._leave = trio.Event()
-        self._done = trio.Event()
-        self._error: BaseException | None = None
-
-    def enter(self) -> Any:
-        async def start() -> Any:
-            return await _nursery(self._loop).start(self._run)
-        return self._loop.call(start)
-
-    async def _run(self, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
-        started = False
-        try:
-            async with self._opened() as value:
-                task_status.started(value)
-                started = True
-                await self._leave.wait()
-        except BaseException as exc:
-            if not started:
-                raise
-            self._error = exc  # raised by leave()
-        finally:
-            self._done.set()
-
-    def leave(self) -> None:
-        async def leave() -> None:
-            self._leave.set()
-            await self._done.wait()
-            if self._error is not None and not isinstance(self._error, trio.Cancelled):
-                raise self._error
-        self._loop.call(leave)
 
 
 def _nursery(loop: TrioThread) -> trio.Nursery:
@@ -287,27 +215,3 @@ def run_workflow(
         raise TypeError(f"run_workflow's target must be a dsh_orchestra.sync.Runtime or WorkflowOptions, not {type(target).__name__}: "
                         "a trio Runtime or RuntimePool cannot be driven from blocking code")
     return _once("dsh_orchestra.sync.run_workflow", _workflow.run_workflow, workflow, target, options, **keywords)  # type: ignore[no-any-return]
-
-
-def compare_runs(
-    base: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
-    candidate: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """``dsh_orchestra.eval.compare_runs`` on two results files (paths) or their lines; same
-    keyword arguments (``scorers``, ``reducer``, ``seed``) and document."""
-    return _compare_runs(result_lines(base, "base"), result_lines(candidate, "candidate"), **kwargs)
-
-
-def result_lines(value: str | os.PathLike[str] | Sequence[Mapping[str, Any]], what: str) -> Sequence[Mapping[str, Any]]:
-    """A results file's lines (read by ``results.read_results``), or ``value`` itself when it is lines.
-
-    Raises:
-        CompareInputError: the file does not exist.
-        ResultsFileError: a line is not a result line.
-    """
-    if not isinstance(value, (str, os.PathLike)):
-        return value
-    if not os.path.isfile(value):
-        raise CompareInputError(f"{what} results file {os.fspath(value)!r} does not exist")
-    return [line.to_json() for line in read_results(value)]

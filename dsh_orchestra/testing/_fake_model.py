@@ -3,7 +3,7 @@
 It lets the real ``dsh`` runtime run offline (``DEEPSEEK_BASE_URL=server.base_url``). Owns the
 reading of a request (which prompt it answers), the per-session turn state, the SSE encoding
 and a small HTTP/1.1 server (trio + h11) bound to 127.0.0.1 only. It imports only ``_script``
-from dsh_orchestra; the library layers never import it.
+and the shared ``_h11`` reader from dsh_orchestra; the library layers never import it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import attrs
 import h11
 import trio
 
+from .._h11 import receive_request
 from ._script import (
     DEFAULT_AFTER_SUBAGENTS,
     DEFAULT_SCRIPT,
@@ -378,7 +379,7 @@ class FakeModelServer:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         connection = h11.Connection(h11.SERVER)
         try:
-            while (received := await _receive(stream, connection)) is not None:
+            while (received := await receive_request(stream, connection, max_body=MAX_BODY)) is not None:
                 await self._respond(stream, connection, *received)
                 if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                     break
@@ -467,29 +468,6 @@ def _json_object(body: bytes | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
-
-
-async def _receive(stream: trio.SocketStream,
-                   connection: h11.Connection) -> tuple[h11.Request, bytes | None] | None:
-    """Read one request; ``None`` at a clean end of the connection, body ``None`` if too large."""
-    request: h11.Request | None = None
-    body = bytearray()
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(await stream.receive_some(65536))
-        elif isinstance(event, h11.Request):
-            request = event
-        elif isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > MAX_BODY:
-                assert request is not None
-                return request, None  # answered 413; the unread rest makes h11 close
-        elif isinstance(event, h11.EndOfMessage):
-            assert request is not None
-            return request, bytes(body)
-        else:  # ConnectionClosed, or PAUSED after the client's half-close
-            return None
 
 
 async def _send(stream: trio.SocketStream, connection: h11.Connection, event: h11.Event) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from .._scratch import pid_alive
 from ..protocol import SessionOwnedError, known_message
 
 FORMAT_VERSION: Final = 1
@@ -225,13 +226,7 @@ class SessionStore:
             return False
         if pid <= 0 or pid == os.getpid():
             return False  # ours: _HELD decides; a stale mark of a crashed in-process simulator
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_alive(pid)
 
     def release_all(self) -> None:
         """Drop every owner mark this simulator holds (on shutdown, end of input, crash)."""

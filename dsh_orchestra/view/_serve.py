@@ -14,6 +14,8 @@ import trio
 
 from ._runs import ViewInputError
 
+VIEW_EXTRA = "the viewer needs its web stack: pip install 'dsh-orchestra[view]' (Starlette and Hypercorn)"
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7575
 
@@ -58,9 +60,14 @@ async def serve(
 
     Raises:
         ViewInputError: a path is unusable.
+        ImportError: the ``view`` extra (Starlette, Hypercorn) is not installed; the message names it.
     """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
+    try:
+        from hypercorn.config import Config
+        from hypercorn.trio import serve as hypercorn_serve
+        import starlette  # noqa: F401 - ._app needs it: say which extra is missing before it fails
+    except ImportError as exc:
+        raise ImportError(f"{VIEW_EXTRA} ({exc.name} is missing)", name=exc.name) from None
 
     from ._app import Viewer, batch_control
 

@@ -35,10 +35,11 @@ def test_writer_appends_whole_lines_and_reader_reads_them(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "tail",
-    [b'{"id": "c", "sta', b"{", b"garbage", b"\xff\xfe", b"   "],
+    [b'{"id": "c", "sta', b"{", b'{"i', b"   "],
 )
 def test_torn_last_line_is_cut(tmp_path: Path, tail: bytes) -> None:
-    """A last line without its newline that is not JSON is torn: resume cuts it and reruns it."""
+    """A last line without its newline that is not JSON, the start of a result line, is torn:
+    resume cuts it and reruns it."""
     path = tmp_path / "r.jsonl"
     good = orjson.dumps(line("a")) + b"\n" + orjson.dumps(line("b")) + b"\n"
     path.write_bytes(good + tail)
@@ -48,6 +49,19 @@ def test_torn_last_line_is_cut(tmp_path: Path, tail: bytes) -> None:
     done, torn = read_results(path)
     assert path.read_bytes() == good
     assert read_results(path) == (done, 0)
+
+
+@pytest.mark.parametrize("tail", [b"garbage", b"\xff\xfe", b'"id": "c"', b"[1, "])
+def test_a_cut_last_line_that_is_no_result_is_refused_not_cut(tmp_path: Path, tail: bytes) -> None:
+    """What a crash cannot leave (issue 31 item 7): skipped by a reader, refused by repair, the file unchanged."""
+    path = tmp_path / "r.jsonl"
+    good = orjson.dumps(line("a")) + b"\n" + orjson.dumps(line("b")) + b"\n"
+    path.write_bytes(good + tail)
+    done, torn = read_results(path, repair=False)
+    assert list(done) == ["a", "b"] and torn == len(tail)
+    with pytest.raises(ValueError, match="line 3 is not a result line: not valid JSON .*not a result line cut short"):
+        read_results(path)
+    assert path.read_bytes() == good + tail
 
 
 def test_only_a_torn_line(tmp_path: Path) -> None:

@@ -230,3 +230,15 @@ def test_local_ray_temp_dirs_of_dead_owners_are_removed(tmp_path: Path) -> None:
         assert not Path(local.temp_dir).exists()
     finally:
         shutil.rmtree(left, ignore_errors=True)
+
+
+def test_pid_alive_the_one_check_of_a_recorded_pid() -> None:
+    """Scratch owners, the batch control note and the simulator's store marks ask it: this
+    process runs, pid 1 (another user's in general) runs, a pid past the system's range does not."""
+    from dsh_orchestra._scratch import pid_alive
+
+    assert pid_alive(os.getpid()) and pid_alive(1)
+    assert not pid_alive(2**62)  # OverflowError in kill(): not a process
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    assert not pid_alive(child.pid)

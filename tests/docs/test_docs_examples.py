@@ -4,16 +4,19 @@ See docs_blocks.py for how a block is treated (by its fence's language only; the
 opt-out for real examples). Python runs against the simulator, or the real bundled runtime
 against the scripted model on 127.0.0.1 (``DEEPSEEK_BASE_URL`` points there, a placeholder key).
 Nothing is written into the repository: programs run from a scratch copy of it, and each shell
-block's ``dsh-orchestra`` commands from a fresh copy of their own (all at once, in threads; the
-blocks that start Ray run alone, in the ``ray`` xdist group).
+block as a bash script from a fresh copy of its own (all at once, in threads; the blocks that
+start Ray run alone, in the ``ray`` xdist group). The few shell blocks and commands that cannot
+run here are in checked allowlists (BLOCK_ALLOWLIST, COMMAND_ALLOWLIST) with the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +28,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from docs_blocks import NOT_CODE, PARSE, ROOT, RUN, SHELL, Block, all_blocks, command_lines, commands, documents, looks_like_python
+from docs_blocks import (
+    NOT_CODE, PARSE, ROOT, RUN, SHELL, Block, all_blocks, command_lines, commands, documents, looks_like_python, needs_context,
+)
 from ray_serial import ray_serial
 
 BLOCKS = all_blocks()
@@ -107,7 +112,21 @@ def _uses_ray(block: Block) -> bool:
     return "RayExecutor" in block.text or "--ray" in block.text
 
 
-PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program]
+EXAMPLE_FILES = sorted((ROOT / "docs" / "examples").glob("*.py"))
+
+
+def example_file(block: Block) -> Path | None:
+    """The docs/examples/ file this program is a verbatim part of: test_docs_example_files.py runs
+    that file (and checks what it prints), so the block is not run a second time here."""
+    return next((f for f in EXAMPLE_FILES if block.text.strip() in f.read_text(encoding="utf-8")), None)
+
+
+PROGRAMS = [b for b in BLOCKS if b.language in RUN and b.program and example_file(b) is None]
+
+
+def test_programs_run_as_example_files_are_those_files() -> None:
+    quoted = [b.where for b in BLOCKS if b.language in RUN and b.program and example_file(b) is not None]
+    assert quoted == ["docs/runtime.md:234"], quoted  # docs/examples/runtime_quickstart.py, in full
 
 
 @pytest.mark.parametrize("block", [
@@ -145,6 +164,21 @@ def test_python_fragments_run_in_order(document: Path, scratch: Path, model_url:
     assert [r["where"] for r in reports] == [b.where for b in runnable]
     if broken:
         pytest.xfail(f"{broken[0].where}: {KNOWN_BROKEN[key(broken[0])]} (and the fragments after it)")
+
+
+PYTHON_BLOCKS = [b for b in BLOCKS if b.language in RUN]
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=ids(PYTHON_BLOCKS))
+def test_a_block_is_marked_a_fragment_exactly_when_it_is_one(block: Block) -> None:
+    """A Python block runs as pasted (a script), or says on its first line that it is a fragment
+    and what it needs; the mark is right both ways."""
+    why = needs_context(block.text)
+    if block.fragment:
+        assert why, f"{block.where} runs as a script on its own: remove its `# fragment` mark"
+    else:
+        assert not why, (f"{block.where} does not run as pasted ({'; '.join(why)}): make it a whole program, "
+                         "or mark it `# fragment: <what it needs>` on its first line")
 
 
 PARSED = [b for b in BLOCKS if b.language in PARSE]
@@ -194,34 +228,74 @@ def test_documented_commands_are_valid(block: Block) -> None:
                 assert (ROOT / words[1]).is_file(), f"{block.where}: {words[1]} does not exist"
 
 
-# ---- the documented command lines run ------------------------------------------------------
+# ---- the shell blocks run as written -----------------------------------------------------
 
 _EXPECT = re.compile(r"#\s*exit(?: status)? (\d+)\b")
 _REMOTE_RAY = re.compile(r"^(?!127\.|localhost)[\w.-]+:\d+$|^ray://")
+_READERS_FILES = re.compile(r"(?<![\w/.-])(ds\.jsonl|/shared/[\w./-]*|results-\*\.jsonl)")
+
+
+def _remote_ray(words: list[str]) -> bool:
+    """``--ray HOST:PORT`` or ``ray://`` (batch), ``--address http://HOST:PORT`` (ray job submit): not this machine."""
+    def after(flag: str) -> str:
+        at = words.index(flag) + 1 if flag in words else len(words)
+        return words[at] if at < len(words) else ""
+    return bool(_REMOTE_RAY.search(after("--ray"))) or bool(re.match(r"https?://(?!127\.|localhost)", after("--address")))
+
 
 COMMAND_KINDS: dict[str, Callable[[list[str]], bool]] = {
-    # why a command cannot run here, each checked against the command itself: an entry whose
-    # command no longer has that property would now run, and fails test_command_allowlist_is_minimal
-    "a shell variable the loop or job array around it sets": lambda words: any("$" in w or "{}" in w for w in words),
-    "a remote Ray cluster": lambda words: "--ray" in words and bool(
-        _REMOTE_RAY.search(words[words.index("--ray") + 1] if words.index("--ray") + 1 < len(words) else "")),
-    "a shell glob over the files the loop above writes": lambda words: any(c in w for w in words for c in "*?["),
-    "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)": lambda words: (
-        "--ray" in words and words[words.index("--ray") + 1:words.index("--ray") + 2] == ["auto"]
-        and not os.environ.get("RAY_ADDRESS")),
+    # why a command of a block that runs cannot run here, each checked against the command itself:
+    # an entry whose command no longer has that property would now run, and fails
+    # test_command_allowlist_is_minimal. The line is replaced by `:` in the script run.
+    "a remote Ray cluster": _remote_ray,
 }
 
 COMMAND_ALLOWLIST: dict[str, str] = {
     # "<document>: <the command's start>": a COMMAND_KINDS key
-    "docs/batch.md: dsh-orchestra batch ds.jsonl --out results-$i.jsonl": "a shell variable the loop or job array around it sets",
-    "docs/batch.md: dsh-orchestra batch ds.jsonl --out results-{}.jsonl": "a shell variable the loop or job array around it sets",
-    "docs/batch.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results/results-$I.jsonl": "a shell variable the loop or job array around it sets",
     "docs/scale-out.md: dsh-orchestra batch ds.jsonl --out results.jsonl --ray head.example:6379": "a remote Ray cluster",
-    "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray head.example:6379": "a remote Ray cluster",
-    "docs/batch.md: dsh-orchestra merge results-[0-3].jsonl": "a shell glob over the files the loop above writes",
-    "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume --ray auto":
-        "a Ray job's driver on its cluster (`ray job submit` sets RAY_ADDRESS for `--ray auto`)",
 }
+
+BLOCK_KINDS: dict[str, Callable[[Block], bool]] = {
+    # why a whole shell block cannot run here, each checked against the block's text
+    "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository":
+        lambda block: any(not (ROOT / m.lstrip("/")).exists() for m in _READERS_FILES.findall(block.text)),
+    "the whole test suite (the suite is this command)": lambda block: "python -m pytest" in block.text,
+    "a remote Ray cluster": lambda block: any(_remote_ray(words) for line in command_lines(block.text, dollar_only=False)
+                                              for words in commands(line)),
+    "a benchmark (minutes of CPU at full size; bench/ scripts have their own smoke tests)":
+        lambda block: all(words[:2] == ["python", words[1]] and words[1].startswith("bench/")
+                          for line in command_lines(block.text, dollar_only=False) for words in commands(line)),
+}
+
+BLOCK_ALLOWLIST: dict[str, str] = {
+    # "<document>: <first line of the block>": a BLOCK_KINDS key
+    "README.md: python3 -m venv .venv && . .venv/bin/activate && pip install '.[test,ray]' && python -m pytest":
+        "the whole test suite (the suite is this command)",
+    "docs/batch.md: $ dsh-orchestra batch ds.jsonl --out results.jsonl                  # exit status 2":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/batch.md: # four shards on one machine (or one per host: same dataset, same N, different I)":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/batch.md: seq 0 15 | parallel --jobs 4 --joblog shards.log --retries 3 \\":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/batch.md: #!/bin/bash": "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/batch.md: jq -r .id ds.jsonl | sort > want.txt":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/batch.md: # failures with their reason":
+        "the reader's own files (their dataset ds.jsonl, /shared/..., the shards' results), not in the repository",
+    "docs/scale-out.md: dsh-orchestra batch /shared/ds.jsonl --out /shared/results.jsonl --resume \\": "a remote Ray cluster",
+    "docs/scale-out.md: ray job submit --address http://head.example:8265 \\": "a remote Ray cluster",
+    "docs/benchmarks.md: python bench/report_eval.py --items 10000 --trials 3 --json":
+        "a benchmark (minutes of CPU at full size; bench/ scripts have their own smoke tests)",
+}
+
+# Installing is not run: the tests run in the environment the install made. `pip install ...`
+# says so and does nothing; `python3 -m venv DIR` makes DIR/bin/activate an empty file, so that
+# `. DIR/bin/activate` keeps this environment. Everything else of a block runs as written.
+PRELUDE = """set -eo pipefail
+trap 'echo "docs test: \\`$BASH_COMMAND\\` exited $?" >&2' ERR
+pip() { if [ "$1" = install ]; then echo "docs test: the package is installed here: pip $* not run" >&2; else command pip "$@"; fi; }
+python3() { if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && : > "$3/bin/activate"; else command python3 "$@"; fi; }
+"""
 
 
 @attrs.frozen
@@ -258,30 +332,48 @@ def documented_commands(block: Block) -> list[Command]:
     return found
 
 
+def block_allowed(block: Block) -> str | None:
+    return BLOCK_ALLOWLIST.get(key(block))
+
+
 COMMANDS = [c for b in SHELL_BLOCKS for c in documented_commands(b)]
-RUN_BLOCKS = [b for b in SHELL_BLOCKS if any(c.allowed is None for c in documented_commands(b))]
+RUN_BLOCKS = [b for b in SHELL_BLOCKS if block_allowed(b) is None]
 
 
 def test_command_allowlist_is_minimal() -> None:
     """Every entry names a documented command that still cannot run, for the reason it gives."""
     for prefix, kind in COMMAND_ALLOWLIST.items():
         assert kind in COMMAND_KINDS, f"{prefix!r}: unknown reason {kind!r}"
-        matching = [c for c in COMMANDS if c.key.startswith(prefix)]
-        assert matching, f"{prefix!r} matches no documented command: remove it from COMMAND_ALLOWLIST"
+        matching = [c for c in COMMANDS if c.key.startswith(prefix) and block_allowed(c.block) is None]
+        assert matching, f"{prefix!r} matches no command of a block that runs: remove it from COMMAND_ALLOWLIST"
         for command in matching:
             assert COMMAND_KINDS[kind](list(command.words)), (
                 f"{command.key!r} no longer has {kind!r}: it can run now, remove {prefix!r} from COMMAND_ALLOWLIST")
 
 
+def test_block_allowlist_is_minimal() -> None:
+    """Every entry names a shell block that still cannot run here, for the reason it gives."""
+    by_key = {key(b): b for b in SHELL_BLOCKS}
+    for name, kind in BLOCK_ALLOWLIST.items():
+        assert kind in BLOCK_KINDS, f"{name!r}: unknown reason {kind!r}"
+        assert name in by_key, f"{name!r} is no shell block: remove it from BLOCK_ALLOWLIST"
+        assert BLOCK_KINDS[kind](by_key[name]), f"{name!r} no longer has {kind!r}: it can run now, remove it"
+
+
 def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
-    shell, cluster, glob, job = COMMAND_KINDS.values()
-    assert glob(["dsh-orchestra", "merge", "r-*.jsonl"]) and not glob(["dsh-orchestra", "merge", "r-0.jsonl"])
-    assert job(["dsh-orchestra", "batch", "d", "--ray", "auto"]) and not job(["dsh-orchestra", "batch", "d", "--ray"])
-    assert shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "$i/4"]) and shell(["dsh-orchestra", "--out", "r-{}.jsonl"])
-    assert not shell(["dsh-orchestra", "batch", "ds.jsonl", "--shard", "0/4"])
+    (cluster,) = COMMAND_KINDS.values()
     assert cluster(["dsh-orchestra", "batch", "d", "--ray", "head.example:6379"]) and cluster(["x", "--ray", "ray://h:10001"])
     for local in (["--ray"], ["--ray", "--ray-actors", "2"], ["--ray", "127.0.0.1:6379"], ["--ray", "auto"]):
         assert not cluster(["dsh-orchestra", "batch", "d", *local]), local
+    readers, suite, remote, bench = BLOCK_KINDS.values()
+    block = functools.partial(Block, ROOT / "docs" / "x.md", 1, "sh")
+    assert readers(block("jq .id ds.jsonl\n")) and readers(block("dsh-orchestra batch /shared/ds.jsonl --out r\n"))
+    assert not readers(block("dsh-orchestra batch recipes/quickstart/prompts.jsonl --out results.jsonl\n"))
+    assert suite(block("pip install . && python -m pytest\n")) and not suite(block("python -m pip list\n"))
+    assert remote(block("dsh-orchestra batch d --ray head.example:6379\n")) and not remote(block("dsh-orchestra batch d --ray\n"))
+    assert remote(block("ray job submit --address http://head.example:8265 -- x\n"))
+    assert not remote(block("ray job submit --address http://127.0.0.1:8265 -- x\n"))
+    assert bench(block("python bench/x.py --n 3\n")) and not bench(block("python bench/x.py\ndsh-orchestra batch d\n"))
     found = documented_commands(Block(ROOT / "docs" / "x.md", 1, "sh", "until dsh-orchestra batch d --out r; do\n"
                                       "dsh-orchestra policy replay a --policy p > o.txt   # exit status 1\ndone\n"))
     assert [(c.words, c.expect, c.stdout) for c in found] == [
@@ -289,26 +381,67 @@ def test_the_allowlist_reasons_are_checked_against_the_command() -> None:
         (("dsh-orchestra", "policy", "replay", "a", "--policy", "p"), 1, "o.txt")]
 
 
-def run_commands(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
-    """Run a block's commands in order in a fresh copy of the repository; the problems found."""
+def shell_script(block: Block) -> str:
+    """The block as a bash script: its command lines as written (``$`` prompts and output lines of
+    a console sample left out), a line with ``# exit status N`` checked for N (and going on), a
+    line holding an allowlisted command replaced by ``:``, after PRELUDE."""
+    out = [PRELUDE]
+    for line in command_lines(block.text, dollar_only=block.language not in SHELL):
+        skipped = [c.allowed for words in commands(line) if "dsh-orchestra" in words
+                   for c in documented_commands(Block(block.path, block.line, "sh", line + "\n")) if c.allowed]
+        if skipped:
+            out.append(f": docs test: not run here: {skipped[0]}")
+        elif (m := _EXPECT.search(line)) and int(m.group(1)) != 0:
+            want = int(m.group(1))
+            quoted = shlex.quote(line)
+            out.append(f"__status=0; {line[:m.start()].rstrip()} || __status=$?\n"
+                       f"[ \"$__status\" -eq {want} ] || {{ echo \"docs test: \"{quoted}\" exited $__status, the text says {want}\" >&2; exit 1; }}")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_shell_script_of_a_block() -> None:
+    script = shell_script(Block(ROOT / "docs" / "scale-out.md", 1, "text", "$ dsh-orchestra batch a --out b   # exit status 2\n"
+                                "output line\n$ echo done\n$ dsh-orchestra batch ds.jsonl --out results.jsonl --ray head.example:6379\n"))
+    body = script.removeprefix(PRELUDE).strip().splitlines()
+    assert body[0] == "__status=0; dsh-orchestra batch a --out b || __status=$?"
+    assert body[1].startswith('[ "$__status" -eq 2 ] || {') and body[2:] == ["echo done", ": docs test: not run here: a remote Ray cluster"]
+
+
+def run_block(block: Block, workdir: Path, env: dict[str, str]) -> list[str]:
+    """Run a block as a bash script in a fresh copy of the repository; the problems found."""
     repo = workdir / "repo"
     repo.mkdir()
     copy_repository(repo)
-    program = shutil.which("dsh-orchestra")
-    assert program is not None, "the dsh-orchestra console script is not installed"
-    problems = []
-    for command in documented_commands(block):
-        if command.allowed is not None:
-            continue
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(open(repo / command.stdout, "w")) if command.stdout else subprocess.PIPE
-            done = subprocess.run([program, *command.words[1:]], cwd=repo, env=env, stdout=out,
-                                  stderr=subprocess.PIPE, text=True, timeout=300, check=False)
-        if done.returncode != command.expect:
-            problems.append(f"{block.where}: `{' '.join(command.words)}` exited {done.returncode}, the text says "
-                            f"{command.expect}:\n{done.stderr[-2000:]}")
-            break  # the next commands build on this one
-    return problems
+    script = workdir / "block.sh"
+    script.write_text(shell_script(block), encoding="utf-8")
+    env = {**env, "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])}
+    try:
+        done = subprocess.run(["bash", str(script)], cwd=repo, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired as exc:
+        return [f"{block.where}: did not end in {exc.timeout} s"]
+    if done.returncode != 0:
+        return [f"{block.where} exited {done.returncode}:\n{done.stderr[-3000:]}"]
+    return [f"{block.where}: `{' '.join(c.words)} > {c.stdout}` does not write JSON (add --json?): {problem}"
+            for c in documented_commands(block) if c.stdout and c.allowed is None and c.stdout.endswith((".json", ".jsonl"))
+            if (problem := json_problem(repo / c.stdout))]
+
+
+def json_problem(path: Path) -> str | None:
+    """Why the file a documented command's stdout went to is not JSON (or JSON lines); None if it is."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+        except json.JSONDecodeError as exc:
+            return f"{exc}: {text[:200]!r}"
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +453,7 @@ def command_runs(model_url: str, tmp_path_factory: pytest.TempPathFactory) -> di
     def one(index: int, block: Block) -> list[str]:
         workdir = work / str(index)
         workdir.mkdir()
-        return run_commands(block, workdir, offline_env(model_url, workdir))
+        return run_block(block, workdir, offline_env(model_url, workdir))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {b.where: pool.submit(one, i, b) for i, b in enumerate(blocks)}
@@ -330,13 +463,14 @@ def command_runs(model_url: str, tmp_path_factory: pytest.TempPathFactory) -> di
 @pytest.mark.parametrize("block", [
     pytest.param(b, marks=[pytest.mark.xdist_group("ray")] if _uses_ray(b) else []) for b in RUN_BLOCKS
 ], ids=ids(RUN_BLOCKS))
-def test_documented_commands_run(block: Block, request: pytest.FixtureRequest, model_url: str, tmp_path: Path,
-                                 tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Each ``dsh-orchestra`` command runs offline from a copy of the repository, in the order of
-    its block, with the exit status the text gives (0 unless a ``# exit status N`` comment says)."""
+def test_shell_blocks_run_as_written(block: Block, request: pytest.FixtureRequest, model_url: str, tmp_path: Path,
+                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each shell block (and each console sample's ``$`` lines) runs offline as a bash script from a
+    copy of the repository, with ``set -eo pipefail``: every command exits 0, or with the status a
+    ``# exit status N`` comment on its line gives."""
     if _uses_ray(block):  # a local Ray instance: not next to the others (one Ray at a time)
         with ray_serial(tmp_path_factory):
-            problems = run_commands(block, tmp_path, offline_env(model_url, tmp_path))
+            problems = run_block(block, tmp_path, offline_env(model_url, tmp_path))
     else:
         problems = request.getfixturevalue("command_runs")[block.where]
     assert not problems, "\n".join(problems)
@@ -344,3 +478,9 @@ def test_documented_commands_run(block: Block, request: pytest.FixtureRequest, m
 
 def test_docs_name_the_documents_they_scan() -> None:
     assert ROOT / "README.md" in documents() and len(documents()) > 5
+
+
+def test_a_json_file_a_command_writes_is_checked(tmp_path: Path) -> None:
+    for text, ok in (('{"a": 1}\n', True), ('{"a": 1}\n{"b": 2}\n', True), ("scorer  mean\nexact   1.000\n", False)):
+        (tmp_path / "out.json").write_text(text)
+        assert (json_problem(tmp_path / "out.json") is None) is ok, text

@@ -17,47 +17,8 @@ from dsh_orchestra.testing._script import parse_script
 from dsh_orchestra.testing._simulator import open_simulator_stream
 
 from eval_support import lines_of, write_jsonl
+from scored_scenario_support import PRICES, scenario_spec
 
-SCRIPT = r'''
-default_reply = "I do not know"
-
-[[rules]]
-name = "judge-yes"
-regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nParis"
-reply = '{"grade": "correct", "explanation": "right"}'
-
-[[rules]]
-name = "judge-no"
-match = "You are grading"
-reply = '{"grade": "incorrect", "explanation": "wrong"}'
-
-[[rules]]
-name = "paris"
-match = "France"
-reply = "Paris"
-
-[[rules]]
-name = "number"
-match = "6 x 7"
-reply = "It is 42."
-
-[[rules]]
-name = "broken"
-match = "E400"
-fail = "http-400"
-
-[[rules]]
-name = "spawn"
-match = "SPAWN"
-reply = "spawned"
-after_subagents = "children done"
-
-[[rules.spawn]]
-description = "child task"
-prompt = "CHILD: review"
-reply = "child says hi"
-
-'''
 
 DATASET = [
     {"id": "fr", "prompt": "Capital of France?", "target": "Paris", "metadata": {"kind": "geo"}},
@@ -66,12 +27,9 @@ DATASET = [
     {"id": "bad", "prompt": "E400 please", "target": "x", "metadata": {"kind": "math"}},
 ]
 
-PRICES = '["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 2.0\noutput_per_mtok = 10.0\n'
-
 
 def spec() -> RuntimeSpec:
-    script = parse_script(tomllib.loads(SCRIPT), source="<eval>")
-    return RuntimeSpec(connect=lambda: open_simulator_stream(script), name="sim")
+    return scenario_spec("<eval>")
 
 
 async def batch(tmp_path: Path, rows: list[dict[str, Any]] = DATASET, out: str = "results.jsonl", **options: Any) -> Any:

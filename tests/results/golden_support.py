@@ -14,7 +14,6 @@ import contextlib
 import io
 import re
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -25,50 +24,14 @@ from dsh_orchestra.batch import BatchOptions, run_batch
 from dsh_orchestra.cli import main as cli_main
 from dsh_orchestra.report._data import build_comparison, build_payload
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.testing._script import parse_script
-from dsh_orchestra.testing._simulator import open_simulator_stream
+
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:  # run as a script (the docstring's regeneration): tests/ holds the shared support
+    sys.path.insert(0, _TESTS)
+from scored_scenario_support import PRICES, scenario_spec  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
-SCRIPT = r'''
-default_reply = "I do not know"
-
-[[rules]]
-name = "judge-yes"
-regex = "\\[Response\\]\\n<<<RESPONSE-[0-9a-f]+>>>\\nParis"
-reply = '{"grade": "correct", "explanation": "right"}'
-
-[[rules]]
-name = "judge-no"
-match = "You are grading"
-reply = '{"grade": "incorrect", "explanation": "wrong"}'
-
-[[rules]]
-name = "paris"
-match = "France"
-reply = "Paris"
-
-[[rules]]
-name = "number"
-match = "6 x 7"
-reply = "It is 42."
-
-[[rules]]
-name = "broken"
-match = "E400"
-fail = "http-400"
-
-[[rules]]
-name = "spawn"
-match = "SPAWN"
-reply = "spawned 42"
-after_subagents = "children done"
-
-[[rules.spawn]]
-description = "child task"
-prompt = "CHILD: review"
-reply = "child says hi"
-'''
 
 DATASET = [
     {"id": "fr", "prompt": "Capital of France?", "target": "Paris", "metadata": {"kind": "geo", "n": 1}},
@@ -79,15 +42,12 @@ DATASET = [
     {"id": "pick", "prompt": "Pick France", "target": "B", "choices": ["Lyon", "Paris"], "metadata": {"kind": 3}},
 ]
 
-PRICES = '["deepseek-official/deepseek-v4-flash"]\ninput_per_mtok = 2.0\noutput_per_mtok = 10.0\n'
-
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a subagent's session id
 _TIMES = ("duration_s", "items_per_s", "p50_s", "p95_s", "start_time", "end_time", "generated")
 
 
 def spec() -> RuntimeSpec:
-    script = parse_script(tomllib.loads(SCRIPT), source="<golden>")
-    return RuntimeSpec(connect=lambda: open_simulator_stream(script), name="sim")
+    return scenario_spec("<golden>")
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -1,0 +1,416 @@
+"""A run's score values as columns (numpy arrays), for ``compare``: what the paired statistics
+read of each result line, one array per field, and each scorer's values reduced per item.
+
+``RunColumns`` holds per line the ``id``, ``epoch``, status, each scorer's value (NaN: no value;
+``compare`` counts only finite numbers) and whether it failed, the usage counts, ``cost_usd``
+and ``duration_s``: about 60 bytes a line with 4 scorers, where the decoded lines take kilobytes.
+``read_run`` fills one from a results file by the reader's rules (``results.read_results``);
+``run_columns`` from lines already decoded. ``reduce_run`` reduces the epochs per item, by the
+rules of ``reduce_items`` (which it implements). Pure: numpy, no trio.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from array import array
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from .._params import ParamError
+from ..results import ResultsFileError, read_results, result_problem
+from ._metrics import Reducer
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+_NAN = math.nan
+_CHUNK = 1 << 16  # ids held as str before they are packed into a bytes array
+
+
+class RunInputError(ParamError, ValueError):
+    """A results file cannot be read for a comparison (missing, unreadable, a line that is not a
+    result); the message names the file and line."""
+
+
+def _number(value: Any) -> float:
+    """A finite number as a float, anything else NaN (``compare``'s ``_value`` and ``_count``)."""
+    if type(value) is float:
+        return value if math.isfinite(value) else _NAN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _NAN
+    try:
+        found = float(value)
+    except OverflowError:  # an int beyond a float: not a number compare can use
+        return _NAN
+    return found if math.isfinite(found) else _NAN
+
+
+def _pack(ids: list[str]) -> Any:
+    """Ids as a numpy bytes array (UTF-8; byte order is code point order, as ``sorted`` of the
+    strings), or an object array when an id ends in NUL (a bytes array drops trailing NULs)."""
+    encoded = [i.encode("utf-8", "surrogatepass") for i in ids]
+    if any(e.endswith(b"\x00") for e in encoded) or not encoded:
+        return np.array(ids, dtype=object)
+    return np.array(encoded, dtype=np.bytes_)
+
+
+class RunColumns:
+    """One run's lines as columns (see the module). Build with ``run_columns`` or ``read_run``.
+
+    ``names``: the scorer names of the lines' ``scores``, in first-seen order; ``ids`` (numpy),
+    ``epochs`` (int64; an epoch that is not an integer reads as 1), ``statuses`` (per line an index
+    into ``status_names``, 0 is ``"ok"``), ``line_error`` (status ``"error"``), ``values[name]`` and
+    ``failed[name]`` (the value is missing because the line or the scorer failed), ``usage[key]``,
+    ``cost``, ``duration``, and ``clusters`` (per line, with ``cluster_by``).
+    """
+
+    def __init__(self, cluster_by: str | None = None) -> None:
+        self.cluster_by = cluster_by
+        self.names: list[str] = []
+        self._id_chunks: list[Any] = []
+        self._ids: list[str] = []
+        self._epochs = array("q")
+        self._odd_epochs: dict[int, Any] = {}  # line -> the raw epoch, when it is not an int (for the duplicate check)
+        self._statuses = array("i")
+        self.status_names: list[str] = ["ok"]
+        self._status_codes: dict[str, int] = {"ok": 0}
+        self._line_error = array("b")
+        self._values: dict[str, array[float]] = {}
+        self._failed: dict[str, array[int]] = {}
+        self._usage = {key: array("d") for key in USAGE_KEYS}
+        self._cost = array("d")
+        self._duration = array("d")
+        self.clusters: list[Any] | None = [] if cluster_by is not None else None
+        self.count = 0
+        self.ids: Any = None
+        self.epochs: Any = None
+        self.statuses: Any = None
+        self.line_error: Any = None
+        self.values: dict[str, Any] = {}
+        self.failed: dict[str, Any] = {}
+        self.usage: dict[str, Any] = {}
+        self.cost: Any = None
+        self.duration: Any = None
+
+    def add(self, line: Mapping[str, Any]) -> None:
+        """Count one result line (a decoded JSON object)."""
+        get = line.get
+        raw_id = get("id")
+        self._ids.append(raw_id if type(raw_id) is str else str(raw_id))
+        if len(self._ids) >= _CHUNK:
+            self._id_chunks.append(_pack(self._ids))
+            self._ids = []
+        epoch = get("epoch", 1)
+        if type(epoch) is int:
+            self._epochs.append(epoch)
+        else:
+            self._odd_epochs[self.count] = epoch
+            self._epochs.append(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1)
+        status = get("status")
+        if status == "ok":
+            self._statuses.append(0)
+        else:
+            text = str(status)
+            code = self._status_codes.get(text)
+            if code is None:
+                code = self._status_codes[text] = len(self.status_names)
+                self.status_names.append(text)
+            self._statuses.append(code)
+        line_error = status == "error"
+        self._line_error.append(line_error)
+        scores = get("scores")
+        if type(scores) is dict or isinstance(scores, dict):
+            for name, record in scores.items():
+                key = name if type(name) is str else str(name)
+                column = self._values.get(key)
+                if column is None:
+                    column = self._new_scorer(key)
+                if type(record) is dict:
+                    value = record.get("value")
+                    number = value if type(value) is float and math.isfinite(value) else _number(value)
+                    failed = number != number and (line_error or record.get("error") is True)
+                else:
+                    number = _NAN
+                    failed = line_error
+                column.append(number)
+                self._failed[key].append(failed)
+        self.count += 1
+        for key, column in self._values.items():  # scorers this line has no record of
+            if len(column) < self.count:
+                column.append(_NAN)
+                self._failed[key].append(line_error)
+        usage = get("usage")
+        if type(usage) is dict or isinstance(usage, dict):
+            for key in USAGE_KEYS:
+                self._usage[key].append(_number(usage.get(key)))
+        else:
+            for key in USAGE_KEYS:
+                self._usage[key].append(_NAN)
+        self._cost.append(_number(get("cost_usd")))
+        self._duration.append(_number(get("duration_s")))
+        if self.clusters is not None:
+            from ._cluster import cluster_of
+
+            assert self.cluster_by is not None
+            self.clusters.append(cluster_of(get("metadata"), self.cluster_by, raw_id if type(raw_id) is str else str(raw_id)))
+
+    def _new_scorer(self, name: str) -> array[float]:
+        self.names.append(name)
+        column = self._values[name] = array("d", [_NAN]) * self.count
+        self._failed[name] = array("b", self._line_error[: self.count])
+        return column
+
+    def finish(self) -> RunColumns:
+        """Pack the columns into numpy arrays (after the last ``add``)."""
+        if self._ids or not self._id_chunks:
+            self._id_chunks.append(_pack(self._ids))
+        chunks = self._id_chunks
+        if any(c.dtype == object for c in chunks):
+            chunks = [c if c.dtype == object else _unpack(c) for c in chunks]
+        self.ids = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        self._ids, self._id_chunks = [], []
+        self.epochs = np.frombuffer(self._epochs, dtype=np.int64) if self.count else np.zeros(0, dtype=np.int64)
+        self.statuses = np.frombuffer(self._statuses, dtype=np.int32) if self.count else np.zeros(0, dtype=np.int32)
+        self.line_error = np.frombuffer(self._line_error, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
+        self.values = {name: _doubles(column) for name, column in self._values.items()}
+        self.failed = {name: np.frombuffer(column, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
+                       for name, column in self._failed.items()}
+        self.usage = {key: _doubles(column) for key, column in self._usage.items()}
+        self.cost = _doubles(self._cost)
+        self.duration = _doubles(self._duration)
+        return self
+
+    def id_text(self, index: int) -> str:
+        """Line ``index``'s id as a string."""
+        return _text(self.ids[index])
+
+    def epoch_of(self, index: int) -> Any:
+        """Line ``index``'s epoch as the line holds it (1 when it has none)."""
+        return self._odd_epochs.get(index, int(self.epochs[index]))
+
+    def max_epoch(self) -> int:
+        """The highest epoch that is an integer (1 when none is)."""
+        if not self._odd_epochs:
+            return int(self.epochs.max()) if self.count else 1
+        kept = [int(e) for k, e in enumerate(self.epochs.tolist()) if k not in self._odd_epochs
+                or (isinstance(self._odd_epochs[k], int) and not isinstance(self._odd_epochs[k], bool))]
+        return max(kept, default=1)
+
+    def duplicate(self) -> int | None:
+        """The first line (0-based) whose (id, epoch) an earlier line has (None: none does)."""
+        if self.count < 2:
+            return None
+        if self._odd_epochs:  # epochs that are not ints: the set's rules (1 and True are one key)
+            seen: set[tuple[str, Any]] = set()
+            for index in range(self.count):
+                key = (self.id_text(index), self.epoch_of(index))
+                if key in seen:
+                    return index
+                seen.add(key)
+            return None
+        order = np.lexsort((np.arange(self.count), self.epochs, self.ids))
+        ids, epochs = self.ids[order], self.epochs[order]
+        repeated = (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
+        if not repeated.any():
+            return None
+        return int(order[1:][repeated].min())
+
+
+def _doubles(column: array[float]) -> Any:
+    return np.frombuffer(column, dtype=np.float64) if len(column) else np.zeros(0, dtype=np.float64)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _unpack(ids: Any) -> Any:
+    return np.array([_text(i) for i in ids], dtype=object)
+
+
+def run_columns(lines: Iterable[Mapping[str, Any]] | RunColumns, cluster_by: str | None = None) -> RunColumns:
+    """``lines`` (decoded result lines) as ``RunColumns`` (columns given are returned as they are)."""
+    if isinstance(lines, RunColumns):
+        return lines
+    out = RunColumns(cluster_by)
+    for line in lines:
+        out.add(line)
+    return out.finish()
+
+
+def compare_line_problem(value: Any) -> str | None:
+    """What ``compare`` refuses in a line besides the schema's rules: a score value that is not
+    a number or null."""
+    scores = value.get("scores")
+    for name, record in (scores.items() if isinstance(scores, dict) else ()):
+        found = record.get("value") if isinstance(record, dict) else record
+        if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float))):
+            return f"score {name!r} has the value {found!r}: compare needs a number (or null); fix or re-score the line"
+    return None
+
+
+def duplicate_problem(key: tuple[Any, Any]) -> str:
+    """The message of a line whose (id, epoch) an earlier line of the file has."""
+    return (f"id {key[0]!r} (epoch {key[1]}) is already on an earlier line: one line per (id, epoch); "
+            "keep one of them (or merge shards with `dsh-orchestra merge`)")
+
+
+def read_run(path: str | os.PathLike[str], what: str = "results file", *, check: Callable[[Any], str | None] | None = None,
+             unique: bool = False) -> RunColumns:
+    """A results file's lines as ``RunColumns``, read line by line (memory: the columns only).
+    The schema's rules (``result_problem``), then ``check``; with ``unique`` a line whose
+    (id, epoch) an earlier line has is refused too (checked on the columns, once read).
+
+    Raises:
+        RunInputError: missing, unreadable, or a line that is refused (naming the file and line).
+    """
+    if not Path(path).is_file():
+        raise RunInputError(f"{what} {str(path)!r} does not exist")
+    out = RunColumns()
+    stream = read_results(path, check=result_problem if check is None else lambda value: result_problem(value) or check(value))
+    numbers = array("q")
+    try:
+        for value in stream.objects():
+            out.add(value)
+            numbers.append(stream.number)
+    except OSError as exc:
+        raise RunInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        if unique:  # an earlier line's repeat is what a line-by-line check would have found first
+            _check_unique(out.finish(), numbers, str(path))
+        raise RunInputError(str(exc)) from exc
+    out.finish()
+    if unique:
+        _check_unique(out, numbers, str(path))
+    return out
+
+
+def _check_unique(run: RunColumns, numbers: array[int], path: str) -> None:
+    index = run.duplicate()
+    if index is not None:
+        problem = duplicate_problem((run.id_text(index), run.epoch_of(index)))
+        raise RunInputError(str(ResultsFileError(path, numbers[index], problem)))
+
+
+@attrs.define(eq=False)
+class ReducedRun:
+    """Each scorer's value per item with the epochs reduced (``reduce_run``): ``ids`` (numpy, in
+    first-seen order), ``values[name]`` (NaN: no value), ``statuses`` (per item a status name),
+    ``strict[name]`` (the values with every failed epoch counted as 0; None when nothing failed)
+    and ``overridden[name]`` (the items whose strict value is their own, not their value)."""
+
+    ids: Any
+    values: dict[str, Any]
+    statuses: list[str]
+    strict: dict[str, Any]
+    overridden: dict[str, Any]
+    clusters: list[Any] | None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def id_list(self) -> list[str]:
+        """The item ids as strings, in order."""
+        return [_text(i) for i in self.ids.tolist()]
+
+    def as_dicts(self, names: Sequence[str]) -> tuple[dict[str, dict[str, float | None]], dict[str, str],
+                                                      dict[str, dict[str, float | None]]]:
+        """The ``reduce_items_strict`` form: per item id the values, the status, the strict overrides."""
+        ids = self.id_list()
+        columns = [[None if v != v else v for v in self.values[name].tolist()] for name in names]
+        values = {i: {name: column[k] for name, column in zip(names, columns, strict=True)} for k, i in enumerate(ids)}
+        statuses = dict(zip(ids, self.statuses, strict=True))
+        strict: dict[str, dict[str, float | None]] = {}
+        for name in names:
+            mask = self.overridden[name]
+            for k in np.flatnonzero(mask).tolist():
+                value = float(self.strict[name][k])
+                strict.setdefault(ids[k], {})[name] = None if value != value else value
+        return values, statuses, strict
+
+
+def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> ReducedRun:
+    """Each scorer's values per item: the first line of an (id, epoch) counts; an item's epochs,
+    in epoch order, reduced by ``reducer``; its status ``ok`` when every epoch is ``ok``, else the
+    first other status of its epochs; strict values with failed epochs as 0 (``reduce_items_strict``)."""
+    n = run.count
+    ids = run.ids
+    if n:
+        # first line of each (id, epoch); items in first-seen order
+        order = np.lexsort((np.arange(n), run.epochs, ids))
+        sorted_ids, sorted_epochs = ids[order], run.epochs[order]
+        new_key = np.ones(n, dtype=bool)
+        new_key[1:] = (sorted_ids[1:] != sorted_ids[:-1]) | (sorted_epochs[1:] != sorted_epochs[:-1])
+        kept_lines = np.sort(order[new_key])
+        new_item = np.ones(n, dtype=bool)
+        new_item[1:] = sorted_ids[1:] != sorted_ids[:-1]
+        first_of_item = np.sort(order[new_item])
+    else:
+        kept_lines = first_of_item = np.zeros(0, dtype=np.int64)
+    items = len(first_of_item)
+    one_epoch = len(kept_lines) == items
+    empty = {name: np.full(len(kept_lines), _NAN) for name in names if name not in run.values}
+    if one_epoch and reducer.k is None:
+        # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
+        lines = first_of_item if items < n else slice(None)  # every line counts: the columns themselves, no copy
+        values = {name: run.values[name][lines] if name in run.values else empty[name][: items] for name in names}
+        codes = run.statuses[lines]
+        status_names = run.status_names
+        statuses = ["ok" if c == 0 else status_names[c] for c in codes.tolist()] if len(status_names) > 1 else ["ok"] * items
+        strict: dict[str, Any] = {}
+        overridden: dict[str, Any] = {}
+        for name in names:
+            failed = (run.failed[name][lines] if name in run.failed else run.line_error[lines]) & np.isnan(values[name])
+            overridden[name] = failed
+            strict[name] = np.where(failed, 0.0, values[name]) if failed.any() else None
+        clusters = [run.clusters[k] for k in first_of_item.tolist()] if run.clusters is not None else None
+        return ReducedRun(ids[lines], values, statuses, strict, overridden, clusters)
+    return _reduce_epochs(run, names, reducer, kept_lines, first_of_item)
+
+
+def _reduce_epochs(run: RunColumns, names: Sequence[str], reducer: Reducer, kept_lines: Any, first_of_item: Any) -> ReducedRun:
+    """``reduce_run`` with several epochs per item (or a pass@k reducer): item by item."""
+    ids = run.ids
+    item_ids = ids[first_of_item]  # item k (first-seen order) is item_ids[k]
+    by_id = np.argsort(item_ids, kind="stable")
+    ranks = by_id[np.searchsorted(item_ids[by_id], ids[kept_lines])]
+    order = np.lexsort((run.epochs[kept_lines], ranks))
+    lines, ranks = kept_lines[order], ranks[order]
+    bounds = np.flatnonzero(np.diff(ranks)) + 1
+    starts = [0, *bounds.tolist()] if len(lines) else []
+    stops = [*bounds.tolist(), len(lines)] if len(lines) else []
+    status_codes = run.statuses[lines].tolist()
+    status_names = run.status_names
+    statuses = [next((status_names[c] for c in status_codes[start:stop] if c != 0), "ok")
+                for start, stop in zip(starts, stops, strict=True)]
+    values: dict[str, Any] = {}
+    strict: dict[str, Any] = {}
+    overridden: dict[str, Any] = {}
+    for name in names:
+        if name in run.values:
+            column = [None if v != v else v for v in run.values[name][lines].tolist()]
+            flags = run.failed[name][lines].tolist()
+        else:
+            column = [None] * len(lines)
+            flags = run.line_error[lines].tolist()
+        reduced = np.empty(len(starts), dtype=np.float64)
+        strict_values = np.empty(len(starts), dtype=np.float64)
+        marks = np.zeros(len(starts), dtype=bool)
+        for k, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+            per_epoch = column[start:stop]
+            value = reducer(per_epoch)
+            reduced[k] = _NAN if value is None else value
+            failed = [v is None and f for v, f in zip(per_epoch, flags[start:stop], strict=True)]
+            if any(failed):
+                marks[k] = True
+                found = reducer([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
+                strict_values[k] = _NAN if found is None else found
+            else:
+                strict_values[k] = reduced[k]
+        values[name] = reduced
+        overridden[name] = marks
+        strict[name] = strict_values if marks.any() else None
+    clusters = [run.clusters[k] for k in first_of_item.tolist()] if run.clusters is not None else None
+    return ReducedRun(item_ids, values, statuses, strict, overridden, clusters)
