@@ -1,21 +1,29 @@
 """The model gateway: added latency, streaming throughput, and goodput against a quota.
 
-The fake model runs as its own process (``python -m dsh_orchestra.testing fake-model``), the
-gateway in this process, the client (httpx on trio) in this process too.
+The fake model runs as its own process (``python -m dsh_orchestra.testing fake-model``); for
+``latency`` and ``throughput`` the gateway runs in a process of its own too
+(``bench/_gateway_process.py``), and the client (httpx on trio) in this one, so the gateway's
+CPU is not taken from the client's.
 
 * ``latency``: one short answer (the default script's reply, 7 SSE frames) per request, p50
   and p99 of the whole request (headers to the last byte), direct to the fake model and
-  through the gateway, at 1 and 64 concurrent streams; the gateway's added latency is the
-  difference of the two.
+  through the gateway, at 1 and 64 concurrent streams, interleaved (direct, gateway, direct,
+  gateway); the gateway's added latency is the difference of the medians of the runs.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
   whole, direct and through the gateway: MiB/s.
-* ``goodput``: the fake model with ``--rate-limit 20/s``; ``run_batch`` of 200 items on 2
-  real runtimes, 64 items in flight, with the gateway (default options) and without
-  (``gateway=None``; the runtime's own retries, then the batch's 2 retries): items failed,
-  wall time, and the share of the quota used (model answers / (20/s x wall time)).
+* ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
+  ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
+  the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
+  its defaults (AIMD), ``old`` the same with the retry pause of the first release (the longer
+  of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
+  gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
+  batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
+  time, starting the runtimes included) and answers / (the requests the quota let through
+  over the active span, from the first request that reached the model to the last: the
+  bucket's max(1, R) plus R x the span).
 
     python bench/gateway.py latency throughput goodput
-    GATEWAY_BENCH_RATE=2 python bench/gateway.py goodput    # another quota (requests/s)
+    GATEWAY_BENCH_RATE=2 GATEWAY_BENCH_MODES=old,auto,rate python bench/gateway.py goodput
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import trio
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -78,45 +87,77 @@ async def load(url: str, key: str, streams: int, total: int, body: bytes = BODY)
     return latencies, size
 
 
-async def latency(model_url: str) -> dict[str, Any]:
+def start_gateway(upstream: str, concurrency: str = "128") -> tuple[subprocess.Popen[str], str, str]:
+    process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_process.py"), upstream, concurrency],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    _, url, token = process.stdout.readline().split()
+    return process, url, token
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait()
+
+
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def latency(model_url: str, gateway_url: str, token: str, gateway_pid: int) -> dict[str, Any]:
+    """Per path and stream count: p50/p99 of each of two interleaved runs; the added latency
+    (medians); and the gateway process's CPU time per call (user + system), which the machine's
+    load inflates far less than wall-clock latency."""
     out: dict[str, Any] = {}
-    gateway = Gateway(GatewayOptions(model_concurrency=128), upstream=model_url, api_key="k")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(gateway.run)
-        for streams, total in ((1, 400), (64, 1280)):
-            for _ in range(2):  # interleaved twice; the better p50 of each is kept
-                for name, url, key in (("direct", model_url, "k"), ("gateway", gateway.base_url, gateway.token)):
-                    await load(url, key, streams, min(total, 128))  # warm connections
-                    lat, _ = await load(url, key, streams, total)
-                    p50, p99 = quantiles(lat)
-                    row = out.setdefault(f"{name}@{streams}", {"p50_ms": p50, "p99_ms": p99})
-                    if p50 < row["p50_ms"]:
-                        row.update(p50_ms=p50, p99_ms=p99)
-            for stat in ("p50_ms", "p99_ms"):
-                out[f"added@{streams}_{stat}"] = out[f"gateway@{streams}"][stat] - out[f"direct@{streams}"][stat]
-        nursery.cancel_scope.cancel()
+    for streams, total in ((1, 400), (64, 1280)):
+        runs: dict[str, list[tuple[float, float]]] = {"direct": [], "gateway": []}
+        cpu: list[float] = []
+        for _ in range(2):  # interleaved twice
+            for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)):
+                await load(url, key, streams, min(total, 128))  # warm connections
+                before = cpu_s(gateway_pid)
+                lat, _ = await load(url, key, streams, total)
+                if name == "gateway":
+                    cpu.append((cpu_s(gateway_pid) - before) / len(lat) * 1000)
+                runs[name].append(quantiles(lat))
+        out[f"gateway_cpu_ms_per_call@{streams}"] = [round(c, 3) for c in cpu]
+        for name, pairs in runs.items():
+            out[f"{name}@{streams}"] = {"p50_ms": [round(p, 3) for p, _ in pairs], "p99_ms": [round(q, 3) for _, q in pairs]}
+        for index, stat in enumerate(("p50_ms", "p99_ms")):
+            direct = statistics.median(pair[index] for pair in runs["direct"])
+            through = statistics.median(pair[index] for pair in runs["gateway"])
+            out[f"added@{streams}_{stat}"] = round(through - direct, 3)
+        out[f"load@{streams}"] = os.getloadavg()[0]
     return out
 
 
-async def throughput(model_url: str) -> dict[str, Any]:
+async def throughput(model_url: str, gateway_url: str, token: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    gateway = Gateway(upstream=model_url, api_key="k")
     body = BODY.replace(b"Say hello", b"LONG")
-    async with trio.open_nursery() as nursery:
-        await nursery.start(gateway.run)
-        for name, url, key in (("direct", model_url, "k"), ("gateway", gateway.base_url, gateway.token)) * 2:
-            start = time.perf_counter()
-            _, size = await load(url, key, 1, 2, body)
-            rate = size / (time.perf_counter() - start) / 2**20
-            out[f"{name}_MiB_s"] = max(out.get(f"{name}_MiB_s", 0.0), rate)
-        nursery.cancel_scope.cancel()
+    for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)) * 2:
+        start = time.perf_counter()
+        _, size = await load(url, key, 1, 2, body)
+        rate = size / (time.perf_counter() - start) / 2**20
+        out.setdefault(f"{name}_MiB_s", []).append(round(rate, 3))
+    out["load"] = os.getloadavg()[0]
     return out
 
 
-async def goodput(model_url: str, *, use_gateway: bool, rate: float) -> dict[str, Any]:
+def _old_pause(self: Gateway, attempt: int, retry_after: float | None) -> float:
+    """The first release's retry pause: the longer of the backoff and retry-after (+ up to 10 %)."""
+    backoff = self.backoff(attempt)
+    if retry_after is not None:
+        return max(backoff, retry_after * (1.0 + self._rng.random() / 10))
+    return backoff
+
+
+async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
     from dsh_orchestra.batch import BatchOptions, run_batch
     from dsh_orchestra.runtime import RuntimeSpec
 
+    gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(),
+               "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "home").mkdir()
@@ -124,15 +165,23 @@ async def goodput(model_url: str, *, use_gateway: bool, rate: float) -> dict[str
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model_url, api_key="bench-key", env=ENV,
                            handshake_timeout=120)
-        options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600,
-                               gateway=GatewayOptions() if use_gateway else None)
-        start = time.perf_counter()
-        summary = await run_batch(dataset, root / "out.jsonl", spec, options)
-        wall = time.perf_counter() - start
+        options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway)
+        saved = Gateway.pause
+        if mode == "old":
+            Gateway.pause = _old_pause  # type: ignore[method-assign]
+        try:
+            start = time.perf_counter()
+            summary = await run_batch(dataset, root / "out.jsonl", spec, options)
+            wall = time.perf_counter() - start
+        finally:
+            Gateway.pause = saved  # type: ignore[method-assign]
     answers = summary.ok  # the default script answers each item in one model call
-    return {"gateway": use_gateway, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
-            "batch_retries": summary.retries, "quota_used": round(answers / (rate * wall), 3),
-            "model": summary.model and {k: summary.model[k] for k in ("calls", "upstream_calls", "retries")}}
+    model = summary.model or {}
+    return {"mode": mode, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
+            "batch_retries": summary.retries, "quota_used_wall": round(answers / (rate * wall), 3),
+            "model": model and {k: model[k] for k in ("calls", "upstream_calls", "retries")},
+            "concurrency": model and {k: model["concurrency"][k] for k in ("final", "min", "max")},
+            "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -140,25 +189,32 @@ def main() -> None:
     print(json.dumps(machine()))
     script = Path(tempfile.mkdtemp()) / "long.toml"
     script.write_text('[[rules]]\nname = "long"\nmatch = "LONG"\nreply = "' + "x" * 2**20 + '"\n')
-    model, url = start_model("--script", str(script))
-    try:
-        if "latency" in parts:
-            print("latency", json.dumps(trio.run(latency, url), indent=1))
-        if "throughput" in parts:
-            print("throughput", json.dumps(trio.run(throughput, url)))
-    finally:
-        model.terminate()
-        model.wait()
+    if "latency" in parts or "throughput" in parts:
+        model, url = start_model("--script", str(script))
+        gateway, gateway_url, token = start_gateway(url)
+        try:
+            if "latency" in parts:
+                print("latency", json.dumps(trio.run(latency, url, gateway_url, token, gateway.pid)), flush=True)
+            if "throughput" in parts:
+                print("throughput", json.dumps(trio.run(throughput, url, gateway_url, token)), flush=True)
+        finally:
+            stop(gateway)
+            stop(model)
     if "goodput" in parts:
         rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota
-        for use_gateway in (True, False):
-            quota, quota_url = start_model("--rate-limit", f"{rate}/s")
+        for mode in os.environ.get("GATEWAY_BENCH_MODES", "auto,rate,none").split(","):
+            stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+            quota, quota_url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
             try:
-                row = trio.run(partial(goodput, quota_url, use_gateway=use_gateway, rate=rate))
+                row = trio.run(partial(goodput, quota_url, mode=mode, rate=rate))
             finally:
-                quota.terminate()
-                quota.wait()
-            print("goodput", json.dumps(row))
+                stop(quota)
+            seen = json.loads(stats.read_text())
+            span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
+            row["at_model"] = seen
+            # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
+            row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
+            print("goodput", json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

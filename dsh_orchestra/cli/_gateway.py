@@ -9,18 +9,20 @@ import sys
 from typing import Any
 
 from .._params import ParamError
-from ..gateway import CACHE_EPOCHS, CACHE_FILE_NAME, CACHE_MODES, CacheError, GatewayOptions, ResponseCache
+from ..gateway import CACHE_EPOCHS, parse_rate, CACHE_FILE_NAME, CACHE_MODES, CacheError, GatewayOptions, ResponseCache
 from ._common import UsageError
 from ._errors import message
 
 
 def add_gateway_options(parser: argparse.ArgumentParser) -> None:
-    """--no-gateway, --upstream, --api-key-env, --model-concurrency, --cache, --cache-mode, --cache-epochs."""
+    """--no-gateway, --upstream, --api-key-env, --model-concurrency, --model-rate, --cache, --cache-mode, --cache-epochs."""
     group = parser.add_argument_group("model gateway (--runtime dsh; docs/gateway.md)")
     group.add_argument("--no-gateway", action="store_true", help="let each runtime call the provider itself, with the real key")
     group.add_argument("--upstream", default=None, metavar="URL", help="the provider's base URL (default: DEEPSEEK_BASE_URL, else the provider's)")
     group.add_argument("--api-key-env", default="DEEPSEEK_API_KEY", metavar="NAME", help="the variable holding the real API key (default DEEPSEEK_API_KEY)")
     group.add_argument("--model-concurrency", default="auto", metavar="N|auto", help="model calls in flight for the whole run (default auto: adaptive)")
+    group.add_argument("--model-rate", default=None, metavar="R/s|R/min",
+                       help="model calls started a second at most, for the whole run (paced evenly; default: no pacing)")
     group.add_argument("--cache", default=None, metavar="DIR", help="a response cache directory")
     group.add_argument("--cache-mode", choices=CACHE_MODES, default=None, help="use (default: read and write), record (write only), replay (read only; a miss fails the item)")
     group.add_argument("--cache-epochs", choices=CACHE_EPOCHS, default="independent", help="independent (default): each epoch has its own answers; shared: epochs reuse one answer (then dependent)")
@@ -32,8 +34,8 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
     Raises:
         UsageError: contradictory or bad values, naming the flag.
     """
-    gateway_flags = [f for f, v in (("--upstream", args.upstream), ("--cache", args.cache), ("--cache-mode", args.cache_mode))
-                     if v is not None]
+    gateway_flags = [f for f, v in (("--upstream", args.upstream), ("--model-rate", args.model_rate), ("--cache", args.cache),
+                                    ("--cache-mode", args.cache_mode)) if v is not None]
     if args.cache_mode is not None and args.cache is None:
         raise UsageError(f"--cache-mode {args.cache_mode} needs --cache DIR (the cache directory)")
     if args.no_gateway:
@@ -46,13 +48,17 @@ def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
             concurrency = int(concurrency)
         except ValueError:
             raise UsageError(f"--model-concurrency must be an integer >= 1 or auto, not {args.model_concurrency!r}") from None
+    try:
+        rate = parse_rate(args.model_rate)
+    except ParamError:
+        raise UsageError(f"--model-rate must be a positive rate like 20/s or 600/min, not {args.model_rate!r}") from None
     if args.cache is not None and not args.cache.strip():
         raise UsageError(f"--cache needs a directory path, not {args.cache!r}")
     if args.cache is not None:
         _check_cache(args.cache, replay=args.cache_mode == "replay")
     try:
         return GatewayOptions(upstream=args.upstream, api_key_env=args.api_key_env, model_concurrency=concurrency,
-                              cache=args.cache, cache_mode=args.cache_mode or "use", cache_epochs=args.cache_epochs)
+                              model_rate=rate, cache=args.cache, cache_mode=args.cache_mode or "use", cache_epochs=args.cache_epochs)
     except (ParamError, ValueError) as exc:
         raise UsageError(message(exc)) from exc
 

@@ -3,8 +3,14 @@
 AIMD (additive increase, multiplicative decrease) when adaptive: +1 after a window of
 successes (as many successes in a row as the current limit), x0.5 on a rate-limit or
 overload answer (once per window: answers to calls that started before the last decrease do
-not halve it again). A ``retry-after`` holds every new call until it passes. Waiting calls are
-let through in arrival order. Time is trio's clock, so tests drive it with ``MockClock``.
+not halve it again). A ``retry-after`` holds every new call until it passes. An optional rate
+paces the starts (at most ``rate`` a second, evenly spaced; a start that woke up late does not
+push the later ones back). Waiting calls are let
+through in arrival order; a retry goes to the head of the line (behind earlier retries). Time is trio's clock, so tests
+drive it with ``MockClock``.
+
+:meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
+change the limits of a running gateway (``ctl``, the Ray quota coordinator).
 """
 
 from __future__ import annotations
@@ -23,54 +29,125 @@ AUTO_MAX = 128
 
 
 class AdaptiveLimiter:
-    """A FIFO gate of ``limit`` places; ``adaptive`` makes the limit follow AIMD."""
+    """A FIFO gate of ``limit`` places; ``adaptive`` makes the limit follow AIMD; ``rate``
+    (calls a second, or None) paces the starts."""
 
     def __init__(self, limit: int = AUTO_START, *, adaptive: bool = True, minimum: int = AUTO_MIN,
-                 maximum: int = AUTO_MAX) -> None:
-        if not minimum <= limit <= maximum:
+                 maximum: int = AUTO_MAX, rate: float | None = None) -> None:
+        if not 0 <= minimum <= limit <= maximum:
             raise ValueError(f"the limit must lie in {minimum}..{maximum}, not {limit!r}")
         self.limit = limit
         self.adaptive = adaptive
         self.minimum = minimum
         self.maximum = maximum
+        self.rate: float | None = None
         self.in_flight = 0
+        self.peak_in_flight = 0
         self.hold_until = -math.inf
+        self.next_start = -math.inf  # the earliest start the pacing allows
         self.history: list[tuple[float, int]] = [(trio.current_time(), limit)]  # (time, limit) at each change
+        self.successes = 0  # answers counted by outcome, for whoever watches (the quota coordinator)
+        self.limited = 0
+        self.limited_window: int | None = None  # the latest window in which a call started that was limited
         self._streak = 0
-        self._epoch = 0  # bumped at each decrease; a ticket remembers the epoch it started in
+        self._epoch = 0  # the window: bumped at each decrease; a ticket remembers the window it started in
         self._queue: collections.deque[object] = collections.deque()
+        self._fronts = 0  # retries at the head of the queue
         self._changed = trio.Event()
+        if rate is not None:
+            self.set_rate(rate)
 
     @property
     def waiting(self) -> int:
         """Calls queued for a place."""
         return len(self._queue)
 
-    async def acquire(self) -> int:
-        """Wait for a place (in arrival order, after any hold); returns a ticket for ``release``."""
+    @property
+    def window(self) -> int:
+        """The current window (AIMD decreases so far, or the coordinator's count)."""
+        return self._epoch
+
+    def set_limit(self, limit: int) -> None:
+        """Set the number of calls in flight from now on (the public method for ``ctl`` and the
+        quota coordinator). Calls already in flight finish; a lower limit lets no new one
+        through until they are below it. An adaptive limiter goes on adapting from ``limit``;
+        ``maximum`` is raised to ``limit`` if lower.
+
+        Raises:
+            ValueError: ``limit`` below ``minimum`` (or not an integer).
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < self.minimum:
+            raise ValueError(f"the limit must be an integer >= {self.minimum}, not {limit!r}")
+        self.maximum = max(self.maximum, limit)
+        self._set(limit)
+        self._notify()
+
+    def set_rate(self, rate: float | None) -> None:
+        """Pace the starts at ``rate`` calls a second (None: no pacing).
+
+        Raises:
+            ValueError: ``rate`` not a positive finite number.
+        """
+        if rate is not None and not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
+                                     and math.isfinite(rate) and rate > 0):
+            raise ValueError(f"the rate must be a positive number of calls a second, not {rate!r}")
+        if rate != self.rate:
+            if self.rate is not None and rate is not None and math.isfinite(self.next_start):
+                last = self.next_start - 1.0 / self.rate  # keep the last start, space the next by the new rate
+                self.next_start = last + 1.0 / rate
+            self.rate = None if rate is None else float(rate)
+            self._notify()
+
+    def set_window(self, window: int) -> None:
+        """Adopt the coordinator's window (tickets then carry it; see ``limited_window``)."""
+        if window != self._epoch:
+            self._epoch = window
+            self._streak = 0
+
+    async def acquire(self, *, front: bool = False) -> int:
+        """Wait for a place (in arrival order, after any hold and the pacing); returns a ticket
+        for ``release``. ``front``: go to the head of the line, behind the retries already there (a retry of a
+        call that waited)."""
         me = object()
-        self._queue.append(me)
+        if front:  # behind the retries already waiting (in their order), ahead of every new call
+            self._queue.insert(self._fronts, me)
+            self._fronts += 1
+        else:
+            self._queue.append(me)
         try:
             while True:
                 changed = self._changed
                 first = self._queue[0] is me
-                if first and self.in_flight < self.limit and trio.current_time() >= self.hold_until:
+                free = first and self.in_flight < self.limit
+                at = max(self.hold_until, self.next_start)
+                if free and trio.current_time() >= at:
                     break
-                deadline = self.hold_until if first and self.in_flight < self.limit else math.inf
-                with trio.move_on_at(deadline):
+                with trio.move_on_at(at if free else math.inf):
                     await changed.wait()
         except BaseException:
             self._queue.remove(me)
+            self._fronts -= front
             self._notify()
             raise
         self._queue.popleft()
+        self._fronts -= front
         self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if self.rate is not None:  # the next slot: one interval after this one's (a late wake-up does not shift it)
+            interval, now = 1.0 / self.rate, trio.current_time()
+            slot = self.next_start if now - self.next_start < interval else now
+            self.next_start = slot + interval
         self._notify()  # the next in line may go too
         return self._epoch
 
     def release(self, ticket: int, outcome: str) -> None:
         """Give the place back: ``outcome`` ``ok``, ``limited`` (429/529/overloaded) or ``other``."""
         self.in_flight -= 1
+        if outcome == "ok":
+            self.successes += 1
+        elif outcome == "limited":
+            self.limited += 1
+            self.limited_window = ticket if self.limited_window is None else max(self.limited_window, ticket)
         if self.adaptive and outcome == "ok":
             self._streak += 1
             if self._streak >= self.limit and self.limit < self.maximum:

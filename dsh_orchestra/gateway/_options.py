@@ -31,6 +31,29 @@ def _concurrency(value: Any) -> int | str:
     return int(value)
 
 
+def parse_rate(value: Any) -> float | None:
+    """A rate of calls a second from a number, ``"R/s"``, ``"R/min"`` or ``"R"`` (None stays None).
+
+    Raises:
+        ParamValueError: not a positive finite rate.
+    """
+    if value is None:
+        return None
+    rate = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    elif isinstance(value, str):
+        number, _, unit = value.strip().partition("/")
+        scale = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 1 / 60}.get(unit.strip())
+        try:
+            rate = float(number) * scale if scale is not None else math.nan
+        except ValueError:
+            pass
+    if not (math.isfinite(rate) and rate > 0):
+        raise ParamValueError(Param("model_rate", value), " must be a positive rate like 20/s or 600/min")
+    return rate
+
+
 def _is_price(value: Any) -> bool:
     numbers = [getattr(value, name, None) for name in ("input_per_mtok", "output_per_mtok")]
     return all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and n >= 0 for n in numbers)
@@ -50,7 +73,9 @@ class GatewayOptions:
     ``upstream``: the provider's base URL (default: ``DEEPSEEK_BASE_URL`` as the runtime spec or
     the environment had it, else ``DEFAULT_UPSTREAM``). ``api_key_env``: the variable holding
     the real key (the spec's ``api_key`` wins). ``model_concurrency``: upstream calls in flight,
-    an integer or ``"auto"`` (AIMD). ``cache`` (a directory) with ``cache_mode`` ``use`` |
+    an integer or ``"auto"`` (AIMD). ``model_rate``: upstream calls started a second at most
+    (a number, ``"R/s"`` or ``"R/min"``; None: no pacing), spaced evenly. Under Ray both are
+    limits for the whole run, shared between the nodes' gateways (docs/scale-out.md). ``cache`` (a directory) with ``cache_mode`` ``use`` |
     ``record`` | ``replay`` and ``cache_epochs`` ``independent`` | ``shared``.
     ``max_attempts``: tries per call on 429/529/overloaded or an unreachable provider.
     ``max_total_tokens`` / ``max_total_cost`` (USD, needs ``price``): once the calls forwarded
@@ -61,6 +86,7 @@ class GatewayOptions:
     upstream: str | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
     model_concurrency: int | str = attrs.field(default="auto", converter=_concurrency)
+    model_rate: float | None = attrs.field(default=None, converter=parse_rate)
     cache: str | None = attrs.field(default=None, converter=_path)
     cache_mode: str = attrs.field(default="use", validator=one_of(*CACHE_MODES))
     cache_epochs: str = attrs.field(default="independent", validator=one_of(*CACHE_EPOCHS))

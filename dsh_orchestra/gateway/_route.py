@@ -43,16 +43,24 @@ def api_key_of(spec: RuntimeSpec, options: GatewayOptions) -> str | None:
 
 
 def routed(spec: RuntimeSpec, gateway: Gateway, *, api_key: str | None) -> RuntimeSpec:
-    """``spec`` pointed at ``gateway``, with its token as the key. The key variables, and any
-    variable (inherited or the spec's) whose value holds the key, are set empty in its env."""
-    names = {DEFAULT_API_KEY_ENV, gateway.options.api_key_env}
+    """``spec`` pointed at ``gateway``, with its token as the key (see :func:`routed_to`)."""
+    return routed_to(spec, base_url=gateway.base_url, token=gateway.token, api_key_env=gateway.options.api_key_env,
+                     api_key=api_key)
+
+
+def routed_to(spec: RuntimeSpec, *, base_url: str, token: str, api_key_env: str = DEFAULT_API_KEY_ENV,
+              api_key: str | None = None) -> RuntimeSpec:
+    """``spec`` pointed at the gateway at ``base_url``, with ``token`` as the key. The key
+    variables (``DEEPSEEK_API_KEY``, ``api_key_env``), and any variable (inherited or the
+    spec's) whose value holds ``api_key`` (when known here), are set empty in its env."""
+    names = {DEFAULT_API_KEY_ENV, api_key_env}
     seen = {**(os.environ if spec.inherit_env else {}), **spec.env}
     env = dict(spec.env)
     for name, value in seen.items():
         if name in names or (api_key is not None and api_key in value):
             env[name] = ""
     env.pop("DEEPSEEK_BASE_URL", None)  # base_url below wins in the process environment
-    return spec.evolve(env=env, base_url=gateway.base_url, api_key=gateway.token)
+    return spec.evolve(env=env, base_url=base_url, api_key=token)
 
 
 @asynccontextmanager

@@ -29,9 +29,16 @@ class HostActor:
         """This actor's OS process id."""
         return os.getpid()
 
-    def start(self, secrets_box: list[Any]) -> HostInfo:
+    def node_id(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def start(self, secrets_box: list[Any], route_box: list[Any] | None = None) -> HostInfo:
         """Start the pool. ``secrets_box`` holds one object reference to the secrets mapping
-        (boxed in a list, so the value is fetched here, never inlined in a task's arguments).
+        (boxed in a list, so the value is fetched here, never inlined in a task's arguments);
+        ``route_box`` likewise the node gateway's ``GatewayRoute`` (None: no gateway).
 
         Raises:
             RemoteError: the pool could not start (``.local()`` on the driver rebuilds the error).
@@ -39,8 +46,9 @@ class HostActor:
         import ray
 
         secrets = ray.get(secrets_box[0]) if secrets_box else {}
+        route = ray.get(route_box[0]) if route_box else None
         if self._host is None:
-            self._host = PoolHost(self._config, secrets)
+            self._host = PoolHost(self._config, secrets, route=route)
         try:
             info = self._host.start()
         except BaseException as exc:

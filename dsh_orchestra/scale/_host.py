@@ -23,6 +23,7 @@ import trio
 from ..batch import Attempt, BatchItem, BatchOptions, PoolExecutor
 from ..batch import PoolRunner
 from ..protocol import OrchestraError
+from ._gateways import GatewayRoute, route_spec
 from ._portable import ActorSpec, RemoteError
 
 log = logging.getLogger("dsh_orchestra.scale")
@@ -60,6 +61,7 @@ class HostConfig:
             runtimes=runtimes, concurrency=in_flight, timeout=options.timeout, policy=options.policy,
             answerer=options.answerer, audit=options.audit, transcripts=options.transcripts, progress="none",
             max_sessions_per_runtime=options.max_sessions_per_runtime, max_runtime_rss_mib=options.max_runtime_rss_mib,
+            gateway=None,  # the driver decides: the node's gateway (a route given to the host) or none
         )
         # paths made absolute here, on the driver: an actor's working directory is not the driver's
         item_options = attrs.evolve(item_options, audit=_absolute(options.audit), transcripts=_absolute(options.transcripts))
@@ -86,8 +88,11 @@ class PoolHost:
     pool (every runtime process reaped) and joins the thread.
     """
 
-    def __init__(self, config: HostConfig, secrets: Mapping[str, str] | None = None) -> None:
+    def __init__(self, config: HostConfig, secrets: Mapping[str, str] | None = None, *,
+                 route: GatewayRoute | None = None) -> None:
+        """``route``: the node's model gateway, which the runtimes use (None: none)."""
         self.config = config
+        self._route = route
         self._secrets = dict(secrets or {})
         self._thread = threading.Thread(target=self._thread_main, name=f"dsh-orchestra-host-{config.slot}", daemon=True)
         self._ready = threading.Event()
@@ -119,6 +124,8 @@ class PoolHost:
     async def _main(self) -> None:
         config = self.config
         spec, self._home = config.actor_spec.rebuild(self._secrets, config.slot)
+        if self._route is not None:
+            spec = route_spec(spec, self._route)
         self._closing = trio.Event()
         executor = PoolExecutor(runtimes=config.runtimes, concurrency=config.in_flight)
         async with executor.open(spec, config.options) as runner:

@@ -32,7 +32,10 @@ from ..protocol import OrchestraError
 from ..runtime import RuntimeSpec
 from ._host import HostConfig, HostInfo
 from ._local import LOCAL_OBJECT_STORE, LocalRay, LocalRayError, supported as supported_local
-from ._portable import RemoteError, split_spec
+from ..gateway import GatewayOptions, api_key_of, needs_gateway, upstream_of
+from ._gateways import NodeGatewayConfig, NodeGateways, host_secrets
+from ._portable import API_KEY, RemoteError, split_spec
+from ._refs import wait_ref as _wait_ref
 
 log = logging.getLogger("dsh_orchestra.scale")
 
@@ -157,23 +160,6 @@ def _share_auth_mode(mode: str) -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-async def _wait_ref(ref: Any) -> Any:
-    """The value of an ObjectRef, awaited from trio (raises what ``ray.get`` would raise)."""
-    token = trio.lowlevel.current_trio_token()
-    ready = trio.Event()
-
-    def wake(_: object) -> None:
-        try:
-            token.run_sync_soon(ready.set)
-        except trio.RunFinishedError:  # the driver already left trio: nobody waits any more
-            pass
-
-    future = ref.future()
-    future.add_done_callback(wake)
-    await ready.wait()
-    return future.result()
-
-
 @attrs.define
 class _Slot:
     index: int
@@ -191,9 +177,11 @@ class RayRunner:
     """An open ``RayExecutor``: the actor slots of one run, and attempts placed on them."""
 
     def __init__(self, ray: Any, executor: RayExecutor, configs: list[HostConfig], per_actor: int, *,
-                 secrets_box: list[Any], actor_options: dict[str, Any]) -> None:
+                 secrets_box: list[Any], actor_options: dict[str, Any], run_id: str | None = None,
+                 gateways: NodeGateways | None = None) -> None:
         """``actor_options``: Ray's options of every actor; slot ``i`` adds ``executor.actor_resources``'s
-        entry ``i`` (cycled) to their ``resources``."""
+        entry ``i`` (cycled) to their ``resources``. ``gateways``: the node gateways the hosts'
+        runtimes use (None: no gateway)."""
         from ._actor import HostActor
 
         self.ray = ray
@@ -202,7 +190,8 @@ class RayRunner:
         self.per_actor = per_actor
         self.secrets_box = secrets_box
         self.actor_options = actor_options
-        self.run_id = uuid.uuid4().hex[:8]
+        self.run_id = run_id or uuid.uuid4().hex[:8]
+        self.gateways = gateways
         self.remote_class = ray.remote(HostActor)
         self.stop = trio.Event()
         backoff = Backoff.of(executor.backoff, jitter=0.1)
@@ -353,7 +342,10 @@ class RayRunner:
             async with trio.open_nursery() as race:  # stop waiting for a start once the run is over
                 race.start_soon(_cancel_when_set, self.stop, race.cancel_scope)
                 try:
-                    info = await _wait_ref(actor.start.remote(self.secrets_box))
+                    route_box = None
+                    if self.gateways is not None:  # the model gateway of the node the actor landed on
+                        route_box = await self.gateways.route_box(await _wait_ref(actor.node_id.remote()))
+                    info = await _wait_ref(actor.start.remote(self.secrets_box, route_box))
                 except Exception as exc:
                     failure = exc
                 race.cancel_scope.cancel()
@@ -410,9 +402,12 @@ class RayRunner:
             log.debug("ray.kill(%s): %s", name, exc)
 
     def kill_all(self) -> None:
-        """End every actor still alive (a run that stops part-way leaves none behind)."""
+        """End every actor still alive (a run that stops part-way leaves none behind), the node
+        gateways and the quota coordinator last."""
         for name in list(self.live):
             self._kill(name)
+        if self.gateways is not None:
+            self.gateways.close()
 
     async def _close(self, name: str) -> None:
         actor = self.live.get(name)
@@ -498,10 +493,23 @@ class RayExecutor:
         if spec is None:
             spec = RuntimeSpec.simulator(dsh_home=tempfile.gettempdir(), cwd=os.getcwd())  # the home is per actor
             temp_home = True if temp_home is None else temp_home
+        gateway = options.gateway if needs_gateway(spec) else None  # one per node, not one per actor
+        if gateway is not None and gateway.cache is not None and options.epochs > 1 and gateway.cache_epochs == "independent":
+            raise BatchUsageError("on Ray the model gateway's cache cannot yet tell an item's epochs apart: ",
+                                  Param("cache_epochs", "independent"), " must be 'shared' there (epochs then reuse "
+                                  "one answer), or run the batch without Ray")
         try:
             actor_spec, settings, secrets = split_spec(spec, temp_home=bool(temp_home))
         except ValueError as exc:
             raise BatchUsageError(str(exc)) from exc
+        api_key = None
+        if gateway is not None:  # the key goes to the node gateways only
+            api_key = api_key_of(spec, gateway)
+            names = {"DEEPSEEK_API_KEY", gateway.api_key_env}
+            secrets = host_secrets(secrets, api_key, names, API_KEY)
+            settings = host_secrets(settings, api_key, names, API_KEY)
+            actor_spec = attrs.evolve(actor_spec, secret_names=tuple(n for n in actor_spec.secret_names if n in secrets),
+                                      env_names=tuple(n for n in actor_spec.env_names if n in settings))
         ray = _import_ray()
         _check_portable(ray, options)
         connection = connect(self.address, num_cpus=max(os.cpu_count() or 1, math.ceil(self.actors * self.num_cpus)),
@@ -513,7 +521,13 @@ class RayExecutor:
             chosen.update(self.actor_options or {})
             configs = [HostConfig.for_items(actor_spec, options, slot=i, runtimes=runtimes, in_flight=per_actor)
                        for i in range(self.actors)]
-            runner = RayRunner(ray, self, configs, per_actor, secrets_box=[ray.put(secrets)], actor_options=chosen)
+            run_id = uuid.uuid4().hex[:8]
+            gateways = None
+            if gateway is not None:
+                config = NodeGatewayConfig(options=_absolute_cache(gateway), upstream=upstream_of(spec, gateway))
+                gateways = NodeGateways(ray, run_id, config, api_key, actor_options=chosen)
+            runner = RayRunner(ray, self, configs, per_actor, secrets_box=[ray.put(secrets)], actor_options=chosen,
+                               run_id=run_id, gateways=gateways)
             log.info("ray run %s: %d actor(s) x %d runtime(s), %d item(s) in flight per actor", runner.run_id,
                      self.actors, runtimes, per_actor)
 
@@ -527,6 +541,13 @@ class RayExecutor:
                 runner.kill_all()
         finally:
             connection.close()
+
+
+def _absolute_cache(options: GatewayOptions) -> GatewayOptions:
+    """``options`` with its cache directory made absolute here, on the driver."""
+    if options.cache is None:
+        return options
+    return attrs.evolve(options, cache=os.path.abspath(options.cache))
 
 
 async def run_batch_ray(

@@ -25,11 +25,14 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--port", type=int, default=0)
         parser.add_argument("--script", default=None)
         parser.add_argument("--rate-limit", default=None)
+        parser.add_argument("--concurrency-limit", type=int, default=None)
+        parser.add_argument("--stats", default=None)
         try:
             args = parser.parse_args(rest)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else 2
-        return fake_model_main(args.port, args.script, args.rate_limit)
+        return fake_model_main(args.port, args.script, args.rate_limit, concurrency_limit=args.concurrency_limit,
+                               stats=args.stats)
     print(f"unknown command {command!r}; {USAGE}", file=sys.stderr)
     return 2
 

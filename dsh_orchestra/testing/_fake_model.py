@@ -9,6 +9,7 @@ and the shared ``_h11`` reader from dsh_orchestra; the library layers never impo
 from __future__ import annotations
 
 import itertools
+from functools import partial
 import json
 import logging
 import math
@@ -314,10 +315,13 @@ class FakeModelServer:
     Every connection is served by its own task, so a slow client or a ``delay`` holds up only
     its own request. ``rate_limit`` (requests per second): above it a request is answered 429
     with ``retry-after`` and ``retry-after-ms`` (counted in ``rate_limited``, not in ``requests``).
+    ``concurrency_limit``: a request arriving while that many are being answered is answered
+    429 too (``retry-after-ms: 100``). ``in_flight``, ``peak_in_flight`` and ``spans`` (``(start,
+    end, session id)`` of every answered request, trio's clock) measure what reached the model.
     """
 
     def __init__(self, script: Script = DEFAULT_SCRIPT, *, host: str = LOOPBACK,
-                 port: int = 0, rate_limit: float | None = None) -> None:
+                 port: int = 0, rate_limit: float | None = None, concurrency_limit: int | None = None) -> None:
         if host != LOOPBACK:
             raise ValueError(f"the fake model listens on {LOOPBACK} only, not {host!r}")
         if type(port) is not int or not 0 <= port <= 65535:
@@ -332,7 +336,11 @@ class FakeModelServer:
         self._ran = False
         self._responses = itertools.count(1)
         self.rate_limit = rate_limit
+        self.concurrency_limit = concurrency_limit
         self.rate_limited = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.spans: list[tuple[float, float, str | None]] = []
         self._quota: Quota | None = None
 
     @property
@@ -393,6 +401,11 @@ class FakeModelServer:
             status, error = 413, _error("request_too_large", f"body exceeds {MAX_BODY} bytes")
         elif payload is None:
             status, error = 400, _error("invalid_request_error", "body must be a JSON object")
+        elif self.concurrency_limit is not None and self.in_flight >= self.concurrency_limit:
+            self.rate_limited += 1
+            await _send_json(stream, connection, 429, _error("rate_limit_error", "too many requests in flight (fake quota)"),
+                             request_id, extra=[("retry-after", "1"), ("retry-after-ms", "100")])
+            return
         elif (wait := self._over_quota()) > 0:
             self.rate_limited += 1
             await _send_json(stream, connection, 429, _error("rate_limit_error", "rate limited (fake quota)"),
@@ -400,7 +413,16 @@ class FakeModelServer:
                                                 ("retry-after-ms", str(math.ceil(wait * 1000)))])
             return
         else:
-            await self._answer(stream, connection, request, payload, request_id)
+            session_id = next((value.decode(errors="replace") for name, value in request.headers
+                               if name == SESSION_HEADER), None)
+            start = trio.current_time()
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            try:
+                await self._answer(stream, connection, request, payload, request_id)
+            finally:
+                self.in_flight -= 1
+                self.spans.append((start, trio.current_time(), session_id))
             return
         await _send_json(stream, connection, status, error, request_id)
 
@@ -479,9 +501,12 @@ async def open_fake_model(script: Script = DEFAULT_SCRIPT,
         nursery.cancel_scope.cancel(reason="open_fake_model block exited")
 
 
-def fake_model_main(port: int, script_path: str | None, rate_limit: str | None = None) -> int:
+def fake_model_main(port: int, script_path: str | None, rate_limit: str | None = None, *,
+                    concurrency_limit: int | None = None, stats: str | None = None) -> int:
     """Serve ``script_path`` (or the default script) on ``port`` until SIGINT or SIGTERM;
-    ``rate_limit`` (``R/s``, ``R/min``) answers 429 above that rate.
+    ``rate_limit`` (``R/s``, ``R/min``) answers 429 above that rate, ``concurrency_limit`` above
+    that many requests in flight. ``stats``: a file to write, at exit, what reached the model
+    (JSON: answered, rate_limited, peak_in_flight, first_start_s, last_start_s, last_end_s).
 
     Prints ``listening on http://127.0.0.1:PORT`` once ready. Returns 0 after a signal, 1 when
     the port cannot be bound, 2 when the script cannot be read or parsed.
@@ -494,7 +519,7 @@ def fake_model_main(port: int, script_path: str | None, rate_limit: str | None =
         return 2
     status = 0
     try:
-        trio.run(_serve_until_signal, script, port, rate)
+        trio.run(partial(_serve_until_signal, script, port, rate, concurrency_limit=concurrency_limit, stats=stats))
     except* OSError as group:  # binding failed; open_fake_model raises through a nursery
         print(f"dsh-orchestra fake-model: cannot listen on {LOOPBACK}:{port}: "
               f"{group.exceptions[0]}", file=sys.stderr)
@@ -502,9 +527,17 @@ def fake_model_main(port: int, script_path: str | None, rate_limit: str | None =
     return status
 
 
-async def _serve_until_signal(script: Script, port: int, rate: float | None = None) -> None:
+async def _serve_until_signal(script: Script, port: int, rate: float | None = None, *,
+                              concurrency_limit: int | None = None, stats: str | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_fake_model(script, port=port, rate_limit=rate) as server:
+        async with open_fake_model(script, port=port, rate_limit=rate, concurrency_limit=concurrency_limit) as server:
             print(f"listening on {server.base_url}", flush=True)
             async for _ in signals:
                 break
+    if stats is not None:
+        spans = server.spans
+        data = {"answered": len(spans), "rate_limited": server.rate_limited, "peak_in_flight": server.peak_in_flight,
+                "first_start_s": min((s for s, _, _ in spans), default=None),
+                "last_start_s": max((s for s, _, _ in spans), default=None),
+                "last_end_s": max((e for _, e, _ in spans), default=None)}
+        await trio.Path(stats).write_text(json.dumps(data), encoding="utf-8")

@@ -26,6 +26,9 @@ def dataset(tmp_path: Path) -> Path:
     (["--model-concurrency", "0"], "--model-concurrency"),
     (["--no-gateway", "--cache", "c"], "--cache needs the gateway: drop --no-gateway"),
     (["--upstream", "ftp://x"], "--upstream 'ftp://x' must be an http:// or https:// URL"),
+    (["--model-rate", "fast"], "--model-rate must be a positive rate like 20/s or 600/min, not 'fast'"),
+    (["--model-rate", "0/s"], "--model-rate must be a positive rate"),
+    (["--no-gateway", "--model-rate", "2/s"], "--model-rate needs the gateway: drop --no-gateway"),
 ])
 def test_bad_gateway_flags_exit_2(flags: list[str], expected: str, dataset: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:

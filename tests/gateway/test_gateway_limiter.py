@@ -206,3 +206,93 @@ async def test_an_in_band_overloaded_error_is_retried_before_anything_is_sent() 
     assert len(model.requests) == 3 and gateway.totals.retries == 2
     assert answer.status_code == 200 and answer.text.count("event: message_start") == 1
     assert "overloaded_error" in answer.text  # the last attempt's stream, passed on
+
+
+async def test_set_limit_is_the_public_way_to_change_a_running_limit(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(2, adaptive=False)
+    held = [await limiter.acquire() for _ in range(2)]
+    limiter.set_limit(1)  # lower: the two in flight finish, no new call until below 1
+    got: list[int] = []
+
+    async def one() -> None:
+        got.append(await limiter.acquire())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        await trio.sleep(1)
+        limiter.release(held[0], "ok")
+        await trio.sleep(1)
+        assert got == []  # still one in flight: at the limit
+        limiter.release(held[1], "ok")
+    assert len(got) == 1
+    limiter.set_limit(200)  # above the maximum: the maximum follows
+    assert limiter.limit == limiter.maximum == 200 and limiter.history[-1][1] == 200
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="integer >= 1"):
+            limiter.set_limit(bad)  # type: ignore[arg-type]
+
+
+async def test_a_rate_spaces_the_starts_evenly(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(64, adaptive=False, rate=4.0)
+    starts: list[float] = []
+
+    async def call() -> None:
+        ticket = await limiter.acquire()
+        starts.append(trio.current_time())
+        await trio.sleep(0.01)
+        limiter.release(ticket, "ok")
+
+    begin = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(9):
+            nursery.start_soon(call)
+    assert [round(t - begin, 6) for t in starts] == [0.25 * i for i in range(9)]
+    limiter.set_rate(None)
+    with pytest.raises(ValueError, match="positive"):
+        limiter.set_rate(0)
+
+
+async def test_a_retry_goes_to_the_head_of_the_line(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(1, adaptive=False)
+    first = await limiter.acquire()
+    order: list[str] = []
+
+    async def call(name: str, front: bool) -> None:
+        limiter.release(await limiter.acquire(front=front), "ok")
+        order.append(name)
+
+    async with trio.open_nursery() as nursery:
+        for name in ("new-1", "new-2"):
+            nursery.start_soon(call, name, False)
+            await trio.sleep(0.1)
+        for name in ("retry-1", "retry-2"):
+            nursery.start_soon(call, name, True)
+            await trio.sleep(0.1)
+        limiter.release(first, "ok")
+    assert order == ["retry-1", "retry-2", "new-1", "new-2"]  # retries first, in their own order
+
+
+async def test_the_gateway_waits_what_retry_after_says_not_the_backoff() -> None:
+    from dsh_orchestra.gateway import Gateway
+
+    gateway = Gateway(upstream="http://127.0.0.1:9", api_key=None)
+    assert gateway.pause(5, 0.25) == 0.25  # the 5th retry's backoff would be 8-16 s
+    assert 8.0 <= gateway.pause(5, None) <= 16.0
+
+
+async def test_a_late_start_does_not_push_the_pacing_back(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(64, adaptive=False, rate=10.0)
+    begin = trio.current_time()
+    limiter.release(await limiter.acquire(), "ok")  # t=0; the next slot at 0.1
+    await trio.sleep(0.13)  # as if woken 30 ms late
+    limiter.release(await limiter.acquire(), "ok")  # t=0.13: the next slot stays at 0.2, not 0.23
+    starts = []
+    for _ in range(2):
+        limiter.release(await limiter.acquire(), "ok")
+        starts.append(round(trio.current_time() - begin, 6))
+    assert starts == [0.2, 0.3]
+    await trio.sleep(5)  # idle: no burst saved up
+    t0 = trio.current_time()
+    for _ in range(3):
+        limiter.release(await limiter.acquire(), "ok")
+    assert round(trio.current_time() - t0, 6) == 0.2

@@ -1,0 +1,331 @@
+"""One model gateway per Ray node, and one quota coordinator for the run.
+
+Owns: the node gateway actor (``NodeGatewayActor``: a ``Gateway`` on a trio thread of its own,
+pinned to its node with ``NodeAffinitySchedulingStrategy``; the runtimes of every host actor on
+that node use it as ``DEEPSEEK_BASE_URL`` over loopback), the quota coordinator actor
+(``QuotaCoordinator``: the ``QuotaLedger`` of the run; each node gateway reports to it every
+``REPORT_EVERY`` seconds and takes its share back), and the driver's side (``NodeGateways``:
+start a node's gateway the first time a host actor lands there, hand the host its route,
+kill them all with the run).
+
+Security (docs/gateway.md): the real key reaches only the node gateways (through the object
+store, never an actor's creation arguments or environment); the host actors get the per-run
+token and the gateway's loopback URL (also through the object store), and their runtimes'
+environments carry the token, never the key.
+
+Ray is imported lazily: importing this module does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import attrs
+import trio
+
+from .._logging import register_secrets
+from ..gateway import (
+    AdaptiveLimiter, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
+)
+from ..runtime import RuntimeSpec
+from ._refs import wait_ref
+
+log = logging.getLogger("dsh_orchestra.scale")
+
+START_WAIT = 120.0
+"""Seconds a node gateway gets to start (its actor scheduled, its port bound, its first share)."""
+TRACE_MAX = 20_000
+"""Grants the coordinator remembers for ``snapshot()`` (tests and the summary)."""
+
+
+@attrs.frozen(kw_only=True)
+class GatewayRoute:
+    """Where a host actor's runtimes send their model calls: a node gateway's URL and token."""
+
+    base_url: str
+    token: str = attrs.field(repr=False)
+    api_key_env: str = "DEEPSEEK_API_KEY"
+    node_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class NodeGatewayConfig:
+    """What a node gateway needs but the key: the options and the provider's URL."""
+
+    options: GatewayOptions
+    upstream: str
+
+
+class QuotaCoordinator:
+    """The Ray actor holding the run's ``QuotaLedger`` (calls are serialised: one at a time)."""
+
+    def __init__(self, concurrency: int | str, rate: float | None) -> None:
+        self.ledger = QuotaLedger(concurrency, rate=rate)
+        self.started = time.monotonic()
+        self.trace: list[tuple[float, str, int, float | None, int]] = []  # (t, node, limit, rate, in_flight)
+
+    def report(self, name: str, report: QuotaReport) -> QuotaGrant:
+        """A node gateway's report; its grant."""
+        now = time.monotonic() - self.started
+        grant = self.ledger.report(name, report, now)
+        if len(self.trace) < TRACE_MAX:
+            self.trace.append((round(now, 4), name, grant.limit, grant.rate, report.in_flight))
+        return grant
+
+    def leave(self, name: str) -> None:
+        """A node gateway closed: its share is freed."""
+        self.ledger.leave(name)
+
+    def set_total(self, total: int) -> None:
+        """Set the run's concurrency limit (``QuotaLedger.set_total``)."""
+        self.ledger.set_total(total, time.monotonic() - self.started)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger now: total, rate, window, members' grants and bounds, the limit's history, the grants so far."""
+        ledger = self.ledger
+        return {"total": ledger.total, "rate": ledger.rate, "window": ledger.window, "adaptive": ledger.adaptive,
+                "members": {name: {"limit": m.limit, "reserved": m.reserved, "demand": m.demand,
+                                   "reserved_rate": m.reserved_rate} for name, m in ledger.members.items()},
+                "history": list(ledger.history), "trace": list(self.trace)}
+
+
+class NodeGatewayActor:
+    """The Ray actor serving one node's model gateway (a threaded actor; trio on its own thread)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._gateway: Gateway | None = None
+        self._failure: BaseException | None = None
+
+    def ping(self) -> str:
+        """This actor's node id (it answers: it is alive)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def start(self, config: NodeGatewayConfig, key_box: list[Any], coordinator: Any) -> list[Any]:
+        """Start the gateway; return ``[ref]``: a reference to its ``GatewayRoute`` in the object store.
+
+        Raises:
+            RuntimeError: it could not start (the message says why).
+        """
+        import ray
+
+        if self._thread is None:
+            api_key = ray.get(key_box[0]) if key_box else None
+            self._thread = threading.Thread(target=self._main, args=(config, api_key, coordinator),
+                                            name="dsh-orchestra-node-gateway", daemon=True)
+            self._thread.start()
+        self._ready.wait()
+        if self._gateway is None or self._failure is not None:
+            raise RuntimeError(f"the node gateway did not start: {type(self._failure).__name__}: {self._failure}")
+        gateway = self._gateway
+        route = GatewayRoute(base_url=gateway.base_url, token=gateway.token, api_key_env=config.options.api_key_env,
+                             node_id=self.ping())
+        return [ray.put(route)]
+
+    def stats(self) -> dict[str, Any]:
+        """The gateway's counters and its limiter: peak in flight, the limit (its share) over time."""
+        gateway = self._gateway
+        if gateway is None:
+            return {}
+        limiter = gateway.limiter
+        start = limiter.history[0][0]
+        return {"node": self.ping(), "peak_in_flight": limiter.peak_in_flight, "limit": limiter.limit,
+                "rate": limiter.rate, "successes": limiter.successes, "limited": limiter.limited,
+                "limits": [[round(t - start, 4), limit] for t, limit in limiter.history],
+                "totals": gateway.totals.to_json(), "summary": gateway.summary()}
+
+    def close(self) -> None:
+        """Stop the gateway (it leaves the coordinator first). Idempotent."""
+        token, stop = self._token, self._stop
+        if token is not None and stop is not None:
+            try:
+                trio.from_thread.run_sync(stop.set, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _main(self, config: NodeGatewayConfig, api_key: str | None, coordinator: Any) -> None:
+        try:
+            trio.run(self._serve, config, api_key, coordinator)
+        except BaseException as exc:  # reported to start(); the thread ends
+            self._failure = exc
+            log.warning("node gateway %s stopped: %s: %s", self.name, type(exc).__name__, exc)
+        finally:
+            self._token = None
+            self._ready.set()
+
+    async def _serve(self, config: NodeGatewayConfig, api_key: str | None, coordinator: Any) -> None:
+        options = config.options
+        cache = ResponseCache(options.cache) if options.cache is not None else None
+        limiter = AdaptiveLimiter(0, adaptive=False, minimum=0, maximum=1_000_000)  # the coordinator sets it
+        gateway = Gateway(options, upstream=config.upstream, api_key=api_key, cache=cache, limiter=limiter)
+        register_secrets([v for v in (api_key, gateway.token) if v])
+        self._stop = trio.Event()
+
+        async def exchange(report: QuotaReport) -> QuotaGrant | None:
+            try:
+                grant: QuotaGrant = await wait_ref(coordinator.report.remote(self.name, report))
+            except Exception as exc:  # noqa: BLE001 - the coordinator is unreachable: keep the last share
+                log.warning("node gateway %s: the quota coordinator did not answer: %s", self.name, exc)
+                return None
+            return grant
+
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(gateway.run)
+                await nursery.start(follow_quota, limiter, exchange)
+                self._gateway = gateway
+                self._token = trio.lowlevel.current_trio_token()
+                self._ready.set()
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+            with trio.move_on_after(5):
+                await wait_ref(coordinator.leave.remote(self.name))
+        finally:
+            if cache is not None:
+                cache.close()
+
+
+@attrs.define
+class _Node:
+    actor: Any
+    name: str
+    ready: trio.Event = attrs.field(factory=trio.Event)
+    route_box: list[Any] | None = None
+    failure: BaseException | None = None
+
+
+class NodeGateways:
+    """The driver's side: one node gateway per node a host actor landed on, and the coordinator.
+
+    ``key``: the real key (None: none is sent upstream); it goes to the node gateways through
+    the object store. ``actor_options``: Ray options the gateway actors share with the hosts
+    (``runtime_env``); their placement is their node's (``NodeAffinitySchedulingStrategy``).
+    """
+
+    def __init__(self, ray: Any, run_id: str, config: NodeGatewayConfig, key: str | None, *,
+                 actor_options: dict[str, Any]) -> None:
+        self.ray = ray
+        self.run_id = run_id
+        self.config = config
+        self.key_box = [ray.put(key)]
+        self.actor_options = {k: v for k, v in actor_options.items() if k == "runtime_env"}
+        options = config.options
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = _head_node(ray)  # the run ends with the head node anyway
+        self.coordinator = ray.remote(QuotaCoordinator).options(
+            name=f"dsh-orchestra-{run_id}-quota", num_cpus=0, max_restarts=0, max_concurrency=1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True), **self.actor_options,
+        ).remote(options.model_concurrency, options.model_rate)
+        self.nodes: dict[str, _Node] = {}
+
+    async def route_box(self, node_id: str) -> list[Any]:
+        """``[ref]`` to the ``GatewayRoute`` of ``node_id``'s gateway (started here the first time).
+
+        Raises:
+            RuntimeError: the node's gateway could not start.
+        """
+        node = self.nodes.get(node_id)
+        if node is not None and node.ready.is_set() and not await self._alive(node):
+            self._kill(node)  # it died (its node is gone, or it was killed): a new one
+            node = None
+        if node is None:
+            await self._start(node_id)
+            node = self.nodes[node_id]
+        await node.ready.wait()
+        if node.route_box is None:
+            failure = node.failure
+            if self.nodes.get(node_id) is node:
+                del self.nodes[node_id]
+            raise RuntimeError(f"the model gateway of node {node_id[:12]} did not start: {failure}")
+        return node.route_box
+
+    async def _start(self, node_id: str) -> None:
+        """Start ``node_id``'s gateway (the first host actor there waits for it; the others on its event)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        name = f"dsh-orchestra-{self.run_id}-gw-{node_id[:16]}"
+        actor = self.ray.remote(NodeGatewayActor).options(
+            name=name, num_cpus=0, max_restarts=0, max_concurrency=8,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False), **self.actor_options,
+        ).remote(name)
+        node = self.nodes[node_id] = _Node(actor, name)
+        try:
+            with trio.fail_after(START_WAIT):
+                boxed = await wait_ref(actor.start.remote(self.config, self.key_box, self.coordinator))
+            node.route_box = list(boxed)
+            log.info("model gateway %s started on node %s", name, node_id[:12])
+        except Exception as exc:
+            node.failure = exc
+            self._kill(node)
+        finally:  # also when cancelled: whoever waits for this node is told
+            if node.route_box is None and node.failure is None:
+                node.failure = RuntimeError("its start was cancelled")
+                self._kill(node)
+            node.ready.set()
+
+    async def _alive(self, node: _Node) -> bool:
+        with trio.move_on_after(30):
+            try:
+                await wait_ref(node.actor.ping.remote())
+                return True
+            except Exception:  # noqa: BLE001 - any failure: gone
+                return False
+        return False
+
+    def _kill(self, node: _Node) -> None:
+        try:
+            self.ray.kill(node.actor, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - already gone
+            log.debug("ray.kill(%s): %s", node.name, exc)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The coordinator's ``snapshot()`` (tests, the benchmark)."""
+        snap: dict[str, Any] = await wait_ref(self.coordinator.snapshot.remote())
+        return snap
+
+    def close(self) -> None:
+        """End every node gateway and the coordinator (nothing of the run's gateways is left)."""
+        for node in list(self.nodes.values()):
+            try:
+                node.actor.close.remote()
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+        for node in self.nodes.values():
+            self._kill(node)
+        self.nodes.clear()
+        try:
+            self.ray.kill(self.coordinator, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - gone already
+            log.debug("ray.kill(quota coordinator): %s", exc)
+
+
+def _head_node(ray: Any) -> str:
+    """The head node's id (it holds Ray's control store: the run ends with it), else the driver's node."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in (node.get("Resources") or {}):
+            return str(node["NodeID"])
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def host_secrets(secrets: dict[str, str], key: str | None, names: set[str], api_key_name: str) -> dict[str, str]:
+    """``secrets`` without the key: not the spec's api key (``api_key_name``), not the key
+    variables ``names``, not any value holding ``key``."""
+    return {name: value for name, value in secrets.items()
+            if name != api_key_name and name not in names and not (key and key in value)}
+
+
+def route_spec(spec: RuntimeSpec, route: GatewayRoute) -> RuntimeSpec:
+    """``spec`` sent through the node gateway of ``route`` (its key variables emptied)."""
+    return routed_to(spec, base_url=route.base_url, token=route.token, api_key_env=route.api_key_env)
