@@ -67,21 +67,6 @@ class AdaptiveLimiter:
         """The current window (AIMD decreases so far, or the coordinator's count)."""
         return self._epoch
 
-    def set_limit(self, limit: int) -> None:
-        """Set the number of calls in flight from now on (the public method for ``ctl`` and the
-        quota coordinator). Calls already in flight finish; a lower limit lets no new one
-        through until they are below it. An adaptive limiter goes on adapting from ``limit``;
-        ``maximum`` is raised to ``limit`` if lower.
-
-        Raises:
-            ValueError: ``limit`` below ``minimum`` (or not an integer).
-        """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < self.minimum:
-            raise ValueError(f"the limit must be an integer >= {self.minimum}, not {limit!r}")
-        self.maximum = max(self.maximum, limit)
-        self._set(limit)
-        self._notify()
-
     def set_rate(self, rate: float | None) -> None:
         """Pace the starts at ``rate`` calls a second (None: no pacing).
 
@@ -160,9 +145,11 @@ class AdaptiveLimiter:
         self._notify()
 
     def set_limit(self, limit: int, *, adaptive: bool | None = None) -> None:
-        """Set the limit now (``dsh-orchestra ctl concurrency``); ``adaptive`` False fixes it
-        (AIMD stops), None keeps the mode. Waiting calls go when places open; calls in flight
-        above a lowered limit finish.
+        """Set the number of calls in flight from now on (``dsh-orchestra ctl concurrency``, the
+        quota coordinator). ``adaptive`` False fixes it (AIMD stops), None keeps the mode (an
+        adaptive limiter goes on adapting from ``limit``). Waiting calls go when places open;
+        calls in flight above a lowered limit finish first. ``minimum`` and ``maximum`` widen to
+        take ``limit``.
 
         Raises:
             ValueError: ``limit`` is below 1.
