@@ -152,10 +152,11 @@ class AdaptiveLimiter:
         take ``limit``.
 
         Raises:
-            ValueError: ``limit`` is below 1.
+            ValueError: ``limit`` is below 1 (below 0 for a limiter made with ``minimum`` 0).
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"the limit is a whole number of at least 1, not {limit!r}")
+        floor = min(1, self.minimum)  # 0 only for a limiter made with minimum 0 (a quota member's idle share)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < floor:
+            raise ValueError(f"the limit must be an integer >= {floor}, not {limit!r}")
         if adaptive is not None:
             self.adaptive = adaptive
         self.minimum = min(self.minimum, limit)

@@ -43,5 +43,5 @@ async def test_set_limit_live(autojump_clock: trio.testing.MockClock) -> None:
     assert limiter.limit == 1  # fixed: no AIMD increase
     limiter.set_limit(200)  # above the maximum: the maximum follows
     assert limiter.limit == limiter.maximum == 200
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="integer >= 1"):
         limiter.set_limit(0)
