@@ -353,7 +353,8 @@ async def test_the_real_runtime_loses_a_worker_node_mid_run(three_nodes: ThreeNo
         assert done[run].returncode == 0, done[run].stderr.decode()[-3000:]
     assert sorted(m["node"] for m in held) == sorted([b_id] * 2 + [c_id] * 2), held
     on_b = sorted(m["reason"] for m in held if m["node"] == b_id)
-    assert {m["node"] for m in marks_in(marks) if m["reason"] == "mark"} >= {b_id, c_id}
+    # placement on both workers: the held gated items above (two on each). The items before the
+    # gates may all run on one worker when the other's actor (and its node's gateway) starts late.
     got = whole_lines(tmp_path / "ray.jsonl")
     by_id = {line["id"]: line for line in got}
     assert len(by_id) == len(got) == REAL_ITEMS
