@@ -145,7 +145,7 @@ async def test_what_a_scorer_forks_is_gone_when_the_pool_closes(scorers_module: 
         assert workers is not None
         assert (await workers.call("boxed:forks", ITEM, RESULT, timeout=30))["value"] == 1.0
         assert (await workers.call("boxed:fine", ITEM, RESULT, timeout=30))["value"] == 0.5  # the fork did not answer
-        await _until(lambda: (scorers_module / "fork_pids").exists())
+        await _until(lambda: _written(scorers_module / "fork_pids"))  # the child has written its pid (not only opened the file)
     pid = int((scorers_module / "fork_pids").read_text().split()[0])
     await _until(lambda: not _alive(pid))
 
@@ -155,6 +155,14 @@ async def _until(condition: Callable[[], bool]) -> None:
     with trio.fail_after(30):
         while not condition():  # noqa: ASYNC110 - another process's doing: nothing to wait on
             await trio.sleep(0.05)
+
+
+def _written(path: Path) -> bool:
+    """A whole line in the file (its writer opens it first, then writes)."""
+    try:
+        return path.read_text().endswith("\n")
+    except FileNotFoundError:
+        return False
 
 
 def _alive(pid: int) -> bool:
