@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import trio
 
 from .._params import Param, ParamValueError
+from .._records import take_by_session
 from .._redact import Redactor
 from ..protocol import ApprovalRequestParams, ApprovalRequestResult
 from ._audit import AuditLog
@@ -206,10 +207,4 @@ class ApprovalService:
         it are returned; older records of these sessions are dropped (they belong to no
         ``run`` that is still collecting).
         """
-        out: list[DecisionRecord] = []
-        for session_id in session_ids:
-            out.extend(self._by_session.pop(session_id, ()))
-        if since is not None:
-            out = [r for r in out if r.time_monotonic >= since]
-        out.sort(key=lambda r: r.time_monotonic)
-        return tuple(out)
+        return take_by_session(self._by_session, session_ids, since)

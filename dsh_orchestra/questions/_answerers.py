@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 import attrs
 import trio
 
+from .._records import take_by_session
 from ..protocol import (
     USER_QUESTION_CANCELLED,
     Answer,
@@ -341,13 +342,7 @@ class QuestionService:
 
     def take(self, session_ids: Any, since: float | None = None) -> tuple[QuestionRecord, ...]:
         """Remove and return these sessions' records, oldest first (as ``ApprovalService.take``)."""
-        out: list[QuestionRecord] = []
-        for session_id in session_ids:
-            out.extend(self._by_session.pop(session_id, ()))
-        if since is not None:
-            out = [r for r in out if r.time_monotonic >= since]
-        out.sort(key=lambda r: r.time_monotonic)
-        return tuple(out)
+        return take_by_session(self._by_session, session_ids, since)
 
     async def _handle(self, params: UserQuestionAskParams) -> UserQuestionAskResult | None:
         request = QuestionsRequest(
