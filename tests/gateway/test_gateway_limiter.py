@@ -143,7 +143,9 @@ async def test_the_gateway_absorbs_429s_from_a_quota() -> None:
     inside the gateway after retry-after."""
     async with open_fake_model(rate_limit=5.0) as model:
         with trio.fail_after(60):
-            async with running_gateway(model.base_url) as gateway:  # auto: AIMD from 8
+            # auto: AIMD from 8. Tries enough that no call runs out under a loaded CI machine
+            # (the default bound, MAX_ATTEMPTS, is tested against an always-429 upstream below)
+            async with running_gateway(model.base_url, GatewayOptions(max_attempts=50)) as gateway:
                 statuses: list[int] = []
 
                 async def call(index: int) -> None:
