@@ -226,7 +226,7 @@ class NodeGateways:
         here = _head_node(ray)  # the run ends with the head node anyway
         self.coordinator = ray.remote(QuotaCoordinator).options(
             name=f"dsh-orchestra-{run_id}-quota", num_cpus=0, max_restarts=0, max_concurrency=1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True), **self.actor_options,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False), **self.actor_options,
         ).remote(options.model_concurrency, options.model_rate)
         self.nodes: dict[str, _Node] = {}
 
