@@ -162,8 +162,9 @@ class EvalTally:
         """The tokens of every line counted so far."""
         return Usage(*self._tokens)
 
-    def add(self, line: ResultLine | TallyLine, *, this_run: bool = False) -> None:
-        """Count one result line (and what it spent, when ``this_run`` wrote it)."""
+    def add(self, line: ResultLine | TallyLine, *, this_run: bool = False, item: int | None = None) -> None:
+        """Count one result line (and what it spent, when ``this_run`` wrote it); ``item``: the
+        number of its item (``ScoreTally.add``)."""
         if line.status == "ok":
             self.ok += 1
         else:
@@ -185,7 +186,7 @@ class EvalTally:
             self.judge_usage = self.judge_usage + line.judge_usage
             self.judge_cost_usd += line.judge_cost_usd or 0.0
         if self.scores is not None:
-            self.scores.add(line)
+            self.scores.add(line, item=item)
             if line.status == "ok" and line.scores:
                 self._count_failures(line.scores)
         if this_run:
