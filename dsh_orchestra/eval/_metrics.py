@@ -469,7 +469,7 @@ class ScoreTally:
                 strict_by[name] = strict_values
         return _ReducedArrays(values_by, failed_by, strict_by)
 
-    def scores(self, reduced: Reduced | None = None) -> dict[str, dict[str, Any]]:
+    def scores(self, reduced: Reduced | _ReducedArrays | None = None) -> dict[str, dict[str, Any]]:
         """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when
         already computed)."""
         arrays = self._reduced_arrays() if reduced is None else _ReducedArrays.of(reduced)
@@ -495,7 +495,7 @@ class ScoreTally:
             return None
         return list(self._clusters)
 
-    def groups(self, reduced: Reduced | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
+    def groups(self, reduced: Reduced | _ReducedArrays | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group, per scorer. A group
         is named by ``group_names``: the value's JSON type is kept apart."""
         if self.group_by is None:
@@ -555,8 +555,11 @@ class _ReducedArrays:
     strict: dict[str, Any] | None
 
     @classmethod
-    def of(cls, reduced: Reduced) -> _ReducedArrays:
+    def of(cls, reduced: Reduced | _ReducedArrays) -> _ReducedArrays:
         import numpy as np
+
+        if isinstance(reduced, _ReducedArrays):
+            return reduced
 
         def floats(column: Sequence[float | None]) -> Any:
             return np.array([_NAN if v is None else v for v in column], dtype=np.float64)
@@ -576,12 +579,16 @@ def _nones(column: Any) -> list[float | None]:
     return [None if v != v else v for v in column.tolist()]
 
 
-def _metrics_of(reduced: _ReducedArrays, name: str, indices: Any, seed: int,
+def _metrics_of(reduced: _ReducedArrays | Reduced, name: str, indices: Iterable[int] | None, seed: int,
                 clusters: Sequence[Any] | None = None) -> dict[str, Any]:
-    """A scorer's metrics over the items ``indices`` (a numpy array; None: every item);
-    ``clusters`` (one per index, in order): clustered stderr and ci95 (``cluster_metrics``)."""
+    """A scorer's metrics over the items ``indices`` (None: every item); ``clusters`` (one per
+    index, in order): clustered stderr and ci95 (``cluster_metrics``)."""
     import numpy as np
 
+    if isinstance(reduced, Reduced):
+        reduced = _ReducedArrays.of(reduced)
+    if indices is not None and not isinstance(indices, np.ndarray):
+        indices = np.fromiter(indices, dtype=np.intp)
     column, failed = reduced.values[name], reduced.failed[name]
     if indices is not None:
         column, failed = column[indices], failed[indices]

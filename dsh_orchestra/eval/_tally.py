@@ -223,7 +223,7 @@ class EvalTally:
         ``usage``, ``cost_usd`` (with prices), ``judge_usage`` (with a judge)."""
         out: dict[str, Any] = {}
         if self.scores is not None:
-            reduced = self.scores.reduced()
+            reduced = self.scores._reduced_arrays()  # (arrays: the lists of reduced() take 40 bytes per item and scorer)
             out["scores"] = self.scores.scores(reduced)
             groups = self.scores.groups(reduced)
             if groups is not None:
