@@ -11,6 +11,7 @@ rules of ``reduce_items`` (which it implements). Pure: numpy, no trio.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from array import array
@@ -71,17 +72,20 @@ class RunColumns:
         self.names: list[str] = []
         self._id_chunks: list[Any] = []
         self._ids: list[str] = []
-        self._epochs = array("q")
+        # epochs, statuses and costs: a column from the first line whose epoch is not 1, status not
+        # "ok", cost present (the lines before filled in); until then none (a constant at finish)
+        self._epochs: array[int] | None = None
         self._odd_epochs: dict[int, Any] = {}  # line -> the raw epoch, when it is not an int (for the duplicate check)
-        self._statuses = array("i")
+        self._statuses: array[int] | None = None
         self.status_names: list[str] = ["ok"]
         self._status_codes: dict[str, int] = {"ok": 0}
         self._line_error = array("b")
         self._values: dict[str, array[float]] = {}
         self._failed: dict[str, array[int]] = {}
         self._usage = {key: array("d") for key in USAGE_KEYS}
-        self._cost = array("d")
+        self._cost: array[float] | None = None
         self._duration = array("d")
+        self.unique = False  # no two lines share (id, epoch) (read_run's unique check passed)
         self.clusters: list[Any] | None = [] if cluster_by is not None else None
         self.count = 0
         self.ids: Any = None
@@ -103,21 +107,28 @@ class RunColumns:
             self._id_chunks.append(_pack(self._ids))
             self._ids = []
         epoch = get("epoch", 1)
-        if type(epoch) is int:
-            self._epochs.append(epoch)
-        else:
+        if type(epoch) is not int:
             self._odd_epochs[self.count] = epoch
-            self._epochs.append(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1)
+            epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1
+        if epoch != 1 or self._epochs is not None:
+            epochs = self._epochs
+            if epochs is None:
+                epochs = self._epochs = array("q", [1]) * self.count
+            epochs.append(epoch)
         status = get("status")
         if status == "ok":
-            self._statuses.append(0)
+            if self._statuses is not None:
+                self._statuses.append(0)
         else:
             text = str(status)
             code = self._status_codes.get(text)
             if code is None:
                 code = self._status_codes[text] = len(self.status_names)
                 self.status_names.append(text)
-            self._statuses.append(code)
+            statuses = self._statuses
+            if statuses is None:
+                statuses = self._statuses = array("i", [0]) * self.count
+            statuses.append(code)
         line_error = status == "error"
         self._line_error.append(line_error)
         scores = get("scores")
@@ -148,7 +159,12 @@ class RunColumns:
         else:
             for key in USAGE_KEYS:
                 self._usage[key].append(_NAN)
-        self._cost.append(_number(get("cost_usd")))
+        cost = _number(get("cost_usd"))
+        if cost == cost or self._cost is not None:
+            costs = self._cost
+            if costs is None:
+                costs = self._cost = array("d", [_NAN]) * (self.count - 1)  # (count: this line included)
+            costs.append(cost)
         self._duration.append(_number(get("duration_s")))
         if self.clusters is not None:
             from ._cluster import cluster_of
@@ -171,14 +187,14 @@ class RunColumns:
             chunks = [c if c.dtype == object else _unpack(c) for c in chunks]
         self.ids = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
         self._ids, self._id_chunks = [], []
-        self.epochs = np.frombuffer(self._epochs, dtype=np.int64) if self.count else np.zeros(0, dtype=np.int64)
-        self.statuses = np.frombuffer(self._statuses, dtype=np.int32) if self.count else np.zeros(0, dtype=np.int32)
-        self.line_error = np.frombuffer(self._line_error, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
+        # a column no line needed is a constant (read-only, no memory); flags are views of their bytes (0/1)
+        self.epochs = _column(self._epochs, np.int64, 1, self.count)
+        self.statuses = _column(self._statuses, np.int32, 0, self.count)
+        self.line_error = _flags(self._line_error)
         self.values = {name: _doubles(column) for name, column in self._values.items()}
-        self.failed = {name: np.frombuffer(column, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
-                       for name, column in self._failed.items()}
+        self.failed = {name: _flags(column) for name, column in self._failed.items()}
         self.usage = {key: _doubles(column) for key, column in self._usage.items()}
-        self.cost = _doubles(self._cost)
+        self.cost = _column(self._cost, np.float64, _NAN, self.count)
         self.duration = _doubles(self._duration)
         return self
 
@@ -210,9 +226,14 @@ class RunColumns:
                     return index
                 seen.add(key)
             return None
-        order = np.lexsort((np.arange(self.count), self.epochs, self.ids))
-        ids, epochs = self.ids[order], self.epochs[order]
-        repeated = (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
+        if self._epochs is None:  # every epoch 1: the ids alone
+            order = np.argsort(self.ids, kind="stable")
+            ids = self.ids[order]
+            repeated = ids[1:] == ids[:-1]
+        else:
+            order = np.lexsort((np.arange(self.count), self.epochs, self.ids))
+            ids, epochs = self.ids[order], self.epochs[order]
+            repeated = (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
         if not repeated.any():
             return None
         return int(order[1:][repeated].min())
@@ -220,6 +241,18 @@ class RunColumns:
 
 def _doubles(column: array[float]) -> Any:
     return np.frombuffer(column, dtype=np.float64) if len(column) else np.zeros(0, dtype=np.float64)
+
+
+def _flags(column: array[int]) -> Any:
+    """0/1 bytes as a bool array (a view: no copy)."""
+    return np.frombuffer(column, dtype=np.bool_) if len(column) else np.zeros(0, dtype=bool)
+
+
+def _column(column: array[Any] | None, dtype: Any, constant: Any, count: int) -> Any:
+    """A column as numpy; a column never started is ``constant`` on every line (read-only)."""
+    if column is None:
+        return np.broadcast_to(np.asarray(constant, dtype=dtype), (count,))
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.zeros(0, dtype=dtype)
 
 
 def _text(value: Any) -> str:
@@ -270,11 +303,11 @@ def read_run(path: str | os.PathLike[str], what: str = "results file", *, check:
         raise RunInputError(f"{what} {str(path)!r} does not exist")
     out = RunColumns()
     stream = read_results(path, check=result_problem if check is None else lambda value: result_problem(value) or check(value))
-    numbers = array("q")
+    numbers = _LineNumbers()
     try:
         for value in stream.objects():
             out.add(value)
-            numbers.append(stream.number)
+            numbers.append(out.count - 1, stream.number)
     except OSError as exc:
         raise RunInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:
@@ -287,11 +320,29 @@ def read_run(path: str | os.PathLike[str], what: str = "results file", *, check:
     return out
 
 
-def _check_unique(run: RunColumns, numbers: array[int], path: str) -> None:
+class _LineNumbers:
+    """Each column line's line number in the file, kept as the points where the gap between
+    them changes (blank or skipped lines): nothing per line."""
+
+    def __init__(self) -> None:
+        self._starts = array("q")  # column line where a gap starts
+        self._gaps = array("q")  # line number - column line from there
+
+    def append(self, index: int, number: int) -> None:
+        if not self._gaps or self._gaps[-1] != number - index:
+            self._starts.append(index)
+            self._gaps.append(number - index)
+
+    def __getitem__(self, index: int) -> int:
+        return index + self._gaps[bisect.bisect_right(self._starts, index) - 1]
+
+
+def _check_unique(run: RunColumns, numbers: _LineNumbers, path: str) -> None:
     index = run.duplicate()
     if index is not None:
         problem = duplicate_problem((run.id_text(index), run.epoch_of(index)))
         raise RunInputError(str(ResultsFileError(path, numbers[index], problem)))
+    run.unique = True
 
 
 @attrs.define(eq=False)
@@ -337,7 +388,10 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
     first other status of its epochs; strict values with failed epochs as 0 (``reduce_items_strict``)."""
     n = run.count
     ids = run.ids
-    if n:
+    if n and run.unique and run._epochs is None and not run._odd_epochs:
+        # every epoch 1 and no (id, epoch) twice: every line is its item's one line
+        kept_lines = first_of_item = np.arange(n)
+    elif n:
         # first line of each (id, epoch); items in first-seen order
         order = np.lexsort((np.arange(n), run.epochs, ids))
         sorted_ids, sorted_epochs = ids[order], run.epochs[order]

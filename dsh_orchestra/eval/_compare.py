@@ -271,6 +271,9 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     if not len(c_ids) or not len(b_ids):
         none = np.zeros(0, dtype=np.int64)
         return b_ids[:0], none, none, b_ids, c_ids
+    if len(b_ids) == len(c_ids) and b_ids.dtype == c_ids.dtype and bool(np.all(b_ids == c_ids)):
+        every = np.arange(len(b_ids))  # the same items in the same order (each id once in a ReducedRun)
+        return b_ids, every, every, b_ids[:0], c_ids[:0]
     by = np.argsort(c_ids, kind="stable")
     ordered = c_ids[by]
     position = np.minimum(np.searchsorted(ordered, b_ids), len(ordered) - 1)
@@ -280,6 +283,15 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     in_base = np.zeros(len(c_ids), dtype=bool)
     in_base[at_candidate] = True
     return b_ids[at_base], at_base, at_candidate, b_ids[~found], c_ids[~in_base]
+
+
+def _at(column: Any, positions: Any) -> Any:
+    """``column[positions]``; the column itself when ``positions`` is every index in order
+    (``_pair`` of two runs with the same items in the same order)."""
+    n = len(column)
+    if len(positions) == n and (not n or (positions[0] == 0 and positions[-1] == n - 1 and bool(np.all(np.diff(positions) == 1)))):
+        return column
+    return column[positions]
 
 
 def _as_objects(ids: Any) -> Any:
@@ -297,14 +309,15 @@ def _count(value: Any) -> float | None:
     return float(value)
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
-    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values``, and ``n``."""
-    if not values:
+def _spread(values: Any) -> dict[str, Any]:
+    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values`` (a list or a numpy
+    array), and ``n``."""
+    if not len(values):
         return {"n": 0, "total": 0, "median": None, "p95": None}
     import numpy as np
 
     median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
-    total = math.fsum(values)
+    total = _fsum(values)
     return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
 
 
@@ -324,9 +337,9 @@ def usage_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any
     run = run_columns(lines)
     out = _spread(_present(run.usage["total_tokens"]))
     for key in USAGE_KEYS:
-        out[key] = int(math.fsum(_present(run.usage[key])))
+        out[key] = int(_fsum(_present(run.usage[key])))
     costs = _present(run.cost)
-    if costs:
+    if len(costs):
         spread = _spread(costs)
         out["cost_usd"] = float(spread["total"])
         out["median_cost_usd"] = spread["median"]
@@ -339,9 +352,23 @@ def latency_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, A
     return _spread(_present(run_columns(lines).duration))
 
 
-def _present(column: Any) -> list[float]:
-    """The numbers of a column (NaN: none), in line order."""
-    return column[~np.isnan(column)].tolist()  # type: ignore[no-any-return]
+def _present(column: Any) -> Any:
+    """The numbers of a column (NaN: none), in line order (numpy)."""
+    return column[~np.isnan(column)]
+
+
+_EXACT = float(2**53)
+
+
+def _fsum(values: Any) -> float:
+    """``math.fsum(values)``; of a numpy array of whole numbers below 2**53 in size (token
+    counts), their exact integer sum rounded once: the same float (fsum is the exact sum
+    correctly rounded), without a Python float per value."""
+    if isinstance(values, np.ndarray) and len(values) and bool(np.all(np.abs(values) < _EXACT)) \
+            and bool(np.all(np.trunc(values) == values)):
+        whole = values.astype(np.int64)  # blocks of 1,024 such values cannot overflow an int64
+        return float(sum(np.add.reduceat(whole, np.arange(0, len(whole), 1 << 10)).tolist()))
+    return math.fsum(values)
 
 
 def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
@@ -410,9 +437,12 @@ def compare_runs(
     clusters = _run_clusters(base_run, candidate_run) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
     for name in names:
-        b, c = base_items.values[name][at_base], candidate_items.values[name][at_candidate]
+        b, c = _at(base_items.values[name], at_base), _at(candidate_items.values[name], at_candidate)
         both = ~(np.isnan(b) | np.isnan(c))
-        entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
+        if both.all():  # (no copies of a million values)
+            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters)
+        else:
+            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
         entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
