@@ -2,8 +2,8 @@
 
 ``load_dataset`` keeps every item (about 300 bytes each: 300 MiB for a million items);
 ``score`` needs one item at a time, by id. ``DatasetIndex`` keeps per item a 64-bit hash of
-its id and the byte offset of its line (16 bytes, plus 8 for the hash order) and reads the
-line again when the item is asked for; a hash shared by two ids is told apart by the ids
+its id, the byte offset of its line and its line number (24 bytes), in hash order, and reads
+the line again when the item is asked for; a hash shared by two ids is told apart by the ids
 read back. Validation is ``load_dataset``'s: the same ``DatasetError``, problems by line.
 """
 
@@ -31,7 +31,7 @@ def id_hash(item_id: str) -> int:
 
 class DatasetIndex(Mapping[str, BatchItem]):
     """A validated dataset as a read-only mapping id -> ``BatchItem`` that reads each item's
-    line when asked (see the module); ``position(id)`` is the item's index in the file's order.
+    line when asked (see the module); ``position(id)`` is a number of the item's own, below ``len``.
     Also what ``load_dataset``'s callers count: ``targets`` (items with a target),
     ``metadata_keys`` (items per metadata key) and ``unknown`` (unknown keys seen).
     Close it (or use it as a context manager) when done: it holds the file open."""
@@ -40,10 +40,10 @@ class DatasetIndex(Mapping[str, BatchItem]):
                  targets: int, metadata_keys: Mapping[str, int], unknown: list[str]) -> None:
         self.path = path
         self._data = data
-        self._offsets = offsets  # per item (file order): where its line starts
-        self._lines = lines  # per item: its line number
-        self._by_hash = np.argsort(hashes, kind="stable")
-        self._sorted = hashes[self._by_hash]
+        order = np.argsort(hashes, kind="stable")  # an item's position is its place in this order
+        self._sorted = hashes[order]
+        self._offsets = offsets[order]  # per item: where its line starts
+        self._lines = lines[order]  # per item: its line number
         self.targets = targets
         self.metadata_keys = dict(metadata_keys)
         self.unknown = unknown
@@ -54,7 +54,7 @@ class DatasetIndex(Mapping[str, BatchItem]):
         return len(self._offsets)
 
     def __iter__(self) -> Iterator[str]:
-        for position in range(len(self._offsets)):
+        for position in np.argsort(self._lines).tolist():  # the file's order
             yield self._read(position).id
 
     def __contains__(self, item_id: object) -> bool:
@@ -67,7 +67,7 @@ class DatasetIndex(Mapping[str, BatchItem]):
         return found[1]
 
     def position(self, item_id: str) -> int | None:
-        """The item's index in the dataset's order (None: no such id)."""
+        """A number >= 0 and below ``len`` that is this item's alone (None: no such id)."""
         found = self._find(item_id)
         return None if found is None else found[0]
 
@@ -78,9 +78,9 @@ class DatasetIndex(Mapping[str, BatchItem]):
             return found
         key = id_hash(item_id)
         start = int(np.searchsorted(self._sorted, key, side="left"))
-        sorted_hashes, by_hash = self._sorted, self._by_hash
+        sorted_hashes = self._sorted
         while start < len(sorted_hashes) and sorted_hashes[start] == key:  # (more than one: ids sharing a hash)
-            position = int(by_hash[start])
+            position = start
             item = self._read(position)
             if item.id == item_id:
                 if len(cache) >= _CACHE:
@@ -196,7 +196,7 @@ def _repeats(index: DatasetIndex) -> list[tuple[int, str]]:
     shared = np.flatnonzero(same)
     runs = np.split(shared, np.flatnonzero(np.diff(shared) != 1) + 1)
     for run in runs:
-        positions = sorted(int(index._by_hash[k]) for k in (*run.tolist(), int(run[-1]) + 1))
+        positions = sorted((*run.tolist(), int(run[-1]) + 1), key=lambda k: int(index._lines[k]))
         first: dict[str, int] = {}
         for position in positions:  # file order: the first line of an id is its item
             item = index._read(position)

@@ -319,9 +319,9 @@ class ScoreTally:
         self._numbered = array("q")  # or, when add() is given item numbers: number -> index + 1 (0: not seen)
         self._items = 0
         self._item = array("q")
-        self._epoch = array("q")
+        self._epoch: array[int] | None = None  # from the first epoch that is not 1 (until then every one is 1)
         self._values = [array("d") for _ in self.names]
-        self._failed = [array("b") for _ in self.names]
+        self._failed: list[array[int]] | None = None  # from the first failure (until then none failed)
         self._any_failed = False
         self._groups = array("i")  # per item, its group's code in _group_values
         self._group_codes: dict[Any, int] = {}
@@ -387,17 +387,24 @@ class ScoreTally:
                 from ._cluster import cluster_of  # _cluster imports nothing of this module
 
                 self._clusters.append(cluster_of(metadata, self.cluster_by, item_id))
+        before = len(self._item)
         self._item.append(code)
-        self._epoch.append(epoch)
+        if epoch != 1 or self._epoch is not None:
+            if self._epoch is None:
+                self._epoch = array("q", [1]) * before
+            self._epoch.append(epoch)
         for column, value in zip(self._values, row, strict=True):  # (NaN: no value)
             column.append(_NAN if value is None else value)
-        if flags is None:
-            for marks in self._failed:
-                marks.append(0)
-        else:
-            self._any_failed = True
-            for marks, flag in zip(self._failed, flags, strict=True):
-                marks.append(flag)
+        if flags is not None and self._failed is None:
+            self._failed = [array("b", bytes(before)) for _ in self.names]
+        if self._failed is not None:
+            if flags is None:
+                for marks in self._failed:
+                    marks.append(0)
+            else:
+                self._any_failed = True
+                for marks, flag in zip(self._failed, flags, strict=True):
+                    marks.append(flag)
 
     def _kept(self) -> tuple[Any, Any]:
         """The lines that count (the first of each (item, epoch)), ordered by item then epoch,
@@ -407,11 +414,18 @@ class ScoreTally:
         n = len(self._item)
         if not n:
             return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        if self._items == n:  # every line its own item: item codes are first-seen, so in line order
+            return np.arange(n), np.arange(n + 1)
         items = np.frombuffer(self._item, dtype=np.int64)
-        epochs = np.frombuffer(self._epoch, dtype=np.int64)
-        order = np.lexsort((np.arange(n), epochs, items))
-        first = np.ones(n, dtype=bool)
-        first[1:] = (items[order][1:] != items[order][:-1]) | (epochs[order][1:] != epochs[order][:-1])
+        if self._epoch is None:  # every epoch 1: the first line of each item
+            order = np.argsort(items, kind="stable")
+            first = np.ones(n, dtype=bool)
+            first[1:] = items[order][1:] != items[order][:-1]
+        else:
+            epochs = np.frombuffer(self._epoch, dtype=np.int64)
+            order = np.lexsort((np.arange(n), epochs, items))
+            first = np.ones(n, dtype=bool)
+            first[1:] = (items[order][1:] != items[order][:-1]) | (epochs[order][1:] != epochs[order][:-1])
         lines = order[first]
         starts = np.searchsorted(items[lines], np.arange(self._items + 1))
         return lines, starts
@@ -432,7 +446,7 @@ class ScoreTally:
         items = self._items
         columns = [_column(values, lines) for values in self._values]
         flag_columns = [np.frombuffer(marks, dtype=np.int8)[lines].astype(bool) if len(marks) else np.zeros(0, bool)
-                        for marks in self._failed]
+                        for marks in self._failed] if self._failed is not None else [np.zeros(len(lines), bool) for _ in names]
         any_failed = self._any_failed and any(bool(flags.any()) for flags in flag_columns)
         if reducer.k is None and len(lines) == items:
             # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).

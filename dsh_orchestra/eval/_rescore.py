@@ -144,7 +144,7 @@ async def rescore(
     _check_out(results, out, summary_path)
     check_scorers(plan.scorers)
     price = plan.price()
-    tally = EvalTally(plan)
+    tally = EvalTally(plan, durations=False)  # (the summary has no latency percentiles)
     ok = lines = 0
     epochs = 1
     position = _positions(items)

@@ -139,13 +139,14 @@ class EvalTally:
     Keeps about 8 bytes per line (its duration) plus one float per (item, epoch, scorer).
     """
 
-    def __init__(self, plan: EvalPlan | None = None) -> None:
+    def __init__(self, plan: EvalPlan | None = None, *, durations: bool = True) -> None:
         self.plan = plan = plan if plan is not None else EvalPlan()
         self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed,
                                  cluster_by=plan.cluster_by) if plan.scorers else None
         self.ok = 0
         self.error = 0
-        self.durations = array("d")
+        self.durations = array("d")  # (none kept without ``durations``: score reports no percentiles)
+        self._keep_durations = durations
         self.finish_reasons: Counter[str] = Counter()
         self.approval_outcomes: Counter[str] = Counter()
         self._tokens = [0, 0, 0]  # input, output, total: summed as ints, one Usage at the end
@@ -169,7 +170,8 @@ class EvalTally:
             self.ok += 1
         else:
             self.error += 1
-        self.durations.append(line.duration_s)
+        if self._keep_durations:
+            self.durations.append(line.duration_s)
         finish = line.finish_reason
         self.finish_reasons[finish if finish is not None else "none"] += 1
         if line.approvals:
