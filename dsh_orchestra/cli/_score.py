@@ -31,6 +31,7 @@ from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
 from ._exit import EXIT_ERRORS, EXIT_OK
+from ._memory import map_large_blocks
 from ._paths import Paths
 from ._common import (
     UsageError,
@@ -133,6 +134,7 @@ def main(args: argparse.Namespace) -> int:
 
     if not args.score and not args.scoring:
         return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
+    map_large_blocks()  # (millions of lines: freed columns go back to the system)
     with scratch_dir("home") as temp_home, contextlib.ExitStack() as stack:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)

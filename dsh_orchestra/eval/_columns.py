@@ -26,6 +26,8 @@ from ..results import ResultsFileError, read_results, result_problem
 from ._metrics import Reducer
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+_SUMMED = ("input_tokens", "output_tokens")
+_EXACT = float(2**53)
 _NAN = math.nan
 _CHUNK = 1 << 16  # ids held as str before they are packed into a bytes array
 
@@ -63,7 +65,9 @@ class RunColumns:
     ``names``: the scorer names of the lines' ``scores``, in first-seen order; ``ids`` (numpy),
     ``epochs`` (int64; an epoch that is not an integer reads as 1), ``statuses`` (per line an index
     into ``status_names``, 0 is ``"ok"``), ``line_error`` (status ``"error"``), ``values[name]`` and
-    ``failed[name]`` (the value is missing because the line or the scorer failed), ``usage[key]``,
+    ``failed[name]`` (the value is missing because the line or the scorer failed),
+    ``usage["total_tokens"]`` (per line; ``usage_sum(key)``: the sum of a usage count over the
+    lines, as ``math.fsum`` of the numbers, with no column for ``input_tokens`` and ``output_tokens``),
     ``cost``, ``duration``, and ``clusters`` (per line, with ``cluster_by``).
     """
 
@@ -82,7 +86,9 @@ class RunColumns:
         self._line_error = array("b")
         self._values: dict[str, array[float]] = {}
         self._failed: dict[str, array[int]] = {}
-        self._usage = {key: array("d") for key in USAGE_KEYS}
+        self._tokens = array("d")  # total_tokens per line
+        self._whole = dict.fromkeys(_SUMMED, 0)  # input and output tokens: the sum of the whole numbers below 2**53
+        self._other = {key: array("d") for key in _SUMMED}  # and the other numbers, kept
         self._cost: array[float] | None = None
         self._duration = array("d")
         self.unique = False  # no two lines share (id, epoch) (read_run's unique check passed)
@@ -154,11 +160,15 @@ class RunColumns:
                 self._failed[key].append(line_error)
         usage = get("usage")
         if type(usage) is dict or isinstance(usage, dict):
-            for key in USAGE_KEYS:
-                self._usage[key].append(_number(usage.get(key)))
+            self._tokens.append(_number(usage.get("total_tokens")))
+            for key in _SUMMED:
+                number = _number(usage.get(key))
+                if number.is_integer() and -_EXACT < number < _EXACT:
+                    self._whole[key] += int(number)
+                elif number == number:
+                    self._other[key].append(number)
         else:
-            for key in USAGE_KEYS:
-                self._usage[key].append(_NAN)
+            self._tokens.append(_NAN)
         cost = _number(get("cost_usd"))
         if cost == cost or self._cost is not None:
             costs = self._cost
@@ -193,10 +203,19 @@ class RunColumns:
         self.line_error = _flags(self._line_error)
         self.values = {name: _doubles(column) for name, column in self._values.items()}
         self.failed = {name: _flags(column) for name, column in self._failed.items()}
-        self.usage = {key: _doubles(column) for key, column in self._usage.items()}
+        self.usage = {"total_tokens": _doubles(self._tokens)}
         self.cost = _column(self._cost, np.float64, _NAN, self.count)
         self.duration = _doubles(self._duration)
         return self
+
+    def usage_sum(self, key: str) -> float:
+        """``math.fsum`` of the numbers of usage count ``key`` over the lines (a finite number each)."""
+        if key not in _SUMMED:
+            column = self.usage[key]
+            return math.fsum(column[~np.isnan(column)].tolist())
+        whole = self._whole[key]
+        high = float(whole)  # whole = high + (whole - int(high)), each part a float exactly
+        return math.fsum([*self._other[key].tolist(), high, float(whole - int(high))])
 
     def id_text(self, index: int) -> str:
         """Line ``index``'s id as a string."""

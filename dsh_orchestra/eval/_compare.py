@@ -285,6 +285,16 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     return b_ids[at_base], at_base, at_candidate, b_ids[~found], c_ids[~in_base]
 
 
+def _share_ids(entry: dict[str, Any], shared: dict[str, str]) -> None:
+    """The ids of ``entry``'s (and its strict view's) regressions and improvements as the
+    strings of ``shared`` (the scorers of one comparison name mostly the same items)."""
+    for part in (entry, entry.get("strict")):
+        if isinstance(part, dict):
+            for key in ("regressions", "improvements"):
+                if part.get(key):
+                    part[key] = [shared.setdefault(i, i) for i in part[key]]
+
+
 def _at(column: Any, positions: Any) -> Any:
     """``column[positions]``; the column itself when ``positions`` is every index in order
     (``_pair`` of two runs with the same items in the same order)."""
@@ -337,7 +347,7 @@ def usage_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any
     run = run_columns(lines)
     out = _spread(_present(run.usage["total_tokens"]))
     for key in USAGE_KEYS:
-        out[key] = int(_fsum(_present(run.usage[key])))
+        out[key] = int(run.usage_sum(key) if key != "total_tokens" else _fsum(_present(run.usage[key])))
     costs = _present(run.cost)
     if len(costs):
         spread = _spread(costs)
@@ -436,6 +446,7 @@ def compare_runs(
                                 ": the two runs have no item id in common: nothing to pair")
     clusters = _run_clusters(base_run, candidate_run) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
+    shared: dict[str, str] = {}  # one str per id in every scorer's lists
     for name in names:
         b, c = _at(base_items.values[name], at_base), _at(candidate_items.values[name], at_candidate)
         both = ~(np.isnan(b) | np.isnan(c))
@@ -444,6 +455,7 @@ def compare_runs(
         else:
             entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
         entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
+        _share_ids(entry, shared)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
     for entry, p in zip(out_scorers.values(), adjusted, strict=True):

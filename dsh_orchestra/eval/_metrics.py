@@ -211,6 +211,19 @@ def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict
     }
 
 
+def array_metrics(values: Any, n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
+    """``metrics`` of a numpy array of values: the same dict, without a Python float per value
+    when the values have at most 64 levels (``_level_metrics`` of their counts: exact sums, so
+    the order of the levels does not count); otherwise ``metrics`` of the values as a list."""
+    import numpy as np
+
+    if len(values) > _FEW_LEVELS:
+        levels, counts = np.unique(values, return_counts=True)
+        if len(levels) <= _FEW_LEVELS and not bool(np.any(np.signbit(values) & (values == 0))):
+            return _level_metrics(Counter(dict(zip(levels.tolist(), counts.tolist()))), len(values), n_error, seed)
+    return metrics(values.tolist(), n_error, seed=seed)
+
+
 def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> dict[str, Any]:
     """``metrics`` of n values given as distinct values and their counts, in O(levels): the
     same numbers bit for bit. ``math.fsum`` is the exactly rounded sum, and so is the float of
@@ -607,19 +620,17 @@ def _metrics_of(reduced: _ReducedArrays | Reduced, name: str, indices: Iterable[
     if indices is not None:
         column, failed = column[indices], failed[indices]
     missing = np.isnan(column)
-    present: list[float] = column[~missing].tolist()  # one scorer's values as floats at a time
     n_error = int(np.count_nonzero(missing & failed))
     n_na = int(np.count_nonzero(missing)) - n_error
     if clusters is not None:
         kept = [clusters[position] for position in np.flatnonzero(~missing).tolist()]
-        out = cluster_metrics(present, kept, n_error, seed=seed, strict=False)
+        out = cluster_metrics(column[~missing].tolist(), kept, n_error, seed=seed, strict=False)
     else:
-        out = metrics(present, n_error, seed=seed)
-    del present
+        out = array_metrics(column[~missing], n_error, seed=seed)
     out["n_na"] = n_na
     if n_error and reduced.strict is not None:
         strict_column = reduced.strict[name] if indices is None else reduced.strict[name][indices]
-        strict = metrics(strict_column[~np.isnan(strict_column)].tolist(), seed=seed)
+        strict = array_metrics(strict_column[~np.isnan(strict_column)], seed=seed)
     else:
         strict = out
     out["strict"] = {key: strict[key] for key in ("mean", "stderr", "ci95", "n")}
