@@ -12,11 +12,12 @@ rules of ``reduce_items`` (which it implements). Pure: numpy, no trio.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import os
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -364,6 +365,36 @@ def _check_unique(run: RunColumns, numbers: _LineNumbers, path: str) -> None:
     run.unique = True
 
 
+class AllOk(Sequence[str]):
+    """The statuses of n items that are all ``"ok"`` (a list's equal, without its 8 bytes an item)."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return ["ok"] * len(range(*index.indices(self._n)))
+        if not -self._n <= index < self._n:
+            raise IndexError("AllOk index out of range")
+        return "ok"
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.repeat("ok", self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AllOk):
+            return self._n == other._n
+        return isinstance(other, (list, tuple)) and len(other) == self._n and all(s == "ok" for s in other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AllOk({self._n})"
+
+
 @attrs.define(eq=False)
 class ReducedRun:
     """Each scorer's value per item with the epochs reduced (``reduce_run``): ``ids`` (numpy, in
@@ -373,7 +404,7 @@ class ReducedRun:
 
     ids: Any
     values: dict[str, Any]
-    statuses: list[str]
+    statuses: Sequence[str]
     strict: dict[str, Any]
     overridden: dict[str, Any]
     clusters: list[Any] | None
@@ -431,7 +462,8 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
         values = {name: run.values[name][lines] if name in run.values else empty[name][: items] for name in names}
         codes = run.statuses[lines]
         status_names = run.status_names
-        statuses = ["ok" if c == 0 else status_names[c] for c in codes.tolist()] if len(status_names) > 1 else ["ok"] * items
+        statuses: Sequence[str] = ["ok" if c == 0 else status_names[c] for c in codes.tolist()] if len(status_names) > 1 \
+            else AllOk(items)
         strict: dict[str, Any] = {}
         overridden: dict[str, Any] = {}
         for name in names:

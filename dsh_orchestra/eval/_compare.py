@@ -24,7 +24,7 @@ import numpy as np
 from .._params import Param, ParamError
 from ._frames import Comparison
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
-from ._columns import ReducedRun, RunColumns, _text, reduce_run, run_columns
+from ._columns import AllOk, ReducedRun, RunColumns, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
@@ -285,23 +285,38 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     return b_ids[at_base], at_base, at_candidate, b_ids[~found], c_ids[~in_base]
 
 
-def _share_ids(entry: dict[str, Any], shared: dict[str, str]) -> None:
-    """The ids of ``entry``'s (and its strict view's) regressions and improvements as the
-    strings of ``shared`` (the scorers of one comparison name mostly the same items)."""
-    for part in (entry, entry.get("strict")):
-        if isinstance(part, dict):
+class _SharedIds:
+    """The regressions and improvements of one comparison's scorers, kept once: a list equal
+    to one kept is that list; another list's ids are the strings already kept (the scorers of
+    one comparison mostly name the same items)."""
+
+    def __init__(self) -> None:
+        self.lists: list[list[str]] = []
+        self.strings: dict[str, str] | None = None
+
+    def share(self, entry: dict[str, Any]) -> None:
+        for part in (entry, entry.get("strict")):
+            if not isinstance(part, dict):
+                continue
             for key in ("regressions", "improvements"):
-                if part.get(key):
-                    part[key] = [shared.setdefault(i, i) for i in part[key]]
+                found = part.get(key)
+                if not found:
+                    continue
+                known = next((kept for kept in self.lists if len(kept) == len(found) and kept == found), None)
+                if known is not None:
+                    part[key] = known
+                    continue
+                if self.lists:
+                    if self.strings is None:
+                        self.strings = {i: i for kept in self.lists for i in kept}
+                    strings = self.strings
+                    part[key] = found = [strings.setdefault(i, i) for i in found]
+                self.lists.append(found)
 
 
-def _at(column: Any, positions: Any) -> Any:
-    """``column[positions]``; the column itself when ``positions`` is every index in order
-    (``_pair`` of two runs with the same items in the same order)."""
-    n = len(column)
-    if len(positions) == n and (not n or (positions[0] == 0 and positions[-1] == n - 1 and bool(np.all(np.diff(positions) == 1)))):
-        return column
-    return column[positions]
+def _at(column: Any, positions: Any, every: bool) -> Any:
+    """``column[positions]``; the column itself when ``positions`` is ``every`` index in order."""
+    return column if every and len(positions) == len(column) else column[positions]
 
 
 def _as_objects(ids: Any) -> Any:
@@ -446,16 +461,17 @@ def compare_runs(
                                 ": the two runs have no item id in common: nothing to pair")
     clusters = _run_clusters(base_run, candidate_run) if cluster_by is not None else None
     out_scorers: dict[str, Any] = {}
-    shared: dict[str, str] = {}  # one str per id in every scorer's lists
+    shared = _SharedIds()
+    same = at_base is at_candidate  # (_pair's answer for the same items in the same order: every index)
     for name in names:
-        b, c = _at(base_items.values[name], at_base), _at(candidate_items.values[name], at_candidate)
+        b, c = _at(base_items.values[name], at_base, same), _at(candidate_items.values[name], at_candidate, same)
         both = ~(np.isnan(b) | np.isnan(c))
         if both.all():  # (no copies of a million values)
             entry = compare_arrays(common, b, c, seed=seed, clusters=clusters)
         else:
             entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
         entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
-        _share_ids(entry, shared)
+        shared.share(entry)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
     for entry, p in zip(out_scorers.values(), adjusted, strict=True):
@@ -481,7 +497,7 @@ def compare_runs(
 
 def _status_changes(common: Any, at_base: Any, at_candidate: Any, base: ReducedRun, candidate: ReducedRun) -> list[dict[str, Any]]:
     """The common items whose status differs, by id."""
-    if all(s == "ok" for s in base.statuses) and all(s == "ok" for s in candidate.statuses):
+    if all(isinstance(s, AllOk) or all(x == "ok" for x in s) for s in (base.statuses, candidate.statuses)):
         return []
     changed = [k for k, (i, j) in enumerate(zip(at_base.tolist(), at_candidate.tolist(), strict=True))
                if base.statuses[i] != candidate.statuses[j]]
