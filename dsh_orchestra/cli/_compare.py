@@ -224,7 +224,7 @@ def _load(args: argparse.Namespace, path: str, what: str) -> Any:
     """A run's lines: as columns (``eval.read_run``: score values as arrays, for runs of millions
     of lines), or decoded (for the page and --cluster-by, which read more of each line)."""
     if args.out is None and args.cluster_by is None:
-        return read_run(path, what, check=compare_line_problem, unique=True)
+        return read_run(path, what, check=compare_line_problem, unique=True, line_usage=False)
     return load_result_lines(path, what, strict=True, check=compare_check())
 
 

@@ -12,6 +12,7 @@ rules of ``reduce_items`` (which it implements). Pure: numpy, no trio.
 from __future__ import annotations
 
 import bisect
+import copy
 import itertools
 import math
 import os
@@ -93,6 +94,7 @@ class RunColumns:
         self._cost: array[float] | None = None
         self._duration = array("d")
         self.unique = False  # no two lines share (id, epoch) (read_run's unique check passed)
+        self._sides: tuple[dict[str, Any], dict[str, Any]] | None = None  # (usage, latency), once the columns are dropped
         self.clusters: list[Any] | None = [] if cluster_by is not None else None
         self.count = 0
         self.ids: Any = None
@@ -209,6 +211,35 @@ class RunColumns:
         self.duration = _doubles(self._duration)
         return self
 
+    def usage_side(self) -> dict[str, Any]:
+        """``compare``'s usage of this run (``eval.usage_side``)."""
+        if self._sides is not None:
+            return copy.deepcopy(self._sides[0])
+        out = _spread(_present(self.usage["total_tokens"]))
+        for key in USAGE_KEYS:
+            out[key] = int(self.usage_sum(key) if key != "total_tokens" else _fsum(_present(self.usage[key])))
+        costs = _present(self.cost)
+        if len(costs):
+            spread = _spread(costs)
+            out["cost_usd"] = float(spread["total"])
+            out["median_cost_usd"] = spread["median"]
+            out["p95_cost_usd"] = spread["p95"]
+        return out
+
+    def latency_side(self) -> dict[str, Any]:
+        """``compare``'s latency of this run (``eval.latency_side``)."""
+        if self._sides is not None:
+            return copy.deepcopy(self._sides[1])
+        return _spread(_present(self.duration))
+
+    def drop_line_usage(self) -> None:
+        """Keep ``usage_side`` and ``latency_side``, not the per-line columns they are made of
+        (``usage``, ``cost`` and ``duration`` are then None): 16 to 24 bytes a line less."""
+        if self._sides is None:
+            self._sides = (self.usage_side(), self.latency_side())
+        self.usage, self.cost, self.duration = {}, None, None
+        self._tokens, self._cost, self._duration = array("d"), None, array("d")
+
     def usage_sum(self, key: str) -> float:
         """``math.fsum`` of the numbers of usage count ``key`` over the lines (a finite number each)."""
         if key not in _SUMMED:
@@ -257,6 +288,32 @@ class RunColumns:
         if not repeated.any():
             return None
         return int(order[1:][repeated].min())
+
+
+def _spread(values: Any) -> dict[str, Any]:
+    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values`` (a list or a numpy
+    array), and ``n``."""
+    if not len(values):
+        return {"n": 0, "total": 0, "median": None, "p95": None}
+    median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    total = _fsum(values)
+    return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
+
+
+def _present(column: Any) -> Any:
+    """The numbers of a column (NaN: none), in line order (numpy)."""
+    return column[~np.isnan(column)]
+
+
+def _fsum(values: Any) -> float:
+    """``math.fsum(values)``; of a numpy array of whole numbers below 2**53 in size (token
+    counts), their exact integer sum rounded once: the same float (fsum is the exact sum
+    correctly rounded), without a Python float per value."""
+    if isinstance(values, np.ndarray) and len(values) and bool(np.all(np.abs(values) < _EXACT)) \
+            and bool(np.all(np.trunc(values) == values)):
+        whole = values.astype(np.int64)  # blocks of 1,024 such values cannot overflow an int64
+        return float(sum(np.add.reduceat(whole, np.arange(0, len(whole), 1 << 10)).tolist()))
+    return math.fsum(values)
 
 
 def _doubles(column: array[float]) -> Any:
@@ -311,10 +368,11 @@ def duplicate_problem(key: tuple[Any, Any]) -> str:
 
 
 def read_run(path: str | os.PathLike[str], what: str = "results file", *, check: Callable[[Any], str | None] | None = None,
-             unique: bool = False) -> RunColumns:
+             unique: bool = False, line_usage: bool = True) -> RunColumns:
     """A results file's lines as ``RunColumns``, read line by line (memory: the columns only).
     The schema's rules (``result_problem``), then ``check``; with ``unique`` a line whose
     (id, epoch) an earlier line has is refused too (checked on the columns, once read).
+    Without ``line_usage`` only the run's usage and latency are kept (``drop_line_usage``).
 
     Raises:
         RunInputError: missing, unreadable, or a line that is refused (naming the file and line).
@@ -337,6 +395,8 @@ def read_run(path: str | os.PathLike[str], what: str = "results file", *, check:
     out.finish()
     if unique:
         _check_unique(out, numbers, str(path))
+    if not line_usage:
+        out.drop_line_usage()
     return out
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from .._params import Param, ParamError
 from ._frames import Comparison
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
-from ._columns import AllOk, ReducedRun, RunColumns, _text, reduce_run, run_columns
+from ._columns import AllOk, ReducedRun, RunColumns, _fsum as _fsum, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
@@ -334,18 +334,6 @@ def _count(value: Any) -> float | None:
     return float(value)
 
 
-def _spread(values: Any) -> dict[str, Any]:
-    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values`` (a list or a numpy
-    array), and ``n``."""
-    if not len(values):
-        return {"n": 0, "total": 0, "median": None, "p95": None}
-    import numpy as np
-
-    median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
-    total = _fsum(values)
-    return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
-
-
 def _ratio(candidate: Any, base: Any) -> float | None:
     if not isinstance(candidate, (int, float)) or not isinstance(base, (int, float)) or base == 0:
         return None
@@ -359,41 +347,12 @@ def _ratios(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, 
 def usage_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's usage: total/median/p95 of each line's ``total_tokens``, the totals of the three
     token counts, and ``cost_usd`` (total/median/p95) when lines carry it."""
-    run = run_columns(lines)
-    out = _spread(_present(run.usage["total_tokens"]))
-    for key in USAGE_KEYS:
-        out[key] = int(run.usage_sum(key) if key != "total_tokens" else _fsum(_present(run.usage[key])))
-    costs = _present(run.cost)
-    if len(costs):
-        spread = _spread(costs)
-        out["cost_usd"] = float(spread["total"])
-        out["median_cost_usd"] = spread["median"]
-        out["p95_cost_usd"] = spread["p95"]
-    return out
+    return run_columns(lines).usage_side()
 
 
 def latency_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's ``duration_s``: total, median and p95 over its lines (seconds)."""
-    return _spread(_present(run_columns(lines).duration))
-
-
-def _present(column: Any) -> Any:
-    """The numbers of a column (NaN: none), in line order (numpy)."""
-    return column[~np.isnan(column)]
-
-
-_EXACT = float(2**53)
-
-
-def _fsum(values: Any) -> float:
-    """``math.fsum(values)``; of a numpy array of whole numbers below 2**53 in size (token
-    counts), their exact integer sum rounded once: the same float (fsum is the exact sum
-    correctly rounded), without a Python float per value."""
-    if isinstance(values, np.ndarray) and len(values) and bool(np.all(np.abs(values) < _EXACT)) \
-            and bool(np.all(np.trunc(values) == values)):
-        whole = values.astype(np.int64)  # blocks of 1,024 such values cannot overflow an int64
-        return float(sum(np.add.reduceat(whole, np.arange(0, len(whole), 1 << 10)).tolist()))
-    return math.fsum(values)
+    return run_columns(lines).latency_side()
 
 
 def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
