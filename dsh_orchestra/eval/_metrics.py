@@ -220,7 +220,7 @@ def array_metrics(values: Any, n_error: int = 0, *, seed: int = 0) -> dict[str, 
     if len(values) > _FEW_LEVELS:
         levels, counts = np.unique(values, return_counts=True)
         if len(levels) <= _FEW_LEVELS and not bool(np.any(np.signbit(values) & (values == 0))):
-            return _level_metrics(Counter(dict(zip(levels.tolist(), counts.tolist()))), len(values), n_error, seed)
+            return _level_metrics(Counter(dict(zip(levels.tolist(), counts.tolist(), strict=True))), len(values), n_error, seed)
     return metrics(values.tolist(), n_error, seed=seed)
 
 
@@ -463,20 +463,20 @@ class ScoreTally:
         any_failed = self._any_failed and any(bool(flags.any()) for flags in flag_columns)
         if reducer.k is None and len(lines) == items:
             # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
-            failed_by = dict(zip(names, flag_columns, strict=True))
-            strict_by = {name: np.where(failed_by[name], 0.0, column) for name, column in zip(names, columns, strict=True)
-                         } if any_failed else None
-            return _ReducedArrays(dict(zip(names, columns, strict=True)), failed_by, strict_by)
+            flags_by = dict(zip(names, flag_columns, strict=True))
+            zeroed = {name: np.where(flags_by[name], 0.0, column) for name, column in zip(names, columns, strict=True)
+                      } if any_failed else None
+            return _ReducedArrays(dict(zip(names, columns, strict=True)), flags_by, zeroed)
         bounds = starts.tolist()
         values_by: dict[str, Any] = {}
-        failed_by = {}
+        failed_by: dict[str, Any] = {}
         strict_by: dict[str, Any] | None = {} if any_failed else None
         for name, column, flags in zip(names, columns, flag_columns, strict=True):
             values = [None if v != v else v for v in column.tolist()]
             marks = flags.tolist()
             reduced_values = np.empty(items, dtype=np.float64)
             failed_items = np.zeros(items, dtype=bool)
-            strict_values = np.empty(items, dtype=np.float64) if strict_by is not None else None
+            strict_values: Any = np.empty(items, dtype=np.float64) if strict_by is not None else None
             for k, (start, stop) in enumerate(itertools.pairwise(bounds)):
                 per_epoch = values[start:stop]
                 value = reducer(per_epoch)
