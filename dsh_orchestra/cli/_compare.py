@@ -245,7 +245,7 @@ def _write_json(data: bytes) -> None:
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
     many = len(args.candidates) > 1 or args.all_pairs
-    map_large_blocks()  # (millions of lines: freed columns go back to the system)
+    map_large_blocks(args.base, *args.candidates)  # (millions of lines: freed columns go back to the system)
     try:
         base = _load(args, args.base, "base results file")
         candidates = [_load(args, path, "candidate results file") for path in args.candidates]

@@ -134,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
 
     if not args.score and not args.scoring:
         return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
-    map_large_blocks()  # (millions of lines: freed columns go back to the system)
+    map_large_blocks(args.results, args.dataset)  # (millions of lines: freed columns go back to the system)
     with scratch_dir("home") as temp_home, contextlib.ExitStack() as stack:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)

@@ -308,3 +308,10 @@ def test_score_and_compare_hold_bytes_not_objects_per_line(tmp_path: Path) -> No
     # items, their ids and lists of every value (over 500 bytes a line each).
     assert score_peak < 300
     assert compare_peak < 350
+
+
+def test_small_inputs_leave_malloc_alone(tmp_path: Path) -> None:
+    from dsh_orchestra.cli._memory import map_large_blocks
+
+    small = write_jsonl(tmp_path / "small.jsonl", [{"id": "a"}])
+    assert map_large_blocks(str(small), None, str(tmp_path / "missing.jsonl")) is False
