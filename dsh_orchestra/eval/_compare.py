@@ -33,6 +33,7 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _LOG2 = math.log(2.0)
 _EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
+_TABLE_BYTES = 32 << 20  # the sign-flip test's subset-sum tables of 256 up to this size, of 16 beyond
 
 
 class CompareInputError(ParamError, ValueError):
@@ -107,24 +108,33 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     # One random bit per difference, eight to a random byte (most significant bit first, as
     # numpy's unpackbits): a set bit keeps its sign, a clear one flips it, so the permuted sum is
     # 2 * (the kept differences) - (all of them). The kept sum of each group of eight is looked up
-    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products. The
-    # lookups go group by group (the draws of several chunks transposed), so that each group's
-    # 2 KiB of table stays in cache: 2**21 lookups (16 MiB of indices) at a time.
+    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products (two
+    # lookups, one per half byte in tables of 16, when the tables of 256 would pass 32 MiB:
+    # beyond 131,072 differences). The lookups go group by group (the draws of several chunks
+    # transposed), so that each group's table stays in cache: 2**21 lookups at a time.
     groups = (m + 7) // 8
+    width = 8 if groups * 256 * 8 <= _TABLE_BYTES else 4  # bits per lookup
+    parts, levels = 8 // width, 1 << width
     padded = np.zeros(groups * 8, dtype=np.float64)
     padded[:m] = moving
-    subsets = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)  # (256, 8)
-    table = (padded.reshape(groups, 8) @ subsets.T).ravel()  # table[g * 256 + byte]
-    offsets = (np.arange(groups, dtype=np.intp) * 256)[:, None]
-    batch = max(rows, (1 << 21) // groups)  # assignments looked up at once
+    subsets = np.unpackbits(np.arange(levels, dtype=np.uint8)[:, None], axis=1)[:, 8 - width:].astype(np.float64)
+    table = (padded.reshape(groups * parts, width) @ subsets.T).ravel()  # table[part * levels + bits]
+    offsets = (np.arange(groups * parts, dtype=np.intp) * levels)[:, None]
+    batch = max(rows, (1 << 21) // (groups * parts))  # assignments looked up at once
     drawn: list[Any] = []
     held = 0
     for start in range(0, permutations, rows):
         size = min(permutations, start + rows) - start
         drawn.append(rng.integers(0, 256, size=(size, groups), dtype=np.uint8))
         held += size
-        if held >= batch or start + size >= permutations:
-            lookups = np.concatenate(drawn).T.astype(np.intp)  # (groups, held), group-major
+        if held + rows > batch or start + size >= permutations:
+            block = np.ascontiguousarray(np.concatenate(drawn).T)  # (groups, held), group-major
+            if parts == 1:
+                lookups = block.astype(np.intp)
+            else:  # the high half byte, then the low one
+                lookups = np.empty((groups * 2, held), dtype=np.intp)
+                np.right_shift(block, 4, out=lookups[0::2], casting="unsafe")
+                np.bitwise_and(block, 15, out=lookups[1::2], casting="unsafe")
             lookups += offsets
             kept = np.take(table, lookups).sum(axis=0)
             count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
