@@ -111,7 +111,7 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     # in a table of its 256 subsets' sums: one lookup per byte instead of eight products (two
     # lookups, one per half byte in tables of 16, when the tables of 256 would pass 32 MiB:
     # beyond 131,072 differences). The lookups go group by group (the draws of several chunks
-    # transposed), so that each group's table stays in cache: 2**21 lookups at a time.
+    # transposed), so that each group's table stays in cache, 2**18 lookups at a time.
     groups = (m + 7) // 8
     width = 8 if groups * 256 * 8 <= _TABLE_BYTES else 4  # bits per lookup
     parts, levels = 8 // width, 1 << width
@@ -129,14 +129,18 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
         held += size
         if held + rows > batch or start + size >= permutations:
             block = np.ascontiguousarray(np.concatenate(drawn).T)  # (groups, held), group-major
-            if parts == 1:
-                lookups = block.astype(np.intp)
-            else:  # the high half byte, then the low one
-                lookups = np.empty((groups * 2, held), dtype=np.intp)
-                np.right_shift(block, 4, out=lookups[0::2], casting="unsafe")
-                np.bitwise_and(block, 15, out=lookups[1::2], casting="unsafe")
-            lookups += offsets
-            kept = np.take(table, lookups).sum(axis=0)
+            kept = np.zeros(held, dtype=np.float64)
+            span = max(1, (1 << 18) // (held * parts))  # groups looked up at once: 2 MiB of indices
+            for first in range(0, groups, span):
+                part = block[first:first + span]
+                if parts == 1:
+                    lookups = part.astype(np.intp)
+                else:  # the high half byte, then the low one
+                    lookups = np.empty((len(part) * 2, held), dtype=np.intp)
+                    np.right_shift(part, 4, out=lookups[0::2], casting="unsafe")
+                    np.bitwise_and(part, 15, out=lookups[1::2], casting="unsafe")
+                lookups += offsets[first * parts:(first + len(part)) * parts]
+                kept += np.take(table, lookups).sum(axis=0)
             count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
             drawn, held = [], 0
     return (count + 1) / (permutations + 1)
