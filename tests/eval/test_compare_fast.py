@@ -42,8 +42,9 @@ def test_index_resamples() -> None:
         10_000, 10_000, 10_000, 9_999, 5_000, 2_000, 1_000, 1_000]
 
 
-@pytest.mark.parametrize(("n", "seed"), [(300, 0), (4_099, 3), (12_500, 1)])
+@pytest.mark.parametrize(("n", "seed"), [(300, 0), (4_099, 3), (12_500, 1), (70_001, 2)])
 def test_the_index_bootstrap_is_plain_numpy(n: int, seed: int) -> None:
+    """(The code draws in chunks of 2**18 // n resamples, the reference in 2**21 // n: the same draws.)"""
     values = np.random.default_rng(n).random(n)
     assert bootstrap_ci(values, seed=seed) == _plain(values, seed, index_resamples(n))
     assert bootstrap_ci(values, seed=seed, resamples=700) == _plain(values, seed, 700)
