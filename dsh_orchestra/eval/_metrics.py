@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import math
 import operator
+import threading
 from array import array
 from collections import Counter, OrderedDict
 from fractions import Fraction
@@ -33,6 +34,7 @@ _DRAW_BUDGET = 100_000_000  # index draws per interval above which the index boo
 _MIN_RESAMPLES = 1_000  # ... but never fewer than these
 _REMEMBERED = 32  # intervals of the index bootstrap kept by bootstrap_cis
 _INTERVALS: OrderedDict[tuple[Any, ...], tuple[float, float]] = OrderedDict()
+_INTERVALS_LOCK = threading.Lock()  # (summaries may be computed in worker threads)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -197,9 +199,11 @@ def bootstrap_cis(
         else:
             count = index_resamples(n) if resamples is None else resamples
             key = (hashlib.blake2b(data.tobytes(), digest_size=20).digest(), n, seed, count, confidence)
-            known = _INTERVALS.get(key)
+            with _INTERVALS_LOCK:
+                known = _INTERVALS.get(key)
+                if known is not None:
+                    _INTERVALS.move_to_end(key)
             if known is not None:
-                _INTERVALS.move_to_end(key)
                 out[position] = known
             else:
                 pending.setdefault((n, count), {}).setdefault(key, (data, []))[1].append(position)
@@ -207,11 +211,13 @@ def bootstrap_cis(
         keys = list(group)
         intervals = _index_intervals([group[key][0] for key in keys], n, seed, count, confidence)
         for key, interval in zip(keys, intervals, strict=True):
-            _INTERVALS[key] = interval
+            with _INTERVALS_LOCK:
+                _INTERVALS[key] = interval
             for position in group[key][1]:
                 out[position] = interval
-        while len(_INTERVALS) > _REMEMBERED:
-            _INTERVALS.popitem(last=False)
+        with _INTERVALS_LOCK:
+            while len(_INTERVALS) > _REMEMBERED:
+                _INTERVALS.popitem(last=False)
     return out
 
 
