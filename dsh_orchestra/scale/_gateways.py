@@ -28,7 +28,7 @@ import trio
 
 from .._logging import register_secrets
 from ..gateway import (
-    AdaptiveLimiter, CallStats, Gateway, limiter_for, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
+    AdaptiveLimiter, CallStats, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
 )
 from ..runtime import RuntimeSpec
 from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget
@@ -294,7 +294,7 @@ class NodeGateways:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False), **self.actor_options,
         ).remote(options.model_concurrency, options.model_rate, _budget_ledger(options))
         self.nodes: dict[str, _Node] = {}
-        self.model = RunModelLimit(self.coordinator, limiter_for(options).limit, adaptive=options.model_concurrency == "auto")
+        self.model = RunModelLimit(self.coordinator, _first_total(options), adaptive=options.model_concurrency == "auto")
         self.call_budget: NodeBudget | None = None  # the driver's view of the run's budget (as the nodes tell it)
         if options.max_total_tokens is not None or options.max_total_cost is not None:
             self.call_budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
@@ -452,6 +452,11 @@ class RunModelLimit:
             await trio.sleep(every)
 
 
+def _first_total(options: GatewayOptions) -> int:
+    """The run's model concurrency limit at the start (``auto``: AIMD's start)."""
+    return QuotaLedger(options.model_concurrency).total
+
+
 def _budget_ledger(options: GatewayOptions) -> BudgetLedger | None:
     if options.max_total_tokens is None and options.max_total_cost is None:
         return None
@@ -469,7 +474,7 @@ def model_summary(options: GatewayOptions, stats: dict[str, dict[str, Any]],
         for field, value in node["counts"].items():
             if value is not None:
                 setattr(totals, field, (getattr(totals, field) or 0) + value)
-    history = [(0.0, limiter_for(options).limit), *((t, limit) for t, limit in snapshot["history"])]
+    history = [(0.0, _first_total(options)), *((t, limit) for t, limit in snapshot["history"])]
     start = history[0][0]
     budget = None
     if snapshot.get("budget") is not None and _budget_ledger(options) is not None:

@@ -21,6 +21,7 @@ Marked ``multinode`` (``pytest -m multinode`` runs them alone).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -193,6 +194,57 @@ async def test_the_nodes_share_one_limit_and_a_lost_nodes_share_goes_to_the_othe
             await trio.sleep(0.2)
             named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                      if a["name"].startswith("dsh-orchestra-")]
+
+
+async def test_one_token_budget_for_the_run_across_the_nodes(nodes: Nodes) -> None:
+    """``max_total_tokens`` for the run: both nodes' gateways spend concurrently until the run's
+    total reaches it; each node alone spent less than the budget, yet both refuse every call from
+    then on (they learned the run's total from the coordinator), and the model sees no new call.
+    The overshoot stays within the calls in flight on all nodes plus those started within one
+    report interval (and its round trip): at most ``LIMIT`` places, each freed every 0.15 s."""
+    from dsh_orchestra.scale._budget import REPORT_EVERY
+    from dsh_orchestra.testing import open_fake_model, parse_script
+
+    nodes.restore_b()
+    b_id, c_id = str(nodes.b.node_id), str(nodes.c.node_id)
+    load = load_task()
+    budget = 900
+    async with open_fake_model(parse_script(SLOW), concurrency_limit=LIMIT) as model:
+        config = NodeGatewayConfig(options=GatewayOptions(model_concurrency=LIMIT, max_total_tokens=budget),
+                                   upstream=model.base_url)
+        gateways = NodeGateways(ray, "budgettest", config, KEY, actor_options={})
+        try:
+            with trio.fail_after(240):
+                routes = {node: ray.get((await gateways.route_box(node))[0]) for node in (b_id, c_id)}
+
+                def start(node: str, tag: str, seconds: float) -> Any:
+                    pinned = load.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+                    return pinned.remote(routes[node].base_url, routes[node].token, tag, LIMIT, seconds)
+
+                both = [start(b_id, "spend-b", 6.0), start(c_id, "spend-c", 6.0)]
+                statuses = [await wait_ref(ref) for ref in both]
+                assert all(s.get("400", 0) > 0 for s in statuses), statuses  # both nodes refused calls
+                refused = sum(s["400"] for s in statuses)
+                answered = len(model.requests)
+                stats = {node: await wait_ref(gateways.nodes[node].actor.stats.remote()) for node in (b_id, c_id)}
+                own = {node: stats[node]["spending"]["tokens"] for node in (b_id, c_id)}
+                assert all(0 < spent < budget for spent in own.values()), own  # neither alone reached it
+                per_call = max(stats[node]["spending"]["largest_call"] for node in (b_id, c_id))
+                total = sum(own.values())
+                assert total == answered * per_call and total >= budget
+                overshoot_calls = (total - budget) / per_call
+                assert overshoot_calls <= LIMIT * (1 + math.ceil(2 * REPORT_EVERY / 0.15)), (total, answered)
+                late = [start(b_id, "late-b", 1.0), start(c_id, "late-c", 1.0)]
+                statuses = [await wait_ref(ref) for ref in late]
+                assert all(set(s) == {"400"} for s in statuses), statuses  # every further call refused
+                assert len(model.requests) == answered  # none reached the model
+                summary = await gateways.summary()
+                assert summary is not None and summary["nodes"] == 2 and summary["upstream_calls"] == answered
+                run = summary["budget"]
+                assert run["reached"] and run["tokens"] == total and run["max_total_tokens"] == budget
+                assert run["refused_calls"] == refused + sum(s["400"] for s in statuses)  # each 400 a refusal
+        finally:
+            gateways.close()
 
 
 @pytest.mark.integration
