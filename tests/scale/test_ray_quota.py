@@ -10,6 +10,9 @@ measures what reaches it: every answered request's start, end and session id.
   the total in flight at the model never exceeds the limit and reaches it, no 429, no node
   above the largest share the coordinator granted it; then B is removed while its load runs:
   the coordinator drops it, and C alone reaches the whole limit at the model.
+* ``test_one_token_budget_for_the_run_across_the_nodes``: ``max_total_tokens`` for the run;
+  both nodes spend until the run's total reaches it (neither alone does); then both refuse
+  every call, the model sees none, and the overshoot stays within the documented bound.
 * ``test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit``: ``batch --runtime dsh --ray``
   with ``--model-concurrency 3`` and one actor on each worker: one gateway per node (named
   actors), the model never above 3 in flight, no 429, every item ok, no key in any runtime's
