@@ -179,6 +179,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         **fields,
     )
     if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
+        await run.gateway.settled(attempt.session_id)
         line = attrs.evolve(line, extra={**line.extra, "model": run.gateway.take(attempt.session_id).to_json()})
     elif attempt.model is not None:  # counted by a gateway elsewhere (Ray: the node's)
         line = attrs.evolve(line, extra={**line.extra, "model": attempt.model})

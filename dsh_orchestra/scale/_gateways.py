@@ -184,11 +184,12 @@ class NodeGatewayActor:
         token = self._token
         if token is None:
             return {"model": None, "cut": False, "run": None}
-        return trio.from_thread.run_sync(self._take, session_id, trio_token=token)
+        return trio.from_thread.run(self._take, session_id, trio_token=token)
 
-    def _take(self, session_id: str) -> dict[str, Any]:
+    async def _take(self, session_id: str) -> dict[str, Any]:
         gateway = self._gateway
         assert gateway is not None
+        await gateway.settled(session_id)
         budget = gateway.budget
         cut = session_id in budget.cut
         run = RunSpending(tokens=budget.run_tokens, cost=budget.run_cost, reached=budget.reached) \
