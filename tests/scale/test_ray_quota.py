@@ -16,17 +16,20 @@ measures what reaches it: every answered request's start, end and session id.
 * ``test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit``: ``batch --runtime dsh --ray``
   with ``--model-concurrency 3`` and one actor on each worker: one gateway per node (named
   actors), the model never above 3 in flight, no 429, every item ok, no key in any runtime's
-  environment, nothing of the run left in Ray.
+  environment, nothing of the run left in Ray; each line's ``model.calls`` is what the model
+  answered for its session, and the summary's totals add up over both nodes.
 
 Marked ``multinode`` (``pytest -m multinode`` runs them alone).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,7 +267,8 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
         env["DEEPSEEK_BASE_URL"] = model.base_url
         args = ["batch", "ds.jsonl", "--out", "ray.jsonl", "--runtime", "dsh", "--dsh-home", str(tmp_path / "home-{actor}"),
                 "--workspace", str(tmp_path), "--score", "exact", "--concurrency", "8", "--retries", "0",
-                "--timeout", "120", "--no-progress", "--model-concurrency", "3", "--ray", nodes.cluster.address,
+                "--timeout", "120", "--no-progress", "--model-concurrency", "3", "--summary", "summary.json",
+                "--ray", nodes.cluster.address,
                 "--ray-actors", "2", "--ray-actor-resources", '[{"node_b": 1}, {"node_c": 1}]']
 
         async def watch() -> None:  # the runtimes' environments while they run
@@ -285,11 +289,15 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
                                               capture_stderr=True, check=False)
             nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    import json
 
     lines = [json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()]
     assert sorted(line["id"] for line in lines) == [item["id"] for item in items]
     assert all(line["status"] == "ok" and line["final_response"] == "slow answer" for line in lines)
+    counted = Counter(r.session_id for r in model.requests)  # each line's calls, as its node's gateway counted them
+    assert all(line["model"]["calls"] == counted[line["session_id"]] >= 1 for line in lines), lines
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["model"]["nodes"] == 2 and summary["model"]["calls"] == len(model.requests)  # summed over both
+    assert summary["model"]["concurrency"]["final"] == 3
     assert model.rate_limited == 0 and peak(model.spans) <= 3
     assert {r.api_key for r in model.requests} == {KEY}  # the gateways sent the real key upstream
     assert seen_envs, "no runtime process was seen"
