@@ -15,7 +15,8 @@ CPU is not taken from the client's.
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
   its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
-  before its start ramp, ``batch/_ramp.py``), ``old`` the same with the retry pause of the first release (the longer
+  before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
+  ramps in the other gateway modes), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -188,6 +189,9 @@ async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
             Gateway.pause = _old_pause  # type: ignore[method-assign]
         if mode == "auto-all":  # every worker at once: the batch before the start ramp
             runner_module.StartRamp = _all_at_once  # type: ignore[assignment,attr-defined]
+        elif os.environ.get("GATEWAY_BENCH_RAMP"):  # "FIRST,GROW": try other start ramps
+            first, grow = (int(n) for n in os.environ["GATEWAY_BENCH_RAMP"].split(","))
+            runner_module.StartRamp = partial(StartRamp, first=first, grow=grow)  # type: ignore[assignment,attr-defined]
         try:
             cpu = resource.getrusage(resource.RUSAGE_SELF)
             start = time.monotonic()
