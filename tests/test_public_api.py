@@ -46,7 +46,7 @@ BATCH_NAMES = [
     "MAX_SESSIONS_PER_RUNTIME", "PoolRunner", "may_write_transcript",
     "attempt_on_pool", "check_dataset", "in_shard", "iter_dataset", "load_dataset", "parse_shard", "read_results",
     "RUNTIME_CRASHED", "RuntimeCrash", "SharedPlaces", "MergeError", "MergeReport", "merge_results",
-    "ControlError", "send_command",
+    "ControlError", "send_command", "DatasetIndex", "index_dataset",
     "read_transcript", "run_batch", "scan_results", "score_results", "stable_hash", "summarize", "transcript_name",
 ]
 SCALE_NAMES = [

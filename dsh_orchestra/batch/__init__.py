@@ -17,6 +17,7 @@ from ._dataset import (
     parse_shard as parse_shard,
     stable_hash as stable_hash,
 )
+from ._index import DatasetIndex as DatasetIndex, index_dataset as index_dataset
 from ._crashes import ALONE_AFTER as ALONE_AFTER, RUNTIME_CRASHED as RUNTIME_CRASHED
 from ._executor import (
     Attempt as Attempt,

@@ -161,12 +161,12 @@ class Tally(EvalTally):
         self.finish_reasons[str(outcome.finish_reason) if outcome.finish_reason is not None else "none"] += 1
         self.approval_outcomes.update(outcome.approval_outcomes)
 
-    def add(self, line: Any, *, this_run: bool = False) -> None:
+    def add(self, line: Any, *, this_run: bool = False, item: int | None = None) -> None:
         """Count one result line (a ``ResultLine``; an ``Outcome`` counts its statuses and latency)."""
         if isinstance(line, Outcome):
             self.add_outcome(line)
         else:
-            super().add(line, this_run=this_run)
+            super().add(line, this_run=this_run, item=item)
 
     def summary(self, *, total: int, resumed: int, processed: int, duration_s: float, retries: int) -> BatchSummary:
         """The summary of everything counted."""

@@ -24,6 +24,7 @@ from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from .._scratch import scratch_dir
 from ._errors import message
 from ._common import UsageError, check_judge_runtimes, escape_controls, fail
+from ._memory import map_large_blocks
 from ._paths import Paths
 from ._score import scoring_plan
 from ._stats import lines_clusters
@@ -223,13 +224,28 @@ def _load(args: argparse.Namespace, path: str, what: str) -> Any:
     """A run's lines: as columns (``eval.read_run``: score values as arrays, for runs of millions
     of lines), or decoded (for the page and --cluster-by, which read more of each line)."""
     if args.out is None and args.cluster_by is None:
-        return read_run(path, what, check=compare_line_problem, unique=True)
+        return read_run(path, what, check=compare_line_problem, unique=True, line_usage=False)
     return load_result_lines(path, what, strict=True, check=compare_check())
+
+
+def _write_json(data: bytes) -> None:
+    """``data`` and a newline to stdout: as bytes when stdout is UTF-8 text (no str of a
+    document that holds a million-line comparison's ids), else as text."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    buffer = getattr(sys.stdout, "buffer", None)
+    if encoding == "utf8" and buffer is not None:
+        sys.stdout.flush()
+        buffer.write(data)
+        buffer.write(b"\n")
+        buffer.flush()
+    else:
+        sys.stdout.write(data.decode("utf-8") + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
     """Compare; returns the exit status."""
     many = len(args.candidates) > 1 or args.all_pairs
+    map_large_blocks(args.base, *args.candidates)  # (millions of lines: freed columns go back to the system)
     try:
         base = _load(args, args.base, "base results file")
         candidates = [_load(args, path, "candidate results file") for path in args.candidates]
@@ -277,7 +293,7 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
         print(f"dsh-orchestra: wrote {path}", file=sys.stderr)
     if args.json:
-        sys.stdout.write(orjson.dumps(doc).decode("utf-8") + "\n")  # JSON escapes control characters
+        _write_json(orjson.dumps(doc))  # JSON escapes control characters
     else:
         print(escape_controls(render_text(doc)))
     return 0

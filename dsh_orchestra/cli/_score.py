@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections import Counter
 from functools import partial
 from typing import Any
 
 import trio
 
 from .._scratch import scratch_dir
-from ..batch import DatasetError, load_dataset
+from ..batch import DatasetError, index_dataset
 from ..eval import (
     SCORER_TIMEOUT,
     SCORER_WORKERS,
@@ -31,6 +31,7 @@ from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
 from ._exit import EXIT_ERRORS, EXIT_OK
+from ._memory import map_large_blocks
 from ._paths import Paths
 from ._common import (
     UsageError,
@@ -133,7 +134,8 @@ def main(args: argparse.Namespace) -> int:
 
     if not args.score and not args.scoring:
         return fail("give at least one --score SPEC (or a --scoring FILE whose [scorers] are all used)")
-    with scratch_dir("home") as temp_home:
+    map_large_blocks(args.results, args.dataset)  # (millions of lines: freed columns go back to the system)
+    with scratch_dir("home") as temp_home, contextlib.ExitStack() as stack:
         try:
             route = (args.provider or DEFAULT_PROVIDER, args.model or DEFAULT_MODEL)
             plan = scoring_plan(args, route)
@@ -141,17 +143,17 @@ def main(args: argparse.Namespace) -> int:
             results_clusters(args.cluster_by, args.results)
             labels = read_labels(args.labels, args.results) if args.labels is not None else None
             judge = build_spec(args, temp_home=temp_home) if any(s.kind == "judge" for s in plan.scorers) else None
-            items, _ = load_dataset(args.dataset)
-            keys: Counter[str] = Counter(key for item in items for key in item.metadata)
-            warnings = check_plan_inputs(plan, where=args.dataset, items=len(items), metadata_keys=keys,
-                                         targets=sum(1 for item in items if item.target is not None))
+            # the dataset validated, then read item by item (memory: 24 bytes per item, not the items)
+            items = stack.enter_context(index_dataset(args.dataset))
+            warnings = check_plan_inputs(plan, where=args.dataset, items=len(items), metadata_keys=items.metadata_keys,
+                                         targets=items.targets)
             for line in warnings:
                 say(f"warning: {line}")
             dataset = {"path": args.dataset, "sha256": sha256_file(args.dataset), "items": len(items)}
             check_numbers(args, {"--scorer-workers": ("int", 0), "--scorer-timeout": ("seconds", 0)})
             with stdout_to_stderr():  # what scorers print: stdout holds the summary only
                 summary = trio.run(partial(
-                    rescore, args.results, {i.id: i for i in items}, args.out, plan, summary=args.summary,
+                    rescore, args.results, items, args.out, plan, summary=args.summary,
                     judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
                     scorer_workers=args.scorer_workers, scorer_timeout=args.scorer_timeout,
                 ))

@@ -11,11 +11,14 @@ rules of ``reduce_items`` (which it implements). Pure: numpy, no trio.
 
 from __future__ import annotations
 
+import bisect
+import copy
+import itertools
 import math
 import os
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -25,6 +28,8 @@ from ..results import ResultsFileError, read_results, result_problem
 from ._metrics import Reducer
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+_SUMMED = ("input_tokens", "output_tokens")
+_EXACT = float(2**53)
 _NAN = math.nan
 _CHUNK = 1 << 16  # ids held as str before they are packed into a bytes array
 
@@ -62,7 +67,9 @@ class RunColumns:
     ``names``: the scorer names of the lines' ``scores``, in first-seen order; ``ids`` (numpy),
     ``epochs`` (int64; an epoch that is not an integer reads as 1), ``statuses`` (per line an index
     into ``status_names``, 0 is ``"ok"``), ``line_error`` (status ``"error"``), ``values[name]`` and
-    ``failed[name]`` (the value is missing because the line or the scorer failed), ``usage[key]``,
+    ``failed[name]`` (the value is missing because the line or the scorer failed),
+    ``usage["total_tokens"]`` (per line; ``usage_sum(key)``: the sum of a usage count over the
+    lines, as ``math.fsum`` of the numbers, with no column for ``input_tokens`` and ``output_tokens``),
     ``cost``, ``duration``, and ``clusters`` (per line, with ``cluster_by``).
     """
 
@@ -71,17 +78,23 @@ class RunColumns:
         self.names: list[str] = []
         self._id_chunks: list[Any] = []
         self._ids: list[str] = []
-        self._epochs = array("q")
+        # epochs, statuses and costs: a column from the first line whose epoch is not 1, status not
+        # "ok", cost present (the lines before filled in); until then none (a constant at finish)
+        self._epochs: array[int] | None = None
         self._odd_epochs: dict[int, Any] = {}  # line -> the raw epoch, when it is not an int (for the duplicate check)
-        self._statuses = array("i")
+        self._statuses: array[int] | None = None
         self.status_names: list[str] = ["ok"]
         self._status_codes: dict[str, int] = {"ok": 0}
         self._line_error = array("b")
         self._values: dict[str, array[float]] = {}
         self._failed: dict[str, array[int]] = {}
-        self._usage = {key: array("d") for key in USAGE_KEYS}
-        self._cost = array("d")
+        self._tokens = array("d")  # total_tokens per line
+        self._whole = dict.fromkeys(_SUMMED, 0)  # input and output tokens: the sum of the whole numbers below 2**53
+        self._other = {key: array("d") for key in _SUMMED}  # and the other numbers, kept
+        self._cost: array[float] | None = None
         self._duration = array("d")
+        self.unique = False  # no two lines share (id, epoch) (read_run's unique check passed)
+        self._sides: tuple[dict[str, Any], dict[str, Any]] | None = None  # (usage, latency), once the columns are dropped
         self.clusters: list[Any] | None = [] if cluster_by is not None else None
         self.count = 0
         self.ids: Any = None
@@ -103,21 +116,28 @@ class RunColumns:
             self._id_chunks.append(_pack(self._ids))
             self._ids = []
         epoch = get("epoch", 1)
-        if type(epoch) is int:
-            self._epochs.append(epoch)
-        else:
+        if type(epoch) is not int:
             self._odd_epochs[self.count] = epoch
-            self._epochs.append(epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1)
+            epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 1
+        if epoch != 1 or self._epochs is not None:
+            epochs = self._epochs
+            if epochs is None:
+                epochs = self._epochs = array("q", [1]) * self.count
+            epochs.append(epoch)
         status = get("status")
         if status == "ok":
-            self._statuses.append(0)
+            if self._statuses is not None:
+                self._statuses.append(0)
         else:
             text = str(status)
             code = self._status_codes.get(text)
             if code is None:
                 code = self._status_codes[text] = len(self.status_names)
                 self.status_names.append(text)
-            self._statuses.append(code)
+            statuses = self._statuses
+            if statuses is None:
+                statuses = self._statuses = array("i", [0]) * self.count
+            statuses.append(code)
         line_error = status == "error"
         self._line_error.append(line_error)
         scores = get("scores")
@@ -143,12 +163,21 @@ class RunColumns:
                 self._failed[key].append(line_error)
         usage = get("usage")
         if type(usage) is dict or isinstance(usage, dict):
-            for key in USAGE_KEYS:
-                self._usage[key].append(_number(usage.get(key)))
+            self._tokens.append(_number(usage.get("total_tokens")))
+            for key in _SUMMED:
+                number = _number(usage.get(key))
+                if number.is_integer() and -_EXACT < number < _EXACT:
+                    self._whole[key] += int(number)
+                elif number == number:
+                    self._other[key].append(number)
         else:
-            for key in USAGE_KEYS:
-                self._usage[key].append(_NAN)
-        self._cost.append(_number(get("cost_usd")))
+            self._tokens.append(_NAN)
+        cost = _number(get("cost_usd"))
+        if cost == cost or self._cost is not None:
+            costs = self._cost
+            if costs is None:
+                costs = self._cost = array("d", [_NAN]) * (self.count - 1)  # (count: this line included)
+            costs.append(cost)
         self._duration.append(_number(get("duration_s")))
         if self.clusters is not None:
             from ._cluster import cluster_of
@@ -171,16 +200,54 @@ class RunColumns:
             chunks = [c if c.dtype == object else _unpack(c) for c in chunks]
         self.ids = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
         self._ids, self._id_chunks = [], []
-        self.epochs = np.frombuffer(self._epochs, dtype=np.int64) if self.count else np.zeros(0, dtype=np.int64)
-        self.statuses = np.frombuffer(self._statuses, dtype=np.int32) if self.count else np.zeros(0, dtype=np.int32)
-        self.line_error = np.frombuffer(self._line_error, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
+        # a column no line needed is a constant (read-only, no memory); flags are views of their bytes (0/1)
+        self.epochs = _column(self._epochs, np.int64, 1, self.count)
+        self.statuses = _column(self._statuses, np.int32, 0, self.count)
+        self.line_error = _flags(self._line_error)
         self.values = {name: _doubles(column) for name, column in self._values.items()}
-        self.failed = {name: np.frombuffer(column, dtype=np.int8).astype(bool) if self.count else np.zeros(0, bool)
-                       for name, column in self._failed.items()}
-        self.usage = {key: _doubles(column) for key, column in self._usage.items()}
-        self.cost = _doubles(self._cost)
+        self.failed = {name: _flags(column) for name, column in self._failed.items()}
+        self.usage = {"total_tokens": _doubles(self._tokens)}
+        self.cost = _column(self._cost, np.float64, _NAN, self.count)
         self.duration = _doubles(self._duration)
         return self
+
+    def usage_side(self) -> dict[str, Any]:
+        """``compare``'s usage of this run (``eval.usage_side``)."""
+        if self._sides is not None:
+            return copy.deepcopy(self._sides[0])
+        out = _spread(_present(self.usage["total_tokens"]))
+        for key in USAGE_KEYS:
+            out[key] = int(self.usage_sum(key) if key != "total_tokens" else _fsum(_present(self.usage[key])))
+        costs = _present(self.cost)
+        if len(costs):
+            spread = _spread(costs)
+            out["cost_usd"] = float(spread["total"])
+            out["median_cost_usd"] = spread["median"]
+            out["p95_cost_usd"] = spread["p95"]
+        return out
+
+    def latency_side(self) -> dict[str, Any]:
+        """``compare``'s latency of this run (``eval.latency_side``)."""
+        if self._sides is not None:
+            return copy.deepcopy(self._sides[1])
+        return _spread(_present(self.duration))
+
+    def drop_line_usage(self) -> None:
+        """Keep ``usage_side`` and ``latency_side``, not the per-line columns they are made of
+        (``usage``, ``cost`` and ``duration`` are then None): 16 to 24 bytes a line less."""
+        if self._sides is None:
+            self._sides = (self.usage_side(), self.latency_side())
+        self.usage, self.cost, self.duration = {}, None, None
+        self._tokens, self._cost, self._duration = array("d"), None, array("d")
+
+    def usage_sum(self, key: str) -> float:
+        """``math.fsum`` of the numbers of usage count ``key`` over the lines (a finite number each)."""
+        if key not in _SUMMED:
+            column = self.usage[key]
+            return math.fsum(column[~np.isnan(column)].tolist())
+        whole = self._whole[key]
+        high = float(whole)  # whole = high + (whole - int(high)), each part a float exactly
+        return math.fsum([*self._other[key].tolist(), high, float(whole - int(high))])
 
     def id_text(self, index: int) -> str:
         """Line ``index``'s id as a string."""
@@ -210,16 +277,59 @@ class RunColumns:
                     return index
                 seen.add(key)
             return None
-        order = np.lexsort((np.arange(self.count), self.epochs, self.ids))
-        ids, epochs = self.ids[order], self.epochs[order]
-        repeated = (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
+        if self._epochs is None:  # every epoch 1: the ids alone
+            order = np.argsort(self.ids, kind="stable")
+            ids = self.ids[order]
+            repeated = ids[1:] == ids[:-1]
+        else:
+            order = np.lexsort((np.arange(self.count), self.epochs, self.ids))
+            ids, epochs = self.ids[order], self.epochs[order]
+            repeated = (ids[1:] == ids[:-1]) & (epochs[1:] == epochs[:-1])
         if not repeated.any():
             return None
         return int(order[1:][repeated].min())
 
 
+def _spread(values: Any) -> dict[str, Any]:
+    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values`` (a list or a numpy
+    array), and ``n``."""
+    if not len(values):
+        return {"n": 0, "total": 0, "median": None, "p95": None}
+    median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    total = _fsum(values)
+    return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
+
+
+def _present(column: Any) -> Any:
+    """The numbers of a column (NaN: none), in line order (numpy)."""
+    return column[~np.isnan(column)]
+
+
+def _fsum(values: Any) -> float:
+    """``math.fsum(values)``; of a numpy array of whole numbers below 2**53 in size (token
+    counts), their exact integer sum rounded once: the same float (fsum is the exact sum
+    correctly rounded), without a Python float per value."""
+    if isinstance(values, np.ndarray) and len(values) and bool(np.all(np.abs(values) < _EXACT)) \
+            and bool(np.all(np.trunc(values) == values)):
+        whole = values.astype(np.int64)  # blocks of 1,024 such values cannot overflow an int64
+        return float(sum(np.add.reduceat(whole, np.arange(0, len(whole), 1 << 10)).tolist()))
+    return math.fsum(values)
+
+
 def _doubles(column: array[float]) -> Any:
     return np.frombuffer(column, dtype=np.float64) if len(column) else np.zeros(0, dtype=np.float64)
+
+
+def _flags(column: array[int]) -> Any:
+    """0/1 bytes as a bool array (a view: no copy)."""
+    return np.frombuffer(column, dtype=np.bool_) if len(column) else np.zeros(0, dtype=bool)
+
+
+def _column(column: array[Any] | None, dtype: Any, constant: Any, count: int) -> Any:
+    """A column as numpy; a column never started is ``constant`` on every line (read-only)."""
+    if column is None:
+        return np.broadcast_to(np.asarray(constant, dtype=dtype), (count,))
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.zeros(0, dtype=dtype)
 
 
 def _text(value: Any) -> str:
@@ -258,10 +368,11 @@ def duplicate_problem(key: tuple[Any, Any]) -> str:
 
 
 def read_run(path: str | os.PathLike[str], what: str = "results file", *, check: Callable[[Any], str | None] | None = None,
-             unique: bool = False) -> RunColumns:
+             unique: bool = False, line_usage: bool = True) -> RunColumns:
     """A results file's lines as ``RunColumns``, read line by line (memory: the columns only).
     The schema's rules (``result_problem``), then ``check``; with ``unique`` a line whose
     (id, epoch) an earlier line has is refused too (checked on the columns, once read).
+    Without ``line_usage`` only the run's usage and latency are kept (``drop_line_usage``).
 
     Raises:
         RunInputError: missing, unreadable, or a line that is refused (naming the file and line).
@@ -270,11 +381,11 @@ def read_run(path: str | os.PathLike[str], what: str = "results file", *, check:
         raise RunInputError(f"{what} {str(path)!r} does not exist")
     out = RunColumns()
     stream = read_results(path, check=result_problem if check is None else lambda value: result_problem(value) or check(value))
-    numbers = array("q")
+    numbers = _LineNumbers()
     try:
         for value in stream.objects():
             out.add(value)
-            numbers.append(stream.number)
+            numbers.append(out.count - 1, stream.number)
     except OSError as exc:
         raise RunInputError(f"cannot read the {what} {str(path)!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:
@@ -284,14 +395,64 @@ def read_run(path: str | os.PathLike[str], what: str = "results file", *, check:
     out.finish()
     if unique:
         _check_unique(out, numbers, str(path))
+    if not line_usage:
+        out.drop_line_usage()
     return out
 
 
-def _check_unique(run: RunColumns, numbers: array[int], path: str) -> None:
+class _LineNumbers:
+    """Each column line's line number in the file, kept as the points where the gap between
+    them changes (blank or skipped lines): nothing per line."""
+
+    def __init__(self) -> None:
+        self._starts = array("q")  # column line where a gap starts
+        self._gaps = array("q")  # line number - column line from there
+
+    def append(self, index: int, number: int) -> None:
+        if not self._gaps or self._gaps[-1] != number - index:
+            self._starts.append(index)
+            self._gaps.append(number - index)
+
+    def __getitem__(self, index: int) -> int:
+        return index + self._gaps[bisect.bisect_right(self._starts, index) - 1]
+
+
+def _check_unique(run: RunColumns, numbers: _LineNumbers, path: str) -> None:
     index = run.duplicate()
     if index is not None:
         problem = duplicate_problem((run.id_text(index), run.epoch_of(index)))
         raise RunInputError(str(ResultsFileError(path, numbers[index], problem)))
+    run.unique = True
+
+
+class AllOk(Sequence[str]):
+    """The statuses of n items that are all ``"ok"`` (a list's equal, without its 8 bytes an item)."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return ["ok"] * len(range(*index.indices(self._n)))
+        if not -self._n <= index < self._n:
+            raise IndexError("AllOk index out of range")
+        return "ok"
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.repeat("ok", self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AllOk):
+            return self._n == other._n
+        return isinstance(other, (list, tuple)) and len(other) == self._n and all(s == "ok" for s in other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AllOk({self._n})"
 
 
 @attrs.define(eq=False)
@@ -303,7 +464,7 @@ class ReducedRun:
 
     ids: Any
     values: dict[str, Any]
-    statuses: list[str]
+    statuses: Sequence[str]
     strict: dict[str, Any]
     overridden: dict[str, Any]
     clusters: list[Any] | None
@@ -337,7 +498,10 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
     first other status of its epochs; strict values with failed epochs as 0 (``reduce_items_strict``)."""
     n = run.count
     ids = run.ids
-    if n:
+    if n and run.unique and run._epochs is None and not run._odd_epochs:
+        # every epoch 1 and no (id, epoch) twice: every line is its item's one line
+        kept_lines = first_of_item = np.arange(n)
+    elif n:
         # first line of each (id, epoch); items in first-seen order
         order = np.lexsort((np.arange(n), run.epochs, ids))
         sorted_ids, sorted_epochs = ids[order], run.epochs[order]
@@ -358,7 +522,8 @@ def reduce_run(run: RunColumns, names: Sequence[str], reducer: Reducer) -> Reduc
         values = {name: run.values[name][lines] if name in run.values else empty[name][: items] for name in names}
         codes = run.statuses[lines]
         status_names = run.status_names
-        statuses = ["ok" if c == 0 else status_names[c] for c in codes.tolist()] if len(status_names) > 1 else ["ok"] * items
+        statuses: Sequence[str] = ["ok" if c == 0 else status_names[c] for c in codes.tolist()] if len(status_names) > 1 \
+            else AllOk(items)
         strict: dict[str, Any] = {}
         overridden: dict[str, Any] = {}
         for name in names:

@@ -24,7 +24,7 @@ import numpy as np
 from .._params import Param, ParamError
 from ._frames import Comparison
 from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
-from ._columns import ReducedRun, RunColumns, _text, reduce_run, run_columns
+from ._columns import AllOk, ReducedRun, RunColumns, _fsum as _fsum, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
 
@@ -295,23 +295,30 @@ def _draw_together(names: Sequence[str], pairing: tuple[Any, Any, Any], base: Re
     index draws; every interval is the one ``bootstrap_ci`` gives alone, bit for bit."""
     _, at_base, at_candidate = pairing
     samples: list[Any] = []
+    same = at_base is at_candidate  # (_pair's every index: the columns themselves, no copies)
+
+    def keep(sample: Any) -> None:
+        # Only the samples with many distinct values draw indices; those with few are resampled as
+        # counts (cheap, remembered by their counts). A peek at the first 1,024 values tells most
+        # apart without sorting every sample: one that looks few but is not is drawn alone later.
+        # (Peeked as each is made: a million-pair sample of few values is not kept meanwhile.)
+        if len(np.unique(sample[:1024])) > 64:
+            samples.append(sample)
+
     for name in names:
-        b, c = base.values[name][at_base], candidate.values[name][at_candidate]
+        b, c = _at(base.values[name], at_base, same), _at(candidate.values[name], at_candidate, same)
         both = ~(np.isnan(b) | np.isnan(c))
-        samples.append(c[both] - b[both])
+        keep(c - b if both.all() else c[both] - b[both])
         if base.overridden[name][at_base].any() or candidate.overridden[name][at_candidate].any():
             b = (base.strict[name] if base.strict[name] is not None else base.values[name])[at_base]
             c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
             both = ~(np.isnan(b) | np.isnan(c))
-            samples.append(c[both] - b[both])
+            keep(c[both] - b[both])
         if with_runs:
             for run in (base, candidate):
                 column = run.values[name]
-                samples.append(column[~np.isnan(column)])
-    # Only the samples with many distinct values draw indices; those with few are resampled as
-    # counts (cheap, remembered by their counts). A peek at the first 1,024 values tells most
-    # apart without sorting every sample: one that looks few but is not is drawn alone later.
-    bootstrap_cis([sample for sample in samples if len(np.unique(sample[:1024])) > 64], seed=seed)
+                keep(column[~np.isnan(column)])
+    bootstrap_cis(samples, seed=seed)
 
 
 def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, Any]:
@@ -323,6 +330,9 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     if not len(c_ids) or not len(b_ids):
         none = np.zeros(0, dtype=np.int64)
         return b_ids[:0], none, none, b_ids, c_ids
+    if len(b_ids) == len(c_ids) and b_ids.dtype == c_ids.dtype and bool(np.all(b_ids == c_ids)):
+        every = np.arange(len(b_ids))  # the same items in the same order (each id once in a ReducedRun)
+        return b_ids, every, every, b_ids[:0], c_ids[:0]
     by = np.argsort(c_ids, kind="stable")
     ordered = c_ids[by]
     position = np.minimum(np.searchsorted(ordered, b_ids), len(ordered) - 1)
@@ -332,6 +342,40 @@ def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, 
     in_base = np.zeros(len(c_ids), dtype=bool)
     in_base[at_candidate] = True
     return b_ids[at_base], at_base, at_candidate, b_ids[~found], c_ids[~in_base]
+
+
+class _SharedIds:
+    """The regressions and improvements of one comparison's scorers, kept once: a list equal
+    to one kept is that list; another list's ids are the strings already kept (the scorers of
+    one comparison mostly name the same items)."""
+
+    def __init__(self) -> None:
+        self.lists: list[list[str]] = []
+        self.strings: dict[str, str] | None = None
+
+    def share(self, entry: dict[str, Any]) -> None:
+        for part in (entry, entry.get("strict")):
+            if not isinstance(part, dict):
+                continue
+            for key in ("regressions", "improvements"):
+                found = part.get(key)
+                if not found:
+                    continue
+                known = next((kept for kept in self.lists if len(kept) == len(found) and kept == found), None)
+                if known is not None:
+                    part[key] = known
+                    continue
+                if self.lists:
+                    if self.strings is None:
+                        self.strings = {i: i for kept in self.lists for i in kept}
+                    strings = self.strings
+                    part[key] = found = [strings.setdefault(i, i) for i in found]
+                self.lists.append(found)
+
+
+def _at(column: Any, positions: Any, every: bool) -> Any:
+    """``column[positions]``; the column itself when ``positions`` is ``every`` index in order."""
+    return column if every and len(positions) == len(column) else column[positions]
 
 
 def _as_objects(ids: Any) -> Any:
@@ -349,17 +393,6 @@ def _count(value: Any) -> float | None:
     return float(value)
 
 
-def _spread(values: list[float]) -> dict[str, Any]:
-    """``total``, ``median`` and ``p95`` (linear interpolation) of ``values``, and ``n``."""
-    if not values:
-        return {"n": 0, "total": 0, "median": None, "p95": None}
-    import numpy as np
-
-    median, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
-    total = math.fsum(values)
-    return {"n": len(values), "total": int(total) if total.is_integer() else total, "median": float(median), "p95": float(p95)}
-
-
 def _ratio(candidate: Any, base: Any) -> float | None:
     if not isinstance(candidate, (int, float)) or not isinstance(base, (int, float)) or base == 0:
         return None
@@ -373,27 +406,12 @@ def _ratios(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, 
 def usage_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's usage: total/median/p95 of each line's ``total_tokens``, the totals of the three
     token counts, and ``cost_usd`` (total/median/p95) when lines carry it."""
-    run = run_columns(lines)
-    out = _spread(_present(run.usage["total_tokens"]))
-    for key in USAGE_KEYS:
-        out[key] = int(math.fsum(_present(run.usage[key])))
-    costs = _present(run.cost)
-    if costs:
-        spread = _spread(costs)
-        out["cost_usd"] = float(spread["total"])
-        out["median_cost_usd"] = spread["median"]
-        out["p95_cost_usd"] = spread["p95"]
-    return out
+    return run_columns(lines).usage_side()
 
 
 def latency_side(lines: Sequence[Mapping[str, Any]] | RunColumns) -> dict[str, Any]:
     """One run's ``duration_s``: total, median and p95 over its lines (seconds)."""
-    return _spread(_present(run_columns(lines).duration))
-
-
-def _present(column: Any) -> list[float]:
-    """The numbers of a column (NaN: none), in line order."""
-    return column[~np.isnan(column)].tolist()  # type: ignore[no-any-return]
+    return run_columns(lines).latency_side()
 
 
 def _side_by_side(base: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
@@ -463,11 +481,17 @@ def compare_runs(
     if clusters is None:
         _draw_together(names, (common, at_base, at_candidate), base_items, candidate_items, seed, _reduced is None)
     out_scorers: dict[str, Any] = {}
+    shared = _SharedIds()
+    same = at_base is at_candidate  # (_pair's answer for the same items in the same order: every index)
     for name in names:
-        b, c = base_items.values[name][at_base], candidate_items.values[name][at_candidate]
+        b, c = _at(base_items.values[name], at_base, same), _at(candidate_items.values[name], at_candidate, same)
         both = ~(np.isnan(b) | np.isnan(c))
-        entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
+        if both.all():  # (no copies of a million values)
+            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters)
+        else:
+            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
         entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
+        shared.share(entry)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
     for entry, p in zip(out_scorers.values(), adjusted, strict=True):
@@ -493,7 +517,7 @@ def compare_runs(
 
 def _status_changes(common: Any, at_base: Any, at_candidate: Any, base: ReducedRun, candidate: ReducedRun) -> list[dict[str, Any]]:
     """The common items whose status differs, by id."""
-    if all(s == "ok" for s in base.statuses) and all(s == "ok" for s in candidate.statuses):
+    if all(isinstance(s, AllOk) or all(x == "ok" for x in s) for s in (base.statuses, candidate.statuses)):
         return []
     changed = [k for k, (i, j) in enumerate(zip(at_base.tolist(), at_candidate.tolist(), strict=True))
                if base.statuses[i] != candidate.statuses[j]]

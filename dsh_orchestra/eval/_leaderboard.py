@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._columns import ReducedRun, _text
-from ._metrics import cluster_metrics, metrics
+from ._metrics import array_metrics, cluster_metrics, metrics
 
 ALPHA = 0.05
 
@@ -35,12 +35,17 @@ def leaderboard(
     for name in names:
         rows = []
         for label, items in values.items():
-            kept_ids, kept = _kept(items, name, clusters is not None)
-            errors = len(items) - len(kept)
-            if clusters is not None:
-                found = cluster_metrics(kept, [clusters[label][i] for i in kept_ids], errors, seed=seed, strict=False)
+            if clusters is None and isinstance(items, ReducedRun):  # (no list of a million values)
+                column = items.values[name]
+                present = column[~np.isnan(column)]
+                found = array_metrics(present, len(items) - len(present), seed=seed)
             else:
-                found = metrics(kept, errors, seed=seed)
+                kept_ids, kept = _kept(items, name, clusters is not None)
+                errors = len(items) - len(kept)
+                if clusters is not None:
+                    found = cluster_metrics(kept, [clusters[label][i] for i in kept_ids], errors, seed=seed, strict=False)
+                else:
+                    found = metrics(kept, errors, seed=seed)
             rows.append({"run": label, "mean": found["mean"], "ci95": found["ci95"], "n": found["n"],
                          "better_than": [], "worse_than": []})
         by_label = {row["run"]: row for row in rows}

@@ -279,6 +279,19 @@ def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict
     }
 
 
+def array_metrics(values: Any, n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
+    """``metrics`` of a numpy array of values: the same dict, without a Python float per value
+    when the values have at most 64 levels (``_level_metrics`` of their counts: exact sums, so
+    the order of the levels does not count); otherwise ``metrics`` of the values as a list."""
+    import numpy as np
+
+    if len(values) > _FEW_LEVELS:
+        levels, counts = np.unique(values, return_counts=True)
+        if len(levels) <= _FEW_LEVELS and not bool(np.any(np.signbit(values) & (values == 0))):
+            return _level_metrics(Counter(dict(zip(levels.tolist(), counts.tolist(), strict=True))), len(values), n_error, seed)
+    return metrics(values.tolist(), n_error, seed=seed)
+
+
 def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> dict[str, Any]:
     """``metrics`` of n values given as distinct values and their counts, in O(levels): the
     same numbers bit for bit. ``math.fsum`` is the exactly rounded sum, and so is the float of
@@ -370,8 +383,9 @@ class ScoreTally:
 
     Keeps columns (``array``): per line its item (an index, items in first-seen order) and
     epoch, and per scorer its value (NaN: none) and whether it failed (the line ended in error,
-    or the record says ``"error": true``); per item its id and group. About 8 bytes per
-    (line, scorer) and 24 per line, plus the item ids: a million lines fit in tens of MiB.
+    or the record says ``"error": true``); per item its group. About 9 bytes per (line, scorer)
+    and 16 per line, plus per item its id (a dict entry) or, when ``add`` is given the item's
+    ``item`` number (a dataset position: ``score``), 8 bytes: a million lines fit in tens of MiB.
     """
 
     def __init__(
@@ -383,17 +397,22 @@ class ScoreTally:
         self.group_by = group_by
         self.seed = seed
         self._codes: dict[str, int] = {}  # item id -> its index, in first-seen order
+        self._numbered = array("q")  # or, when add() is given item numbers: number -> index + 1 (0: not seen)
+        self._items = 0
         self._item = array("q")
-        self._epoch = array("q")
+        self._epoch: array[int] | None = None  # from the first epoch that is not 1 (until then every one is 1)
         self._values = [array("d") for _ in self.names]
-        self._failed = [array("b") for _ in self.names]
+        self._failed: list[array[int]] | None = None  # from the first failure (until then none failed)
         self._any_failed = False
-        self._groups: list[Any] = []
+        self._groups = array("i")  # per item, its group's code in _group_values
+        self._group_codes: dict[Any, int] = {}
         self.cluster_by = cluster_by
         self._clusters: list[Any] = []
 
-    def add(self, line: ResultLine | TallyLine) -> None:
-        """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``)."""
+    def add(self, line: ResultLine | TallyLine, *, item: int | None = None) -> None:
+        """Count one result line (its ``id``, ``epoch``, ``status``, ``scores`` and ``metadata``).
+        ``item``: a number >= 0 that names the line's item (its position in the dataset) and no
+        other, instead of the id; give it for every line or for none."""
         scores = line.scores
         row: list[float | None] = []
         if scores:
@@ -405,7 +424,7 @@ class ScoreTally:
             row = [None] * len(self.names)
         epoch = line.epoch
         flags = _failures(row, scores, line.status == "error", self.names) if None in row else None
-        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata, flags)
+        self._keep(line.id, 1 if epoch is None else epoch, row, line.metadata, flags, item)
 
     def add_line(self, line: Mapping[str, Any]) -> None:
         """Count one result line given as its JSON object."""
@@ -418,27 +437,55 @@ class ScoreTally:
         self._keep(item_id, epoch if isinstance(epoch, int) else 1, row, line.get("metadata"), flags)
 
     def _keep(self, item_id: str, epoch: int, row: list[float | None], metadata: Any,
-              flags: tuple[bool, ...] | None) -> None:
-        code = self._codes.get(item_id)
-        if code is None:
-            code = self._codes[item_id] = len(self._codes)
+              flags: tuple[bool, ...] | None, number: int | None = None) -> None:
+        if number is None:
+            if self._numbered:
+                raise ValueError("ScoreTally.add: give item= for every line or for none")
+            code = self._codes.get(item_id)
+            new = code is None
+            if code is None:
+                code = self._codes[item_id] = self._items
+        else:
+            if self._codes:
+                raise ValueError("ScoreTally.add: give item= for every line or for none")
+            numbered = self._numbered
+            if number >= len(numbered):
+                numbered.frombytes(bytes(8 * (max(number + 1, 2 * len(numbered)) - len(numbered))))
+            code = numbered[number] - 1
+            new = code < 0
+            if new:
+                code = self._items
+                numbered[number] = code + 1
+        if new:
+            self._items += 1
             if self.group_by is not None:
-                self._groups.append(group_value(metadata, self.group_by))
+                value = group_value(metadata, self.group_by)
+                group = self._group_codes.get(value)
+                if group is None:
+                    group = self._group_codes[value] = len(self._group_codes)
+                self._groups.append(group)
             if self.cluster_by is not None:
                 from ._cluster import cluster_of  # _cluster imports nothing of this module
 
                 self._clusters.append(cluster_of(metadata, self.cluster_by, item_id))
+        before = len(self._item)
         self._item.append(code)
-        self._epoch.append(epoch)
+        if epoch != 1 or self._epoch is not None:
+            if self._epoch is None:
+                self._epoch = array("q", [1]) * before
+            self._epoch.append(epoch)
         for column, value in zip(self._values, row, strict=True):  # (NaN: no value)
             column.append(_NAN if value is None else value)
-        if flags is None:
-            for marks in self._failed:
-                marks.append(0)
-        else:
-            self._any_failed = True
-            for marks, flag in zip(self._failed, flags, strict=True):
-                marks.append(flag)
+        if flags is not None and self._failed is None:
+            self._failed = [array("b", bytes(before)) for _ in self.names]
+        if self._failed is not None:
+            if flags is None:
+                for marks in self._failed:
+                    marks.append(0)
+            else:
+                self._any_failed = True
+                for marks, flag in zip(self._failed, flags, strict=True):
+                    marks.append(flag)
 
     def _kept(self) -> tuple[Any, Any]:
         """The lines that count (the first of each (item, epoch)), ordered by item then epoch,
@@ -448,75 +495,83 @@ class ScoreTally:
         n = len(self._item)
         if not n:
             return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        if self._items == n:  # every line its own item: item codes are first-seen, so in line order
+            return np.arange(n), np.arange(n + 1)
         items = np.frombuffer(self._item, dtype=np.int64)
-        epochs = np.frombuffer(self._epoch, dtype=np.int64)
-        order = np.lexsort((np.arange(n), epochs, items))
-        first = np.ones(n, dtype=bool)
-        first[1:] = (items[order][1:] != items[order][:-1]) | (epochs[order][1:] != epochs[order][:-1])
+        if self._epoch is None:  # every epoch 1: the first line of each item
+            order = np.argsort(items, kind="stable")
+            first = np.ones(n, dtype=bool)
+            first[1:] = items[order][1:] != items[order][:-1]
+        else:
+            epochs = np.frombuffer(self._epoch, dtype=np.int64)
+            order = np.lexsort((np.arange(n), epochs, items))
+            first = np.ones(n, dtype=bool)
+            first[1:] = (items[order][1:] != items[order][:-1]) | (epochs[order][1:] != epochs[order][:-1])
         lines = order[first]
-        starts = np.searchsorted(items[lines], np.arange(len(self._codes) + 1))
+        starts = np.searchsorted(items[lines], np.arange(self._items + 1))
         return lines, starts
 
     def reduced(self) -> Reduced:
         """Each scorer's reduced value per item, in the order items were first seen (a
         ``Reduced``: also which items failed, and the strict values)."""
+        return self._reduced_arrays().as_lists()
+
+    def _reduced_arrays(self) -> _ReducedArrays:
+        """``reduced`` as numpy arrays (NaN: no value): 9 bytes per item and scorer, where the
+        lists of ``Reduced`` take about 40."""
         import numpy as np
 
-        out = Reduced()
         names = self.names
         reducer = self.reducer
         lines, starts = self._kept()
-        items = len(self._codes)
+        items = self._items
         columns = [_column(values, lines) for values in self._values]
         flag_columns = [np.frombuffer(marks, dtype=np.int8)[lines].astype(bool) if len(marks) else np.zeros(0, bool)
-                        for marks in self._failed]
+                        for marks in self._failed] if self._failed is not None else [np.zeros(len(lines), bool) for _ in names]
         any_failed = self._any_failed and any(bool(flags.any()) for flags in flag_columns)
         if reducer.k is None and len(lines) == items:
             # One epoch per item: each value is its own reduction (see ``Reducer.__call__``).
-            out.update({name: column.tolist() for name, column in zip(names, columns, strict=True)})
-            out.update({name: [None if v != v else v for v in out[name]] for name in names} if any(
-                bool(np.isnan(column).any()) for column in columns) else {})
-            out.failed = {name: flags.tolist() for name, flags in zip(names, flag_columns, strict=True)}
-            out.strict = {name: [0.0 if f else v for v, f in zip(out[name], out.failed[name], strict=True)]
-                          for name in names} if any_failed else None
-            return out
+            flags_by = dict(zip(names, flag_columns, strict=True))
+            zeroed = {name: np.where(flags_by[name], 0.0, column) for name, column in zip(names, columns, strict=True)
+                      } if any_failed else None
+            return _ReducedArrays(dict(zip(names, columns, strict=True)), flags_by, zeroed)
         bounds = starts.tolist()
-        failed: dict[str, list[bool]] = {}
-        strict: dict[str, list[float | None]] | None = {} if any_failed else None
+        values_by: dict[str, Any] = {}
+        failed_by: dict[str, Any] = {}
+        strict_by: dict[str, Any] | None = {} if any_failed else None
         for name, column, flags in zip(names, columns, flag_columns, strict=True):
             values = [None if v != v else v for v in column.tolist()]
             marks = flags.tolist()
-            reduced_values: list[float | None] = []
-            failed_items: list[bool] = []
-            strict_values: list[float | None] = []
-            for start, stop in itertools.pairwise(bounds):
+            reduced_values = np.empty(items, dtype=np.float64)
+            failed_items = np.zeros(items, dtype=bool)
+            strict_values: Any = np.empty(items, dtype=np.float64) if strict_by is not None else None
+            for k, (start, stop) in enumerate(itertools.pairwise(bounds)):
                 per_epoch = values[start:stop]
                 value = reducer(per_epoch)
-                reduced_values.append(value)
+                reduced_values[k] = _NAN if value is None else value
+                if strict_values is None:
+                    continue
                 epoch_flags = marks[start:stop]
                 if True in epoch_flags:
-                    failed_items.append(value is None)
-                    strict_values.append(reducer([0.0 if f else v for v, f in zip(per_epoch, epoch_flags, strict=True)]))
+                    failed_items[k] = value is None
+                    found = reducer([0.0 if f else v for v, f in zip(per_epoch, epoch_flags, strict=True)])
+                    strict_values[k] = _NAN if found is None else found
                 else:
-                    failed_items.append(False)
-                    strict_values.append(value)
-            out[name] = reduced_values
-            failed[name] = failed_items
-            if strict is not None:
-                strict[name] = strict_values
-        out.failed = failed
-        out.strict = strict
-        return out
+                    strict_values[k] = reduced_values[k]
+            values_by[name] = reduced_values
+            failed_by[name] = failed_items
+            if strict_by is not None:
+                strict_by[name] = strict_values
+        return _ReducedArrays(values_by, failed_by, strict_by)
 
-    def scores(self, reduced: Reduced | None = None) -> dict[str, dict[str, Any]]:
+    def scores(self, reduced: Reduced | _ReducedArrays | None = None) -> dict[str, dict[str, Any]]:
         """The summary's ``scores``: metrics per scorer over every item (of ``reduced``, when
         already computed)."""
-        reduced = self.reduced() if reduced is None else reduced
-        every = range(len(next(iter(reduced.values()), [])))
+        arrays = self._reduced_arrays() if reduced is None else _ReducedArrays.of(reduced)
         clusters = self.clusters()
-        out = {name: _metrics_of(reduced, name, every, self.seed, clusters) for name in self.names}
+        out = {name: _metrics_of(arrays, name, None, self.seed, clusters) for name in self.names}
         lines, starts = self._kept()
-        if len(lines) > len(self._codes):  # some item has two or more epochs
+        if len(lines) > self._items:  # some item has two or more epochs
             from ._epochs import add_epoch_variance
 
             bounds = starts.tolist()
@@ -535,28 +590,33 @@ class ScoreTally:
             return None
         return list(self._clusters)
 
-    def groups(self, reduced: Reduced | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
+    def groups(self, reduced: Reduced | _ReducedArrays | None = None) -> dict[str, dict[str, dict[str, Any]]] | None:
         """The summary's ``groups`` (None without ``group_by``): per group, per scorer. A group
         is named by ``group_names``: the value's JSON type is kept apart."""
         if self.group_by is None:
             return None
-        reduced = self.reduced() if reduced is None else reduced
-        members: dict[Any, list[int]] = {}
-        for index, value in enumerate(self._groups):
-            members.setdefault(value, []).append(index)
-        names = group_names(members)
-        ordered = sorted(members.items(), key=lambda pair: names[pair[0]])
+        import numpy as np
+
+        arrays = self._reduced_arrays() if reduced is None else _ReducedArrays.of(reduced)
+        codes = np.frombuffer(self._groups, dtype=np.int32) if self._groups else np.zeros(0, dtype=np.int32)
+        values = list(self._group_codes)  # in first-seen order (a group's code is its index)
+        names = group_names(values)
+        ordered = sorted(range(len(values)), key=lambda code: names[values[code]])
         clusters = self.clusters()
-        return {
-            names[value]: {name: _metrics_of(reduced, name, indices, self.seed,
-                                             None if clusters is None else [clusters[i] for i in indices])
-                           for name in self.names}
-            for value, indices in ordered
-        }
+        out = {}
+        for code in ordered:
+            indices = np.flatnonzero(codes == code)  # the group's items, in first-seen order
+            out[names[values[code]]] = {
+                name: _metrics_of(arrays, name, indices, self.seed,
+                                  None if clusters is None else [clusters[i] for i in indices.tolist()])
+                for name in self.names
+            }
+        return out
 
     def group_counts(self) -> tuple[int, int]:
         """(items, items whose metadata lacks the ``group_by`` key)."""
-        return len(self._codes), sum(1 for value in self._groups if value is MISSING)
+        missing = self._group_codes.get(MISSING)
+        return self._items, 0 if missing is None else self._groups.count(missing)
 
 
 _NAN = math.nan
@@ -580,33 +640,65 @@ def _failures(row: list[float | None], scores: Any, line_failed: bool, names: Se
     return tuple(flags) if any(flags) else None
 
 
-def _metrics_of(reduced: Reduced, name: str, indices: Iterable[int], seed: int,
+@attrs.define(eq=False)
+class _ReducedArrays:
+    """``Reduced`` as numpy arrays: per scorer the values (NaN: none), the failed flags, the
+    strict values (None when nothing failed)."""
+
+    values: dict[str, Any]
+    failed: dict[str, Any]
+    strict: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, reduced: Reduced | _ReducedArrays) -> _ReducedArrays:
+        import numpy as np
+
+        if isinstance(reduced, _ReducedArrays):
+            return reduced
+
+        def floats(column: Sequence[float | None]) -> Any:
+            return np.array([_NAN if v is None else v for v in column], dtype=np.float64)
+
+        return cls({name: floats(column) for name, column in reduced.items()},
+                   {name: np.array(flags, dtype=bool) for name, flags in reduced.failed.items()},
+                   None if reduced.strict is None else {name: floats(column) for name, column in reduced.strict.items()})
+
+    def as_lists(self) -> Reduced:
+        out = Reduced({name: _nones(column) for name, column in self.values.items()})
+        out.failed = {name: flags.tolist() for name, flags in self.failed.items()}
+        out.strict = None if self.strict is None else {name: _nones(column) for name, column in self.strict.items()}
+        return out
+
+
+def _nones(column: Any) -> list[float | None]:
+    return [None if v != v else v for v in column.tolist()]
+
+
+def _metrics_of(reduced: _ReducedArrays | Reduced, name: str, indices: Iterable[int] | None, seed: int,
                 clusters: Sequence[Any] | None = None) -> dict[str, Any]:
-    """A scorer's metrics over the items ``indices``; ``clusters`` (one per index, in order):
-    clustered stderr and ci95 (``cluster_metrics``)."""
-    column, failed = reduced[name], reduced.failed[name]
-    present: list[float] = []
-    kept: list[Any] = []
-    n_error = n_na = 0
-    chosen = list(indices)
-    for position, i in enumerate(chosen):
-        value = column[i]
-        if value is not None:
-            present.append(value)
-            if clusters is not None:
-                kept.append(clusters[position])
-        elif failed[i]:
-            n_error += 1
-        else:
-            n_na += 1
+    """A scorer's metrics over the items ``indices`` (None: every item); ``clusters`` (one per
+    index, in order): clustered stderr and ci95 (``cluster_metrics``)."""
+    import numpy as np
+
+    if isinstance(reduced, Reduced):
+        reduced = _ReducedArrays.of(reduced)
+    if indices is not None and not isinstance(indices, np.ndarray):
+        indices = np.fromiter(indices, dtype=np.intp)
+    column, failed = reduced.values[name], reduced.failed[name]
+    if indices is not None:
+        column, failed = column[indices], failed[indices]
+    missing = np.isnan(column)
+    n_error = int(np.count_nonzero(missing & failed))
+    n_na = int(np.count_nonzero(missing)) - n_error
     if clusters is not None:
-        out = cluster_metrics(present, kept, n_error, seed=seed, strict=False)
+        kept = [clusters[position] for position in np.flatnonzero(~missing).tolist()]
+        out = cluster_metrics(column[~missing].tolist(), kept, n_error, seed=seed, strict=False)
     else:
-        out = metrics(present, n_error, seed=seed)
+        out = array_metrics(column[~missing], n_error, seed=seed)
     out["n_na"] = n_na
     if n_error and reduced.strict is not None:
-        strict_column = reduced.strict[name]
-        strict = metrics([v for i in chosen if (v := strict_column[i]) is not None], seed=seed)
+        strict_column = reduced.strict[name] if indices is None else reduced.strict[name][indices]
+        strict = array_metrics(strict_column[~np.isnan(strict_column)], seed=seed)
     else:
         strict = out
     out["strict"] = {key: strict[key] for key in ("mean", "stderr", "ci95", "n")}

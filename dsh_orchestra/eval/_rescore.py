@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import orjson
 import trio
@@ -123,7 +123,9 @@ async def rescore(
     scorer_timeout: float | None = DEFAULT_TIMEOUT,
 ) -> dict[str, Any]:
     """Score every line of ``results`` with ``plan`` and write them, new ``scores`` in, to ``out``;
-    return (and write to ``summary``) the summary. ``items`` are the dataset's items by id;
+    return (and write to ``summary``) the summary. ``items`` are the dataset's items by id (a
+    mapping that also has ``position(id)``, the item's index in the dataset or None, as
+    ``batch.DatasetIndex``, is read item by item: nothing per item is kept but the tally's);
     judges run on ``judge_runtime`` (default: the simulator) unless they name their own.
     ``module:attr`` scorers run in ``scorer_workers`` worker processes (0: in this process),
     each call bounded by ``scorer_timeout`` seconds (``bind_scorers``).
@@ -142,28 +144,28 @@ async def rescore(
     _check_out(results, out, summary_path)
     check_scorers(plan.scorers)
     price = plan.price()
-    tally = EvalTally(plan)
+    tally = EvalTally(plan, durations=False)  # (the summary has no latency percentiles)
     ok = lines = 0
     epochs = 1
-    index = {item_id: number for number, item_id in enumerate(items)}  # (the dataset's own id strings)
+    position = _positions(items)
     seen: dict[int, bytearray] = {}  # epoch -> per dataset item, whether a line of it was kept
-    present = bytearray(len(index))
+    present = bytearray(len(items))
     with replaced_atomically(out) as handle:
         async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
                 open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
             scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
             # One pass, line by line (memory: the tally's columns, not the lines): each line is
             # checked, scored and written in chunks; a refused line ends it with nothing written.
-            for chunk in _chunks(_kept_lines(results, index, seen, present), CHUNK):
-                scored = await _score_chunk(scorers, items, chunk)
-                for line, attempt in zip(chunk, scored, strict=True):
+            for chunk in _chunks(_kept_lines(results, position, len(items), seen, present), CHUNK):
+                scored = await _score_chunk(scorers, items, [line for line, _ in chunk])
+                for (line, number), attempt in zip(chunk, scored, strict=True):
                     new = _rescored(line, evaluated(plan, line.usage or Usage(), attempt.scores, attempt.judge_usage,
                                                     line.epoch_number, price))
                     handle.write(orjson.dumps(new) + b"\n")
                     counted = TallyLine(new)
                     metadata = getattr(items[line.id], "metadata", None)  # the dataset's groups
                     counted.metadata = metadata if isinstance(metadata, dict) else {}
-                    tally.add(counted)
+                    tally.add(counted, item=number)
                     ok += counted.status == "ok"
                     lines += 1
                     epochs = max(epochs, line.epoch_number)
@@ -199,31 +201,41 @@ async def rescore(
     return report
 
 
-def _kept_lines(results: Path, index: Mapping[str, int], seen: dict[int, bytearray], present: bytearray) -> Iterator[ResultLine]:
-    """The lines of ``results`` to score: the first of each (id, epoch) (a repeat is skipped with
-    a warning); ``seen`` and ``present`` record, per dataset item, what was kept.
+def _positions(items: Mapping[str, ItemLike]) -> Callable[[str], int | None]:
+    """Each id's index in ``items`` (None: not there): ``items.position`` when it has one, else a dict."""
+    found = getattr(items, "position", None)
+    if callable(found):
+        return found  # type: ignore[no-any-return]
+    return {item_id: number for number, item_id in enumerate(items)}.get  # (the dataset's own id strings)
+
+
+def _kept_lines(results: Path, index: Callable[[str], int | None], count: int, seen: dict[int, bytearray],
+                present: bytearray) -> Iterator[tuple[ResultLine, int]]:
+    """The lines of ``results`` to score, with their item's index: the first of each (id, epoch)
+    (a repeat is skipped with a warning); ``seen`` and ``present`` record, per dataset item
+    (``count`` of them), what was kept.
 
     Raises:
         RescoreError: a line is not a result object, or its id is not in the dataset.
     """
     for number, line in numbered_lines(results):
-        position = index.get(line.id)
+        position = index(line.id)
         if position is None:
             raise RescoreError(f"{results}: line {number}: id {line.id!r} is not in the dataset; score a results file with the dataset it came from")
         epoch = line.epoch_number
         marks = seen.get(epoch)
         if marks is None:
-            marks = seen[epoch] = bytearray(len(index))
+            marks = seen[epoch] = bytearray(count)
         if marks[position]:
             log.warning("%s: line %d repeats (id %r, epoch %d): the first one is kept", results, number, line.id, epoch)
             continue
         marks[position] = 1
         present[position] = 1
-        yield line
+        yield line, position
 
 
-def _chunks(lines: Iterator[ResultLine], size: int) -> Iterator[list[ResultLine]]:
-    chunk: list[ResultLine] = []
+def _chunks(lines: Iterator[tuple[ResultLine, int]], size: int) -> Iterator[list[tuple[ResultLine, int]]]:
+    chunk: list[tuple[ResultLine, int]] = []
     for line in lines:
         chunk.append(line)
         if len(chunk) == size:

@@ -139,13 +139,14 @@ class EvalTally:
     Keeps about 8 bytes per line (its duration) plus one float per (item, epoch, scorer).
     """
 
-    def __init__(self, plan: EvalPlan | None = None) -> None:
+    def __init__(self, plan: EvalPlan | None = None, *, durations: bool = True) -> None:
         self.plan = plan = plan if plan is not None else EvalPlan()
         self.scores = ScoreTally(plan.names, reducer=plan.reducer, group_by=plan.group_by, seed=plan.seed,
                                  cluster_by=plan.cluster_by) if plan.scorers else None
         self.ok = 0
         self.error = 0
-        self.durations = array("d")
+        self.durations = array("d")  # (none kept without ``durations``: score reports no percentiles)
+        self._keep_durations = durations
         self.finish_reasons: Counter[str] = Counter()
         self.approval_outcomes: Counter[str] = Counter()
         self._tokens = [0, 0, 0]  # input, output, total: summed as ints, one Usage at the end
@@ -162,13 +163,15 @@ class EvalTally:
         """The tokens of every line counted so far."""
         return Usage(*self._tokens)
 
-    def add(self, line: ResultLine | TallyLine, *, this_run: bool = False) -> None:
-        """Count one result line (and what it spent, when ``this_run`` wrote it)."""
+    def add(self, line: ResultLine | TallyLine, *, this_run: bool = False, item: int | None = None) -> None:
+        """Count one result line (and what it spent, when ``this_run`` wrote it); ``item``: the
+        number of its item (``ScoreTally.add``)."""
         if line.status == "ok":
             self.ok += 1
         else:
             self.error += 1
-        self.durations.append(line.duration_s)
+        if self._keep_durations:
+            self.durations.append(line.duration_s)
         finish = line.finish_reason
         self.finish_reasons[finish if finish is not None else "none"] += 1
         if line.approvals:
@@ -185,7 +188,7 @@ class EvalTally:
             self.judge_usage = self.judge_usage + line.judge_usage
             self.judge_cost_usd += line.judge_cost_usd or 0.0
         if self.scores is not None:
-            self.scores.add(line)
+            self.scores.add(line, item=item)
             if line.status == "ok" and line.scores:
                 self._count_failures(line.scores)
         if this_run:
@@ -222,7 +225,7 @@ class EvalTally:
         ``usage``, ``cost_usd`` (with prices), ``judge_usage`` (with a judge)."""
         out: dict[str, Any] = {}
         if self.scores is not None:
-            reduced = self.scores.reduced()
+            reduced = self.scores._reduced_arrays()  # (arrays: the lists of reduced() take 40 bytes per item and scorer)
             out["scores"] = self.scores.scores(reduced)
             groups = self.scores.groups(reduced)
             if groups is not None:
