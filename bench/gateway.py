@@ -67,9 +67,13 @@ def quantiles(values: list[float]) -> tuple[float, float]:
     return cuts[49] * 1000, cuts[98] * 1000
 
 
-def start_gateway(upstream: str, concurrency: str = "128") -> tuple[subprocess.Popen[str], str, str]:
+def start_gateway(upstream: str, concurrency: str = "128", *,
+                  source: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    """The gateway in a process of its own; ``source``: a directory holding another version's
+    ``dsh_orchestra`` package to run instead (put first on its PYTHONPATH)."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": source}
     process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_process.py"), upstream, concurrency],
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     _, url, token = process.stdout.readline().split()
     return process, url, token
@@ -112,8 +116,10 @@ def write_body(text: str) -> Path:
     return path
 
 
-def latency(model: subprocess.Popen[str], model_url: str, gateway: subprocess.Popen[str], gateway_url: str,
-            token: str) -> dict[str, Any]:
+Path_ = tuple[str, str, str, "subprocess.Popen[str] | None"]  # name, URL, key, the gateway process (None: direct)
+
+
+def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
     """Per case (streams, client processes, the model's delay before answering): p50/p99 of
     each of two interleaved runs (direct, gateway, direct, gateway), the added latency (the
     difference of the medians of the runs), calls/s, and CPU per call (user + system) of the
@@ -121,14 +127,17 @@ def latency(model: subprocess.Popen[str], model_url: str, gateway: subprocess.Po
     wall-clock latency."""
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
     cases = [(1, 1, 0.0, 400), (64, 8, delay, int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))), (64, 8, 0.0, 40)]
+    wanted = os.environ.get("GATEWAY_BENCH_CASES")  # e.g. "0,1": a subset of the cases, by index
+    if wanted:
+        cases = [cases[int(i)] for i in wanted.split(",")]
     bodies = {0.0: write_body("Say hello"), delay: write_body("Say SLOW")}
     out: dict[str, Any] = {}
     for streams, procs, wait, calls in cases:
         case = f"{streams}x{procs}p_delay{wait:g}"
-        runs: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in paths}
         for _ in range(2):  # interleaved twice
-            for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)):
-                cpu = (cpu_s(model.pid), cpu_s(gateway.pid))
+            for name, url, key, gateway in paths:
+                cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
                 start = time.perf_counter()
                 row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
                               body=bodies[wait])
@@ -138,31 +147,32 @@ def latency(model: subprocess.Popen[str], model_url: str, gateway: subprocess.Po
                 runs[name].append({"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
                                    "calls_s": round(row["calls"] / wall, 1),
                                    "model_cpu_ms": round((cpu_s(model.pid) - cpu[0]) * per_call, 3),
-                                   "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3),
+                                   "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3) if gateway else 0.0,
                                    "client_cpu_ms": round(row["cpu_s"] * per_call, 3),
                                    "load": round(os.getloadavg()[0], 2)})
         out[case] = runs
-        for stat in ("p50_ms", "p99_ms"):
-            direct = statistics.median(run[stat] for run in runs["direct"])
-            through = statistics.median(run[stat] for run in runs["gateway"])
-            out[case][f"added_{stat}"] = round(through - direct, 3)
+        for name, *_ in paths[1:]:
+            for stat in ("p50_ms", "p99_ms"):
+                direct = statistics.median(run[stat] for run in runs["direct"])
+                through = statistics.median(run[stat] for run in runs[name])
+                out[case][f"{name}_added_{stat}"] = round(through - direct, 3)
         print("latency", case, json.dumps(out[case]), flush=True)
     return out
 
 
-def throughput(gateway: subprocess.Popen[str], model_url: str, gateway_url: str, token: str) -> dict[str, Any]:
+def throughput(paths: list[Path_]) -> dict[str, Any]:
     """One stream reads a 1 MiB answer (16,384 SSE frames) whole, 3 times per run, runs
     interleaved: MiB/s, and the gateway's CPU per MiB."""
     out: dict[str, Any] = {}
     body = write_body("LONG")
-    for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)) * 2:
-        before = cpu_s(gateway.pid)
+    for name, url, key, gateway in paths * 2:
+        before = cpu_s(gateway.pid) if gateway else 0.0
         start = time.perf_counter()
         row = clients(url, key, streams=1, procs=1, calls=3, warmup=1, body=body)
         mib = row["bytes"] / 2**20
         out.setdefault(f"{name}_MiB_s", []).append(round(mib / (time.perf_counter() - start), 3))
-        if name == "gateway":
-            out.setdefault("gateway_cpu_s_per_MiB", []).append(round((cpu_s(gateway.pid) - before) / mib, 4))
+        if gateway:
+            out.setdefault(f"{name}_cpu_s_per_MiB", []).append(round((cpu_s(gateway.pid) - before) / mib, 4))
     out["load"] = os.getloadavg()[0]
     return out
 
@@ -216,14 +226,21 @@ def main() -> None:
                       f'[[rules]]\nname = "slow"\nmatch = "SLOW"\ndelay = {delay}\n')
     if "latency" in parts or "throughput" in parts:
         model, url = start_model("--script", str(script))
-        gateway, gateway_url, token = start_gateway(url)
+        paths: list[Path_] = [("direct", url, "k", None)]
+        baseline = os.environ.get("GATEWAY_BENCH_BASELINE")  # another version's source tree, run side by side
         try:
+            for name, source in (("gateway", None), ("baseline", baseline)):
+                if name == "gateway" or source:
+                    process, gateway_url, token = start_gateway(url, source=source)
+                    paths.append((name, gateway_url, token, process))
             if "latency" in parts:
-                print("latency", json.dumps(latency(model, url, gateway, gateway_url, token)), flush=True)
+                print("latency", json.dumps(latency(model, paths)), flush=True)
             if "throughput" in parts:
-                print("throughput", json.dumps(throughput(gateway, url, gateway_url, token)), flush=True)
+                print("throughput", json.dumps(throughput(paths)), flush=True)
         finally:
-            stop(gateway)
+            for *_, running in paths:
+                if running is not None:
+                    stop(running)
             stop(model)
     if "goodput" in parts:
         rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota
