@@ -89,13 +89,14 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
-def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup: int, body: Path) -> dict[str, Any]:
+def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup: int, body: Path,
+            think: float = 0.0) -> dict[str, Any]:
     """``procs`` lean client processes (bench/_gateway_client.py) holding ``streams`` connections
     between them, run to the end; their latencies, bytes and CPU merged."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     share = [streams // procs + (i < streams % procs) for i in range(procs)]
     running = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_client.py"), host, port, key, str(n),
-                                 str(calls), str(warmup), str(body)], stdout=subprocess.PIPE, text=True)
+                                 str(calls), str(warmup), str(body), str(think)], stdout=subprocess.PIPE, text=True)
                for n in share if n]
     merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0}
     for process in running:
@@ -140,7 +141,7 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                 cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
                 start = time.perf_counter()
                 row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
-                              body=bodies[wait])
+                              body=bodies[wait], think=wait)
                 wall = time.perf_counter() - start
                 p50, p99 = quantiles(row["latencies"])
                 per_call = 1000 / row["calls"]
