@@ -31,6 +31,13 @@ def budgeted(options: BatchOptions, plan: EvalPlan) -> GatewayOptions | None:
     return attrs.evolve(gateway, **changes) if changes else gateway
 
 
+def remote(options: BatchOptions, plan: EvalPlan) -> BatchOptions:
+    """``options`` for an executor whose runtimes use gateways of their own (Ray's node
+    gateways): its gateway options with the batch's budgets and price (``budgeted``)."""
+    gateway = budgeted(options, plan)
+    return options if gateway is options.gateway else attrs.evolve(options, gateway=gateway)
+
+
 def call_budget(gateway: Gateway | None) -> CallBudget | None:
     """The gateway's budget when it holds one (it then replaces the per-item check)."""
     return gateway.budget if gateway is not None and gateway.budget.limited else None

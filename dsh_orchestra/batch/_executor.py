@@ -26,7 +26,7 @@ Two executors ship: ``PoolExecutor`` (a local ``RuntimePool``, the default) and
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -76,7 +76,9 @@ class Attempt:
     ran on went away (a Ray actor died): not the item's fault, so it runs again elsewhere
     without spending a retry, at most ``AttemptRunner.max_lost`` times. ``crash``: the
     runtime died under the attempt (set with ``error``); the run loop decides from it whether
-    the item is the one killing runtimes or a neighbour of it.
+    the item is the one killing runtimes or a neighbour of it. ``model``: the session's model
+    calls as the ``model`` object of a result line, and ``cut``: the budget refused one of its
+    calls (no line), when a model gateway elsewhere counted them (Ray's node gateways).
     """
 
     session_id: str
@@ -85,6 +87,8 @@ class Attempt:
     retryable: bool = False
     lost: bool = False
     crash: RuntimeCrash | None = None
+    model: dict[str, Any] | None = None
+    cut: bool = False
 
     @classmethod
     def failed(cls, session_id: str, exc: BaseException, *, retryable: bool, lost: bool = False,
@@ -171,3 +175,9 @@ class Executor(Protocol):
         ``DatasetError``/``BatchUsageError`` free: it is called after the dataset was checked.
         """
         ...
+
+
+def runner_extra(runner: AttemptRunner, name: str) -> Any:
+    """``runner.<name>`` for what a remote runner may hold of the run's model gateways
+    (``call_budget``, ``model``, ``model_totals``: Ray's node gateways), or None."""
+    return getattr(runner, name, None)

@@ -29,12 +29,14 @@ from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
 from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
-from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, refused_calls
+from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, refused_calls, remote
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine
 from ._evaluation import BatchEval, Budget as BatchBudget, check_fingerprint, fingerprint, fingerprint_path, now_iso, open_batch_eval, plan_of, run_info
-from ._executor import Attempt, AttemptRunner, Executor, executor_in_process, runner_lease, runner_server_version
+from ._executor import (
+    Attempt, AttemptRunner, Executor, executor_in_process, runner_extra, runner_lease, runner_server_version,
+)
 from ._ids import check_ids_hold_no_secret
 from ._local import default_executor
 from ._options import BatchOptions, BatchUsageError
@@ -120,7 +122,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
                 extra["alone"] = True
             attempt = await run.runner.attempt(unit, session_id, **extra)
         crash = attempt.crash
-        if cut_short(run.gateway, attempt.session_id):
+        if attempt.cut or cut_short(run.gateway, attempt.session_id):
             break
         if attempt.lost:
             lost += 1
@@ -148,7 +150,7 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
             await run.backoff.sleep(retried)
             retried += 1
         run.counters.retries += 1
-    if cut_short(run.gateway, attempt.session_id):
+    if attempt.cut or cut_short(run.gateway, attempt.session_id):
         if evaluation.workspaces is not None:
             await evaluation.workspaces.remove(workspace)
         _cut(run, item, attempt.session_id)
@@ -177,7 +179,10 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         **fields,
     )
     if run.gateway is not None:  # the item's model calls (its subagents' included) through the gateway
+        await run.gateway.settled(attempt.session_id)
         line = attrs.evolve(line, extra={**line.extra, "model": run.gateway.take(attempt.session_id).to_json()})
+    elif attempt.model is not None:  # counted by a gateway elsewhere (Ray: the node's)
+        line = attrs.evolve(line, extra={**line.extra, "model": attempt.model})
     _write(run, line)
 
 
@@ -366,18 +371,20 @@ async def _run_locked(
                 # the workspaces' root made before the runtimes start: a sandbox lets them write there
                 async with confine_run(spec, out, options) as (spec, workspaces), \
                         gateway_for(spec if local else None, budgeted(options, plan)) as (gateway, routed), \
-                        executor.open(routed if local else spec, options) as runner:
+                        executor.open(routed if local else spec, options if local else remote(options, plan)) as runner:
                     server_version = runner_server_version(runner)
                     lease = runner_lease(runner)
                     async with open_batch_eval(options, plan, out, lease=lease, spec=spec, tally=tally,
                                                workspaces=workspaces) as batch_eval:
                         counters.pending_approvals = runner.pending_approvals
                         workers = min(max(1, runner.capacity), todo)
-                        model = gateway.limiter if gateway is not None else None  # ctl concurrency sets its limit too
+                        # ctl concurrency sets its limit too (Ray: the quota coordinator's total)
+                        model = gateway.limiter if gateway is not None else runner_extra(runner, "model")
                         control = RunControl(workers, workers, counters, out, model=model) if options.control else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
                                    gateway=gateway, control=control)
-                        units = _Units(check, done, epochs, batch_eval, call_budget(gateway))
+                        units = _Units(check, done, epochs, batch_eval,
+                                       call_budget(gateway) or runner_extra(runner, "call_budget"))
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
                             if control is not None:
@@ -388,8 +395,8 @@ async def _run_locked(
                             stopped = units.stopped or ("budget" if run.cut else None)
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed, cut = tally.run_lines, run.cut
-                if gateway is not None:
-                    model_totals = gateway.summary()
+                model_totals = gateway.summary() if gateway is not None else runner_extra(runner, "model_totals")
+                if model_totals is not None:
                     if model_totals["budget"] is not None:
                         model_totals["budget"]["cut_items"] = cut
             writer.check()  # the runtimes are closed: nothing of this run may have changed it since

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..eval import RescoreError, load_results
+from ..results import replaced_atomically
 from ._common import fail
 from ._paths import Paths
 
@@ -54,13 +53,7 @@ def main(args: argparse.Namespace) -> int:
         return fail(exc)
     except OSError as exc:
         return fail(f"{exc.filename or args.results}: {exc.strerror or exc}")
-    handle = tempfile.NamedTemporaryFile("wb", dir=out.parent, prefix=f".{out.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            handle.write(encoded)
-        os.replace(handle.name, out)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
+    with replaced_atomically(out) as handle:
+        handle.write(encoded)
     print(f"wrote {len(frame)} rows x {len(frame.names)} columns to {args.out}")
     return 0

@@ -146,15 +146,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-TERM_AS_INTERRUPT = ("run", "score", "compare")
+TERM_AS_INTERRUPT = ("run", "score", "compare", "view")
 """The commands SIGTERM stops as Ctrl-C does (cleaning up: temporary files removed, workers and
-runtimes closed), exiting 143 (docs/batch.md#exit-status); ``batch`` handles SIGTERM itself."""
+runtimes closed), exiting 143 (docs/batch.md#exit-status); ``batch`` and ``fake-model`` handle
+SIGTERM themselves."""
 
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt(terminated: list[bool], active: bool) -> Iterator[None]:
     """While the block runs, SIGTERM is turned into SIGINT (which trio delivers safely as
-    KeyboardInterrupt) and noted in ``terminated``. Only in the main thread; else nothing."""
+    KeyboardInterrupt) and noted in ``terminated``. Only in the main thread; else nothing.
+
+    A process started with SIGINT ignored (a background job of a shell script) gets Python's
+    SIGINT handler for the block, or the SIGINT it sends itself would be lost and SIGTERM would
+    not stop it; SIGINT then stops it too."""
     if not active or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -164,10 +169,15 @@ def _sigterm_as_interrupt(terminated: list[bool], active: bool) -> Iterator[None
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
         "folder searched for them; default the current directory): the runs, each run's summary and items (server-side "
         "paging, sorting and filtering), each item's whole conversation from its transcript, and the comparison of two "
         "runs. Pages follow a results file as it grows. Every request needs the access token of the printed URL. "
-        "Exit status: 0 stopped (Ctrl-C), 2 bad arguments or input.",
+        "Exit status: 130 stopped by Ctrl-C, 143 by SIGTERM, 2 bad arguments or input.",
     )
     parser.add_argument("inputs", nargs="*", metavar="PATH", help="results file (.jsonl) or folder holding them")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
@@ -67,9 +67,7 @@ def main(args: argparse.Namespace) -> int:
             webbrowser.open(url)
 
     try:
-        trio.run(lambda: serve(chosen, sock, on_ready=ready))
-    except KeyboardInterrupt:
-        return 0
+        trio.run(lambda: serve(chosen, sock, on_ready=ready))  # Ctrl-C and SIGTERM: dsh-orchestra's main
     finally:
         sock.close()
     return 0

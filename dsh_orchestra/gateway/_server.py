@@ -40,6 +40,8 @@ UPSTREAM_LIMITS: Final = httpx.Limits(max_connections=None, max_keepalive_connec
 _FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
                                   b"accept-encoding", b"transfer-encoding", b"keep-alive"})
 USAGE_EVENTS: Final = frozenset({"message_start", "message_delta"})
+SETTLE_WAIT: Final = 2.0
+"""Seconds :meth:`Gateway.settled` waits at most for a session's calls to be counted."""
 PARENT: Final = re.compile(r'Your parent agent id is "([^"]+)"')
 
 log = logging.getLogger("dsh_orchestra.gateway")
@@ -111,6 +113,8 @@ class Gateway:
         self._rng = rng or random.Random()
         self._port: int | None = None
         self._ssl: ssl.SSLContext | None = None  # built once, shared by the connections' upstream clients
+        self.open: dict[str, int] = {}  # root session -> its calls not yet counted to the end
+        self._ended = trio.Event()  # set (and replaced) as each call ends
 
     def __repr__(self) -> str:
         return f"Gateway(upstream={self.upstream!r}, port={self._port})"
@@ -134,6 +138,16 @@ class Gateway:
     def stats_of(self, session_id: str) -> CallStats:
         """The counters of a session and its subagents (a zero one if they made no call)."""
         return self.sessions.get(session_id) or self.new_stats()
+
+    async def settled(self, session_id: str, *, wait: float = SETTLE_WAIT) -> None:
+        """Return once no call of ``session_id`` (or its subagents) is still being counted, or
+        after ``wait`` seconds. A runtime may end its turn (and its item be taken) as soon as the
+        last byte of an answer reached it, a moment before the gateway counted that call."""
+        if session_id not in self.open:
+            return
+        with trio.move_on_after(wait):
+            while session_id in self.open:
+                await self._ended.wait()
 
     def take(self, session_id: str) -> CallStats:
         """:meth:`stats_of`, forgotten here (an item's line is written once)."""
@@ -216,7 +230,15 @@ class Gateway:
         epoch = self._resolve(session, payload)
         root = self.roots.get(session, session)
         stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
-        await _Call(self, peer, upstream, request, body, payload, root, stats, epoch).run()
+        self.open[root] = self.open.get(root, 0) + 1
+        try:
+            await _Call(self, peer, upstream, request, body, payload, root, stats, epoch).run()
+        finally:
+            left = self.open.pop(root) - 1
+            if left:
+                self.open[root] = left
+            self._ended.set()
+            self._ended = trio.Event()
 
     def _resolve(self, session: str, payload: dict[str, Any]) -> int | None:
         """Map a subagent to its root session (its first message names its parent); its epoch."""

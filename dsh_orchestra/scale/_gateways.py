@@ -28,15 +28,18 @@ import trio
 
 from .._logging import register_secrets
 from ..gateway import (
-    AdaptiveLimiter, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
+    AdaptiveLimiter, CallStats, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
 )
 from ..runtime import RuntimeSpec
+from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget
 from ._refs import wait_ref
 
 log = logging.getLogger("dsh_orchestra.scale")
 
 START_WAIT = 120.0
 """Seconds a node gateway gets to start (its actor scheduled, its port bound, its first share)."""
+TAKE_WAIT = 30.0
+"""Seconds the driver waits for a node gateway's or the coordinator's answer (counts, status)."""
 TRACE_MAX = 20_000
 """Grants the coordinator remembers for ``snapshot()`` (tests and the summary)."""
 
@@ -60,16 +63,20 @@ class NodeGatewayConfig:
 
 
 class QuotaCoordinator:
-    """The Ray actor holding the run's ``QuotaLedger`` (calls are serialised: one at a time)."""
+    """The Ray actor holding the run's ``QuotaLedger`` and ``BudgetLedger`` (calls are serialised:
+    one at a time)."""
 
-    def __init__(self, concurrency: int | str, rate: float | None) -> None:
+    def __init__(self, concurrency: int | str, rate: float | None, budget: BudgetLedger | None = None) -> None:
         self.ledger = QuotaLedger(concurrency, rate=rate)
+        self.budget = budget
         self.started = time.monotonic()
         self.trace: list[tuple[float, str, int, float | None, int]] = []  # (t, node, limit, rate, in_flight)
+        self.in_flight: dict[str, int] = {}  # each node's calls in flight, as last reported
 
     def report(self, name: str, report: QuotaReport) -> QuotaGrant:
         """A node gateway's report; its grant."""
         now = time.monotonic() - self.started
+        self.in_flight[name] = report.in_flight
         grant = self.ledger.report(name, report, now)
         if len(self.trace) < TRACE_MAX:
             self.trace.append((round(now, 4), name, grant.limit, grant.rate, report.in_flight))
@@ -78,10 +85,30 @@ class QuotaCoordinator:
     def leave(self, name: str) -> None:
         """A node gateway closed: its share is freed."""
         self.ledger.leave(name)
+        self.in_flight.pop(name, None)
 
-    def set_total(self, total: int) -> None:
-        """Set the run's concurrency limit (``QuotaLedger.set_total``)."""
+    def spend(self, name: str, spending: Spending) -> RunSpending | None:
+        """A node gateway's spending; the run's (None: the run has no budget)."""
+        return self.budget.report(name, spending) if self.budget is not None else None
+
+    def set_total(self, total: int, adaptive: bool | None = None) -> dict[str, Any]:
+        """Set the run's concurrency limit (``QuotaLedger.set_total``; ``adaptive=False``: fixed
+        there, as ``ctl concurrency`` does); the ``status()`` after it.
+
+        Raises:
+            ValueError: ``total`` below 1.
+        """
         self.ledger.set_total(total, time.monotonic() - self.started)
+        if adaptive is not None:
+            self.ledger.adaptive = adaptive
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        """The run's concurrency limit now, whether it adapts, and the calls in flight on every node."""
+        self.ledger.expire(time.monotonic() - self.started)
+        live = self.ledger.members
+        return {"total": self.ledger.total, "adaptive": self.ledger.adaptive,
+                "in_flight": sum(n for name, n in self.in_flight.items() if name in live)}
 
     def snapshot(self) -> dict[str, Any]:
         """The ledger now: total, rate, window, members' grants and bounds, the limit's history, the grants so far."""
@@ -89,7 +116,10 @@ class QuotaCoordinator:
         return {"total": ledger.total, "rate": ledger.rate, "window": ledger.window, "adaptive": ledger.adaptive,
                 "members": {name: {"limit": m.limit, "reserved": m.reserved, "demand": m.demand,
                                    "reserved_rate": m.reserved_rate} for name, m in ledger.members.items()},
-                "history": list(ledger.history), "trace": list(self.trace)}
+                "history": list(ledger.history), "trace": list(self.trace),
+                "budget": None if self.budget is None else {
+                    "members": {name: attrs.asdict(s) for name, s in self.budget.members.items()},
+                    "reached_with": self.budget.reached_with}}
 
 
 class NodeGatewayActor:
@@ -132,16 +162,39 @@ class NodeGatewayActor:
         return [ray.put(route)]
 
     def stats(self) -> dict[str, Any]:
-        """The gateway's counters and its limiter: peak in flight, the limit (its share) over time."""
+        """The gateway's counters and its limiter: peak in flight, the limit (its share) over time;
+        ``counts``: its run totals as raw ``CallStats`` fields (summed over nodes by the driver);
+        ``spending``: its own budget spending (None without a budget)."""
         gateway = self._gateway
         if gateway is None:
             return {}
         limiter = gateway.limiter
         start = limiter.history[0][0]
+        budget = gateway.budget
         return {"node": self.ping(), "peak_in_flight": limiter.peak_in_flight, "limit": limiter.limit,
                 "rate": limiter.rate, "successes": limiter.successes, "limited": limiter.limited,
                 "limits": [[round(t - start, 4), limit] for t, limit in limiter.history],
-                "totals": gateway.totals.to_json(), "summary": gateway.summary()}
+                "totals": gateway.totals.to_json(), "summary": gateway.summary(), "counts": attrs.asdict(gateway.totals),
+                "spending": attrs.asdict(budget.spending()) if isinstance(budget, NodeBudget) else None}
+
+    def take(self, session_id: str) -> dict[str, Any]:
+        """A finished item's session: its ``model`` record (``Gateway.take``: its subagents' calls
+        included, forgotten here), ``cut`` (the budget refused one of its calls) and ``run`` (the
+        run's budget spending as this node knows it; None without a budget)."""
+        token = self._token
+        if token is None:
+            return {"model": None, "cut": False, "run": None}
+        return trio.from_thread.run(self._take, session_id, trio_token=token)
+
+    async def _take(self, session_id: str) -> dict[str, Any]:
+        gateway = self._gateway
+        assert gateway is not None
+        await gateway.settled(session_id)
+        budget = gateway.budget
+        cut = session_id in budget.cut
+        run = RunSpending(tokens=budget.run_tokens, cost=budget.run_cost, reached=budget.reached) \
+            if isinstance(budget, NodeBudget) else None
+        return {"model": gateway.take(session_id).to_json(), "cut": cut, "run": run}
 
     def close(self) -> None:
         """Stop the gateway (it leaves the coordinator first). Idempotent."""
@@ -169,8 +222,19 @@ class NodeGatewayActor:
         cache = ResponseCache(options.cache) if options.cache is not None else None
         limiter = AdaptiveLimiter(0, adaptive=False, minimum=0, maximum=1_000_000)  # the coordinator sets it
         gateway = Gateway(options, upstream=config.upstream, api_key=api_key, cache=cache, limiter=limiter)
+        budget = None
+        if gateway.budget.limited:  # the run's budget: this node's calls plus the others' (the coordinator sums)
+            budget = gateway.budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
         register_secrets([v for v in (api_key, gateway.token) if v])
         self._stop = trio.Event()
+
+        async def spend(spending: Spending) -> RunSpending | None:
+            try:
+                run: RunSpending | None = await wait_ref(coordinator.spend.remote(self.name, spending))
+            except Exception as exc:  # noqa: BLE001 - unreachable: keep counting here, ask again
+                log.warning("node gateway %s: the quota coordinator did not take its spending: %s", self.name, exc)
+                return None
+            return run
 
         async def exchange(report: QuotaReport) -> QuotaGrant | None:
             try:
@@ -184,6 +248,8 @@ class NodeGatewayActor:
             async with trio.open_nursery() as nursery:
                 await nursery.start(gateway.run)
                 await nursery.start(follow_quota, limiter, exchange)
+                if budget is not None:
+                    await nursery.start(follow_budget, budget, spend)
                 self._gateway = gateway
                 self._token = trio.lowlevel.current_trio_token()
                 self._ready.set()
@@ -227,8 +293,43 @@ class NodeGateways:
         self.coordinator = ray.remote(QuotaCoordinator).options(
             name=f"dsh-orchestra-{run_id}-quota", num_cpus=0, max_restarts=0, max_concurrency=1,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False), **self.actor_options,
-        ).remote(options.model_concurrency, options.model_rate)
+        ).remote(options.model_concurrency, options.model_rate, _budget_ledger(options))
         self.nodes: dict[str, _Node] = {}
+        self.model = RunModelLimit(self.coordinator, _first_total(options), adaptive=options.model_concurrency == "auto")
+        self.call_budget: NodeBudget | None = None  # the driver's view of the run's budget (as the nodes tell it)
+        if options.max_total_tokens is not None or options.max_total_cost is not None:
+            self.call_budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
+
+    async def take(self, node_id: str, session_id: str) -> dict[str, Any] | None:
+        """``NodeGatewayActor.take`` of ``node_id``'s gateway (None: it is not there or did not
+        answer); the run's spending it reports updates :attr:`call_budget`."""
+        node = self.nodes.get(node_id)
+        if node is None or node.route_box is None:
+            return None
+        try:
+            with trio.fail_after(TAKE_WAIT):
+                taken: dict[str, Any] = await wait_ref(node.actor.take.remote(session_id))
+        except Exception as exc:  # noqa: BLE001 - the node's gateway is gone (with its counts): no record
+            log.info("the model gateway %s did not give session %s's counts: %s", node.name, session_id, exc)
+            return None
+        if self.call_budget is not None and taken.get("run") is not None:
+            self.call_budget.learn(taken["run"])
+        return taken
+
+    async def summary(self) -> dict[str, Any] | None:
+        """The run's model totals over every node gateway (the shape of ``Gateway.summary()``):
+        counts summed over the gateways still there, the run's concurrency limit over time (the
+        coordinator's), the run's budget (None: no node gateway answered)."""
+        names = {node.name: node for node in self.nodes.values() if node.route_box is not None}
+        stats: dict[str, dict[str, Any]] = {}
+        for name, node in names.items():
+            try:
+                with trio.fail_after(TAKE_WAIT):
+                    stats[name] = await wait_ref(node.actor.stats.remote())
+            except Exception as exc:  # noqa: BLE001 - gone: its counts with it
+                log.info("the model gateway %s did not give its totals: %s", name, exc)
+        snapshot = await self.snapshot()
+        return model_summary(self.config.options, stats, snapshot)
 
     async def route_box(self, node_id: str) -> list[Any]:
         """``[ref]`` to the ``GatewayRoute`` of ``node_id``'s gateway (started here the first time).
@@ -309,6 +410,89 @@ class NodeGateways:
             self.ray.kill(self.coordinator, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - gone already
             log.debug("ray.kill(quota coordinator): %s", exc)
+
+
+class RunModelLimit:
+    """The run's model concurrency under Ray, for ``ctl concurrency``/``ctl status`` (what the local
+    run's ``AdaptiveLimiter`` offers there): ``set_limit`` sends the coordinator its new total
+    (fixed; it shares it out again), ``limit`` and ``in_flight`` are the coordinator's as last heard
+    (:meth:`follow` asks every ``every`` seconds)."""
+
+    def __init__(self, coordinator: Any, limit: int, *, adaptive: bool) -> None:
+        self.coordinator = coordinator
+        self.limit = limit
+        self.in_flight = 0
+        self.adaptive = adaptive
+
+    def set_limit(self, limit: int, *, adaptive: bool | None = None) -> None:
+        """Ask the coordinator for a run limit of ``limit`` (answered in order: later ``follow``
+        answers already carry it).
+
+        Raises:
+            ValueError: ``limit`` below 1.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"the limit must be an integer >= 1, not {limit!r}")
+        self.coordinator.set_total.remote(limit, adaptive)
+        self.limit = limit
+        if adaptive is not None:
+            self.adaptive = adaptive
+
+    def apply(self, status: dict[str, Any]) -> None:
+        """The coordinator's ``status()``."""
+        self.limit, self.in_flight, self.adaptive = status["total"], status["in_flight"], status["adaptive"]
+
+    async def follow(self, *, every: float = 0.5) -> None:
+        """Keep :attr:`limit` and :attr:`in_flight` current until cancelled."""
+        while True:
+            try:
+                with trio.fail_after(TAKE_WAIT):
+                    self.apply(await wait_ref(self.coordinator.status.remote()))
+            except Exception as exc:  # noqa: BLE001 - not heard this time: keep the last
+                log.debug("the quota coordinator's status: %s", exc)
+            await trio.sleep(every)
+
+
+def _first_total(options: GatewayOptions) -> int:
+    """The run's model concurrency limit at the start (``auto``: AIMD's start)."""
+    return QuotaLedger(options.model_concurrency).total
+
+
+def _budget_ledger(options: GatewayOptions) -> BudgetLedger | None:
+    if options.max_total_tokens is None and options.max_total_cost is None:
+        return None
+    return BudgetLedger(options.max_total_tokens, options.max_total_cost, priced=options.price is not None)
+
+
+def model_summary(options: GatewayOptions, stats: dict[str, dict[str, Any]],
+                  snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``Gateway.summary()``'s shape for a Ray run: ``stats`` (each node gateway's ``stats()``)
+    summed, the coordinator's limit history and budget (``snapshot``); ``nodes``: how many
+    gateways gave their counts."""
+    priced = options.price is not None
+    totals = CallStats(cost_usd=0.0 if priced else None, saved_cost_usd=0.0 if priced else None)
+    for node in stats.values():
+        for field, value in node["counts"].items():
+            if value is not None:
+                setattr(totals, field, (getattr(totals, field) or 0) + value)
+    history = [(0.0, _first_total(options)), *((t, limit) for t, limit in snapshot["history"])]
+    start = history[0][0]
+    budget = None
+    if snapshot.get("budget") is not None and _budget_ledger(options) is not None:
+        ledger = _budget_ledger(options)
+        assert ledger is not None
+        for name, spent in snapshot["budget"]["members"].items():
+            ledger.members[name] = Spending(**spent)
+        for name, node in stats.items():  # fresher than the last report
+            if node.get("spending") is not None:
+                ledger.members[name] = Spending(**node["spending"])
+        ledger.reached_with = snapshot["budget"]["reached_with"]
+        budget = ledger.to_json()
+    return {**totals.to_json(), "hit_rate": round(totals.cache_hits / totals.calls, 6) if totals.calls else None,
+            "concurrency": {"mode": "auto" if snapshot["adaptive"] else "fixed", "final": snapshot["total"],
+                            "min": min(limit for _, limit in history), "max": max(limit for _, limit in history),
+                            "changes": [[round(t - start, 3), limit] for t, limit in history[-100:]]},
+            "budget": budget, "nodes": len(stats)}
 
 
 def _head_node(ray: Any) -> str:

@@ -200,7 +200,19 @@ class RayRunner:
         self.first_failures: list[BaseException] = []
         self.replacements = 0
         self.live: dict[str, Any] = {}  # actor name -> handle, until killed
+        self.model_totals: dict[str, Any] | None = None  # the node gateways' totals, once the run ended
         self._changed = trio.Event()
+
+    @property
+    def model(self) -> Any:
+        """The run's model concurrency (``RunModelLimit``: ``ctl concurrency`` sets the quota
+        coordinator's total), or None without node gateways."""
+        return self.gateways.model if self.gateways is not None else None
+
+    @property
+    def call_budget(self) -> Any:
+        """The run's budget as the node gateways last told it (``NodeBudget``), or None without one."""
+        return self.gateways.call_budget if self.gateways is not None else None
 
     @property
     def capacity(self) -> int:
@@ -241,8 +253,14 @@ class RayRunner:
                       alone: bool = False) -> Attempt:
         slot = await self._acquire()
         actor = slot.actor
+        node = slot.infos[-1].node_id if slot.infos else ""
         try:  # ``alone``: a runtime of the actor's pool to itself
-            return await _wait_ref(actor.process.remote(item, session_id, workspace, alone))  # type: ignore[no-any-return]
+            attempt: Attempt = await _wait_ref(actor.process.remote(item, session_id, workspace, alone))
+            if self.gateways is not None:  # the session's model calls, as its node's gateway counted them
+                taken = await self.gateways.take(node, session_id)
+                if taken is not None:
+                    attempt = attrs.evolve(attempt, model=taken["model"], cut=taken["cut"])
+            return attempt
         except Exception as exc:
             kind, cause = self._classify(exc)
             if kind == "error":
@@ -305,6 +323,8 @@ class RayRunner:
         async with trio.open_nursery() as nursery:
             for slot in self.slots:
                 nursery.start_soon(supervise, slot)
+            if self.gateways is not None:
+                nursery.start_soon(self._follow_model)
             while not self.stop.is_set():
                 if not started and any(s.actor is not None for s in self.slots):
                     started = True
@@ -323,6 +343,13 @@ class RayRunner:
                 await self._changed.wait()
         if failure is not None:
             raise failure
+
+    async def _follow_model(self) -> None:
+        """Keep the run's model limit (``ctl status``) current until the run stops."""
+        assert self.gateways is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when_set, self.stop, nursery.cancel_scope)
+            await self.gateways.model.follow()
 
     async def _run_slot(self, slot: _Slot) -> Ended:
         """Start the slot's actor and serve until it is lost or the run ends."""
@@ -537,6 +564,9 @@ class RayExecutor:
             try:
                 async with serving(runner.run, close):
                     yield runner
+                if gateways is not None:  # the run ended: its model totals, before the gateways go
+                    with trio.move_on_after(60):
+                        runner.model_totals = await gateways.summary()
             finally:
                 runner.kill_all()
         finally:

@@ -106,6 +106,33 @@ def test_interrupted_130_and_terminated_143(tmp_path: Path, command: str, signum
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl")], "no temporary file left"
 
 
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_sigterm_stops_a_background_job_started_with_sigint_ignored(tmp_path: Path, command: str) -> None:
+    """A shell script's `cmd &` starts it with SIGINT ignored: SIGTERM must still stop it (143)."""
+    _files(tmp_path)
+    marker = tmp_path / "marker"
+    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "MARKER": str(marker), "PYTHONPATH": str(tmp_path)}
+    process = subprocess.Popen([*CLI, *COMMANDS[command]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509 - no threads yet
+    try:
+        deadline = time.monotonic() + 90
+        while not (marker.exists() or (command == "batch" and _sessions_started(tmp_path))):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)  # polling another process: no event to wait on
+        children = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"processes left behind: {alive}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, stderr
+    assert "dsh-orchestra: terminated" in stderr and "Traceback" not in stderr, stderr
+
+
 def _sessions_started(tmp_path: Path) -> bool:
     """True once the batch's runtime has started (its results lock is taken)."""
     return any(p.name.startswith("out.jsonl") for p in tmp_path.iterdir())

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import os
 import signal
@@ -327,8 +329,8 @@ def _real_model_script() -> Any:
 
 def comparable(line: dict[str, Any]) -> dict[str, Any]:
     """A result line without what may differ between two runs of one batch: timings, the
-    random session ids, the tool call ids, and the model gateway's counts (``model``: the local
-    run's gateway is on the driver; Ray actors each run their own and do not report them yet)."""
+    random session ids, the tool call ids, and the model gateway's counts (``model``: compared
+    apart, its timings differ)."""
     out = {k: v for k, v in line.items() if k not in ("duration_s", "session_id", "model")}
     out["approvals"] = [{k: v for k, v in a.items() if k != "call_id"} for a in line["approvals"]]
     out["subagents"] = [{k: v for k, v in s.items() if k != "child_session_id"} for s in line["subagents"]]
@@ -339,7 +341,9 @@ def comparable(line: dict[str, Any]) -> dict[str, Any]:
 async def test_real_runtime_on_ray_through_the_cli(ray_cluster: RayCluster, tmp_path: Path) -> None:
     """``batch --runtime dsh --ray ADDRESS``, offline against the scripted model: the same lines as the
     same command without ``--ray`` (timings aside); the policy reaches the actors' runtimes through
-    the relay (the allowed command's side effect is on disk, the audit says ``via: relay``)."""
+    the relay (the allowed command's side effect is on disk, the audit says ``via: relay``); each
+    line's ``model`` counts (its node gateway's) are the local run's, its calls what the model
+    answered for its session, and the summary's ``model`` totals add up over the nodes."""
     from dsh_orchestra.testing import open_fake_model
 
     write_dataset(tmp_path / "ds.jsonl", REAL_ITEMS)
@@ -365,6 +369,13 @@ async def test_real_runtime_on_ray_through_the_cli(ray_cluster: RayCluster, tmp_
         assert done[run].returncode == 1, done[run].stderr.decode()[-3000:]  # "bad" fails (HTTP 400), by design
     want, got = by_id(tmp_path / "local.jsonl"), by_id(tmp_path / "ray.jsonl")
     assert set(got) == set(want) == {item["id"] for item in REAL_ITEMS}  # every id once
+    counted = Counter(r.session_id for r in model.requests)
+    counts = ("calls", "upstream_calls", "cache_hits", "retries", "errors")
+    for i, line in got.items():
+        assert line["model"]["calls"] == counted[line["session_id"]] > 0, (i, line["model"])
+        assert {k: line["model"][k] for k in counts} == {k: want[i]["model"][k] for k in counts}, i
+        if i != "bad":  # its one call was answered 400: no stream timed
+            assert line["model"]["call_duration_s"] > 0 and line["model"]["time_to_first_token_s"] > 0, i
     assert {i: comparable(line) for i, line in got.items()} == {i: comparable(line) for i, line in want.items()}
     assert got["yes"]["final_response"] == "ran" and got["yes"]["approvals"][0]["outcome"] == "allowed-once"
     assert got["no"]["approvals"][0]["outcome"] == "rejected" and got["ask"]["questions"][0]["selected"] == ["fast"]
@@ -375,6 +386,11 @@ async def test_real_runtime_on_ray_through_the_cli(ray_cluster: RayCluster, tmp_
     summaries = {run: json.loads((tmp_path / f"summary-{run}.json").read_text()) for run in ("local", "ray")}
     for key in ("total", "ok", "error", "finish_reasons", "approval_outcomes", "usage"):
         assert summaries["ray"][key] == summaries["local"][key], key
+    ray_model, local_model = summaries["ray"]["model"], summaries["local"]["model"]
+    assert {k: ray_model[k] for k in (*counts, "input_tokens", "output_tokens")} == {
+        k: local_model[k] for k in (*counts, "input_tokens", "output_tokens")}
+    assert ray_model["calls"] == sum(line["model"]["calls"] for line in got.values())
+    assert ray_model["nodes"] == 1 and ray_model["concurrency"]["final"] >= 1 and ray_model["budget"] is None
     assert summaries["ray"]["usage"]["total_tokens"] > 0  # the model's usage reached the driver
     homes = sorted(p.name for p in tmp_path.glob("home-ray-*"))  # noqa: ASYNC240 - the runs have ended; nothing else runs
     assert homes == ["home-ray-0", "home-ray-1"]  # one DSH_HOME per actor, both used

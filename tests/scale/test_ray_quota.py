@@ -10,19 +10,26 @@ measures what reaches it: every answered request's start, end and session id.
   the total in flight at the model never exceeds the limit and reaches it, no 429, no node
   above the largest share the coordinator granted it; then B is removed while its load runs:
   the coordinator drops it, and C alone reaches the whole limit at the model.
+* ``test_one_token_budget_for_the_run_across_the_nodes``: ``max_total_tokens`` for the run;
+  both nodes spend until the run's total reaches it (neither alone does); then both refuse
+  every call, the model sees none, and the overshoot stays within the documented bound.
 * ``test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit``: ``batch --runtime dsh --ray``
   with ``--model-concurrency 3`` and one actor on each worker: one gateway per node (named
   actors), the model never above 3 in flight, no 429, every item ok, no key in any runtime's
-  environment, nothing of the run left in Ray.
+  environment, nothing of the run left in Ray; each line's ``model.calls`` is what the model
+  answered for its session, and the summary's totals add up over both nodes.
 
 Marked ``multinode`` (``pytest -m multinode`` runs them alone).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,6 +202,57 @@ async def test_the_nodes_share_one_limit_and_a_lost_nodes_share_goes_to_the_othe
                      if a["name"].startswith("dsh-orchestra-")]
 
 
+async def test_one_token_budget_for_the_run_across_the_nodes(nodes: Nodes) -> None:
+    """``max_total_tokens`` for the run: both nodes' gateways spend concurrently until the run's
+    total reaches it; each node alone spent less than the budget, yet both refuse every call from
+    then on (they learned the run's total from the coordinator), and the model sees no new call.
+    The overshoot stays within the calls in flight on all nodes plus those started within one
+    report interval (and its round trip): at most ``LIMIT`` places, each freed every 0.15 s."""
+    from dsh_orchestra.scale._budget import REPORT_EVERY
+    from dsh_orchestra.testing import open_fake_model, parse_script
+
+    nodes.restore_b()
+    b_id, c_id = str(nodes.b.node_id), str(nodes.c.node_id)
+    load = load_task()
+    budget = 900
+    async with open_fake_model(parse_script(SLOW), concurrency_limit=LIMIT) as model:
+        config = NodeGatewayConfig(options=GatewayOptions(model_concurrency=LIMIT, max_total_tokens=budget),
+                                   upstream=model.base_url)
+        gateways = NodeGateways(ray, "budgettest", config, KEY, actor_options={})
+        try:
+            with trio.fail_after(240):
+                routes = {node: ray.get((await gateways.route_box(node))[0]) for node in (b_id, c_id)}
+
+                def start(node: str, tag: str, seconds: float) -> Any:
+                    pinned = load.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+                    return pinned.remote(routes[node].base_url, routes[node].token, tag, LIMIT, seconds)
+
+                both = [start(b_id, "spend-b", 6.0), start(c_id, "spend-c", 6.0)]
+                statuses = [await wait_ref(ref) for ref in both]
+                assert all(s.get("400", 0) > 0 for s in statuses), statuses  # both nodes refused calls
+                refused = sum(s["400"] for s in statuses)
+                answered = len(model.requests)
+                stats = {node: await wait_ref(gateways.nodes[node].actor.stats.remote()) for node in (b_id, c_id)}
+                own = {node: stats[node]["spending"]["tokens"] for node in (b_id, c_id)}
+                assert all(0 < spent < budget for spent in own.values()), own  # neither alone reached it
+                per_call = max(stats[node]["spending"]["largest_call"] for node in (b_id, c_id))
+                total = sum(own.values())
+                assert total == answered * per_call and total >= budget
+                overshoot_calls = (total - budget) / per_call
+                assert overshoot_calls <= LIMIT * (1 + math.ceil(2 * REPORT_EVERY / 0.15)), (total, answered)
+                late = [start(b_id, "late-b", 1.0), start(c_id, "late-c", 1.0)]
+                statuses = [await wait_ref(ref) for ref in late]
+                assert all(set(s) == {"400"} for s in statuses), statuses  # every further call refused
+                assert len(model.requests) == answered  # none reached the model
+                summary = await gateways.summary()
+                assert summary is not None and summary["nodes"] == 2 and summary["upstream_calls"] == answered
+                run = summary["budget"]
+                assert run["reached"] and run["tokens"] == total and run["max_total_tokens"] == budget
+                assert run["refused_calls"] == refused + sum(s["400"] for s in statuses)  # each 400 a refusal
+        finally:
+            gateways.close()
+
+
 @pytest.mark.integration
 async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes, tmp_path: Path) -> None:
     from dsh_orchestra.testing import open_fake_model, parse_script
@@ -209,7 +267,8 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
         env["DEEPSEEK_BASE_URL"] = model.base_url
         args = ["batch", "ds.jsonl", "--out", "ray.jsonl", "--runtime", "dsh", "--dsh-home", str(tmp_path / "home-{actor}"),
                 "--workspace", str(tmp_path), "--score", "exact", "--concurrency", "8", "--retries", "0",
-                "--timeout", "120", "--no-progress", "--model-concurrency", "3", "--ray", nodes.cluster.address,
+                "--timeout", "120", "--no-progress", "--model-concurrency", "3", "--summary", "summary.json",
+                "--ray", nodes.cluster.address,
                 "--ray-actors", "2", "--ray-actor-resources", '[{"node_b": 1}, {"node_c": 1}]']
 
         async def watch() -> None:  # the runtimes' environments while they run
@@ -230,11 +289,15 @@ async def test_a_batch_on_two_nodes_through_the_cli_keeps_the_limit(nodes: Nodes
                                               capture_stderr=True, check=False)
             nursery.cancel_scope.cancel()
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    import json
 
     lines = [json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()]
     assert sorted(line["id"] for line in lines) == [item["id"] for item in items]
     assert all(line["status"] == "ok" and line["final_response"] == "slow answer" for line in lines)
+    counted = Counter(r.session_id for r in model.requests)  # each line's calls, as its node's gateway counted them
+    assert all(line["model"]["calls"] == counted[line["session_id"]] >= 1 for line in lines), lines
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["model"]["nodes"] == 2 and summary["model"]["calls"] == len(model.requests)  # summed over both
+    assert summary["model"]["concurrency"]["final"] == 3
     assert model.rate_limited == 0 and peak(model.spans) <= 3
     assert {r.api_key for r in model.requests} == {KEY}  # the gateways sent the real key upstream
     assert seen_envs, "no runtime process was seen"

@@ -48,7 +48,7 @@ def test_a_port_in_use(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--port" in bad.stderr
 
 
-def test_the_command_serves_and_prints_its_url(tmp_path: Path) -> None:
+def test_the_command_serves_prints_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
     results = tmp_path / "r.jsonl"
     results.write_bytes(orjson.dumps({"id": "a", "status": "ok"}) + b"\n")
     script = Path(sys.executable).with_name("dsh-orchestra")
@@ -62,9 +62,14 @@ def test_the_command_serves_and_prints_its_url(tmp_path: Path) -> None:
         assert len(token) >= 20
         with urllib.request.urlopen(f"{base}/api/runs?token={token}", timeout=30) as answer:  # noqa: S310 - loopback
             assert json.loads(answer.read())["runs"][0]["items"] == 1
+        process.terminate()  # SIGTERM stops it as Ctrl-C does: 143, one line, no traceback
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 143, err
+        assert "dsh-orchestra: terminated (SIGTERM)" in err and "Traceback" not in err
     finally:
-        process.terminate()
-        process.communicate(timeout=30)
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
 
 
 def get(v: RunningViewer, path: str, **params: str) -> Any:
