@@ -2,15 +2,20 @@
 
 The fake model runs as its own process (``python -m dsh_orchestra.testing fake-model``); for
 ``latency`` and ``throughput`` the gateway runs in a process of its own too
-(``bench/_gateway_process.py``), and the client (httpx on trio) in this one, so the gateway's
-CPU is not taken from the client's.
+(``bench/_gateway_process.py``), and the load comes from lean client processes
+(``bench/_gateway_client.py``: raw sockets, one selectors loop), several for 64 streams, so
+neither the client nor the gateway takes the other's CPU. ``GATEWAY_BENCH_BASELINE=DIR`` adds a
+third path: the gateway of another version (DIR holds its ``dsh_orchestra`` package).
 
-* ``latency``: one short answer (the default script's reply, 7 SSE frames) per request, p50
-  and p99 of the whole request (headers to the last byte), direct to the fake model and
-  through the gateway, at 1 and 64 concurrent streams, interleaved (direct, gateway, direct,
-  gateway); the gateway's added latency is the difference of the medians of the runs.
+* ``latency``: p50 and p99 of the whole request (written to the last byte), each path run
+  twice, interleaved; the added latency is the difference of the medians of the runs; CPU per
+  call (user + system) of the gateway, the model and the clients. Cases: 1 stream (400 calls,
+  no delay); 64 streams in 8 processes against a model that answers after
+  ``GATEWAY_BENCH_DELAY`` s (default 1) with a random think time as long before each call
+  (``GATEWAY_BENCH_CALLS`` timed calls per stream, default 16); 64 streams closed-loop (no
+  delay: saturation). ``GATEWAY_BENCH_CASES=0,1`` picks cases by index.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
-  whole, direct and through the gateway: MiB/s.
+  whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
 * ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
@@ -23,6 +28,7 @@ CPU is not taken from the client's.
   bucket's max(1, R) plus R x the span).
 
     python bench/gateway.py latency throughput goodput
+    GATEWAY_BENCH_BASELINE=/tmp/gw-base python bench/gateway.py latency throughput
     GATEWAY_BENCH_RATE=2 GATEWAY_BENCH_MODES=old,auto,rate python bench/gateway.py goodput
 """
 
