@@ -57,27 +57,34 @@ async def test_without_a_cache_the_stream_passes_byte_for_byte_and_usage_is_coun
 async def test_each_runtime_connection_has_one_upstream_client_closed_with_it(
         fake_model: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[httpx.AsyncClient] = []
-    original = Gateway.upstream_client
+    closed: list[trio.Event] = []  # set as each runtime connection's upstream side is closed
+    original, original_close = Gateway.upstream_client, _server._Upstream.aclose
 
     def counted(self: Gateway) -> httpx.AsyncClient:
         client = original(self)
         made.append(client)
         return client
 
+    async def noted(self: _server._Upstream) -> None:
+        await original_close(self)
+        closed[-1].set()
+
     monkeypatch.setattr(Gateway, "upstream_client", counted)
+    monkeypatch.setattr(_server._Upstream, "aclose", noted)
     with trio.fail_after(30):
         async with running_gateway(fake_model.base_url) as gateway:
             assert len(made) == 1 and made[0].is_closed  # made and closed at the start (imports httpx's transport)
             for connection in range(2):
+                closed.append(trio.Event())
                 async with httpx.AsyncClient(trust_env=False) as client:
                     for call in range(3):
                         await raw_answer(client, gateway.base_url, gateway.token, "hello", f"s{connection}-{call}")
                     assert len(made) == 2 + connection  # one for this connection's three calls
                     assert not made[-1].is_closed
-                with trio.fail_after(10):
-                    while not made[-1].is_closed:  # the runtime hung up: its upstream client is closed
-                        await trio.sleep(0.01)
+                await closed[-1].wait()  # the runtime hung up: its upstream client is closed
+                assert made[-1].is_closed
             # a connection that only ever got refused made no upstream client
+            closed.append(trio.Event())
             async with httpx.AsyncClient(trust_env=False) as client:
                 refused = await client.post(gateway.base_url + "/v1/messages", headers=headers("wrong", "x"),
                                             content=json.dumps(body()))
