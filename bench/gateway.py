@@ -19,13 +19,18 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
 * ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
-  its defaults (AIMD), ``old`` the same with the retry pause of the first release (the longer
+  its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
+  before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
+  ramps in the other gateway modes), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
   time, starting the runtimes included) and answers / (the requests the quota let through
   over the active span, from the first request that reached the model to the last: the
-  bucket's max(1, R) plus R x the span).
+  bucket's max(1, R) plus R x the span). The wall time is ``run_batch``'s alone (imports, the
+  fake model and the dataset come before it; the imports' time is printed apart, ``imports_s``),
+  cut in start-up (to the first request that reached the model), model-active (to the end of
+  the last answer) and tail (to ``run_batch`` returning), with the answers per half second.
 
     python bench/gateway.py latency throughput goodput
     GATEWAY_BENCH_BASELINE=/tmp/gw-base python bench/gateway.py latency throughput
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from functools import partial
 import statistics
 import subprocess
@@ -54,6 +60,8 @@ sys.path.insert(0, str(BENCH_DIR))
 from _common import machine  # noqa: E402
 
 from dsh_orchestra.gateway import Gateway, GatewayOptions  # noqa: E402
+
+IMPORTS_S = time.time() - psutil.Process().create_time()  # the interpreter's start and these imports, apart
 
 BODY = json.dumps({"model": "m", "stream": True, "max_tokens": 100,
                    "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello"}]}]}).encode()
@@ -192,11 +200,21 @@ def _old_pause(self: Gateway, attempt: int, retry_after: float | None) -> float:
     return backoff
 
 
+def _all_at_once(workers: int) -> Any:
+    """A start ramp open from the start (``auto-all``: the batch before the ramp)."""
+    from dsh_orchestra.batch._ramp import StartRamp
+
+    return StartRamp(workers, first=workers)
+
+
 async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
     from dsh_orchestra.batch import BatchOptions, run_batch
     from dsh_orchestra.runtime import RuntimeSpec
 
-    gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(),
+    import dsh_orchestra.batch._runner as runner_module
+    from dsh_orchestra.batch._ramp import StartRamp
+
+    gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(), "auto-all": GatewayOptions(),
                "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -209,24 +227,54 @@ async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
         saved = Gateway.pause
         if mode == "old":
             Gateway.pause = _old_pause  # type: ignore[method-assign]
+        if mode == "auto-all":  # every worker at once: the batch before the start ramp
+            runner_module.StartRamp = _all_at_once  # type: ignore[assignment,attr-defined]
+        elif os.environ.get("GATEWAY_BENCH_RAMP"):  # "FIRST,GROW": try other start ramps
+            first, grow = (int(n) for n in os.environ["GATEWAY_BENCH_RAMP"].split(","))
+            runner_module.StartRamp = partial(StartRamp, first=first, grow=grow)  # type: ignore[assignment,attr-defined]
         try:
-            start = time.perf_counter()
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            start = time.monotonic()
             summary = await run_batch(dataset, root / "out.jsonl", spec, options)
-            wall = time.perf_counter() - start
+            end = time.monotonic()
+            wall = end - start
+            after = resource.getrusage(resource.RUSAGE_SELF)
         finally:
             Gateway.pause = saved  # type: ignore[method-assign]
+            runner_module.StartRamp = StartRamp  # type: ignore[attr-defined]
     answers = summary.ok  # the default script answers each item in one model call
     model = summary.model or {}
     return {"mode": mode, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
             "batch_retries": summary.retries, "quota_used_wall": round(answers / (rate * wall), 3),
             "model": model and {k: model[k] for k in ("calls", "upstream_calls", "retries")},
             "concurrency": model and {k: model["concurrency"][k] for k in ("final", "min", "max")},
-            "load": os.getloadavg()[0]}
+            "cpu_s_this_process": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 2),
+            "monotonic": [start, end], "load": os.getloadavg()[0]}
+
+
+def breakdown(row: dict[str, Any], seen: dict[str, Any], rate: float) -> dict[str, Any]:
+    """The wall time of ``run_batch`` cut in three, on one clock (``time.monotonic``; the fake
+    model's times moved onto it by its ``monotonic_offset_s``): start-up (the call of
+    ``run_batch`` to the first request that reached the model: gateway, runtimes, their first
+    sessions), model-active (that request to the end of the last answer) and tail (that end to
+    ``run_batch`` returning: the runtimes closed, the summary). Also the answers in each half
+    second of the active span (the limiter's ramp at the start and its tail at the end)."""
+    start, end = row.pop("monotonic")
+    starts = [s + seen["monotonic_offset_s"] for s in seen.get("starts_s") or []]
+    if not starts:
+        return {}
+    first, last = starts[0], seen["last_end_s"] + seen["monotonic_offset_s"]
+    bins = [0] * (int((last - first) / 0.5) + 1)
+    for s in starts:
+        bins[int((s - first) / 0.5)] += 1
+    return {"startup_s": round(first - start, 2), "active_s": round(last - first, 2), "tail_s": round(end - last, 2),
+            "ideal_active_s": round(max(0.0, (len(starts) - max(1.0, rate)) / rate), 2),
+            "answers_per_half_second": bins}
 
 
 def main() -> None:
     parts = sys.argv[1:] or ["latency", "throughput", "goodput"]
-    print(json.dumps(machine()))
+    print(json.dumps({**machine(), "imports_s": round(IMPORTS_S, 2)}))
     script = Path(tempfile.mkdtemp()) / "long.toml"
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
     script.write_text('[[rules]]\nname = "long"\nmatch = "LONG"\nreply = "' + "x" * 2**20 + '"\n'
@@ -260,7 +308,8 @@ def main() -> None:
                 stop(quota)
             seen = json.loads(stats.read_text())
             span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
-            row["at_model"] = seen
+            row.update(breakdown(row, seen, rate))
+            row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
             # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
             row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
             print("goodput", json.dumps(row), flush=True)

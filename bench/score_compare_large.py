@@ -17,6 +17,11 @@ lines' responses (``exact`` 1 -> 0 on 10 % of the items and 0 -> 1 on 11 %: the 
     python bench/score_compare_large.py --items 100000 --runs 3 --resume
     python bench/score_compare_large.py --items 1000000 --runs 1
     python bench/score_compare_large.py --items 100000 --epochs 10 --runs 1 --only score
+    python bench/score_compare_large.py --items 100000 --runs 3 --continuous --baseline-src /tmp/base
+
+``--baseline-src TREE`` also times each command with the ``dsh_orchestra`` package of TREE (for
+instance ``git archive fc97e3f dsh_orchestra | tar -x -C /tmp/base``) first on ``PYTHONPATH``,
+interleaved with this tree's.
 """
 
 from __future__ import annotations
@@ -86,10 +91,13 @@ def _line(item_id: str, i: int, epoch: int | None, rnd: random.Random, exact: bo
     return line
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, float, float]:
-    """(wall s, user CPU s, peak RSS MiB) of one CLI command in a fresh process."""
+def timed(args: list[str], cwd: Path, source: str | None = None) -> tuple[float, float, float]:
+    """(wall s, user CPU s, peak RSS MiB) of one CLI command in a fresh process (with the package
+    of the tree ``source`` when given)."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [source, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(["/usr/bin/time", "-f", "%e %U %M", *CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+                          stderr=subprocess.PIPE, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{args[0]} exited {done.returncode}: {done.stderr[-2000:]}")
     wall, user, rss = done.stderr.strip().splitlines()[-1].split()
@@ -105,6 +113,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="also time batch --resume over a complete file")
     parser.add_argument("--only", choices=("score", "compare"), default=None, help="time one command only")
     parser.add_argument("--dir", default=None, help="write the files here (kept) instead of a temporary directory")
+    parser.add_argument("--baseline-src", default=None, help="also time each command with the package of this tree")
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="score-compare-large-") as temporary:
@@ -122,11 +131,16 @@ def main() -> None:
             commands = {args.only: commands[args.only]}
         if args.resume:
             commands["resume"] = ["batch", str(dataset), "--out", str(plain), "--resume", "--no-progress"]
-        trials: dict[str, list[tuple[float, float, float, float]]] = {kind: [] for kind in commands}
+        sources: list[tuple[str, str | None]] = [("", None)]
+        if args.baseline_src:
+            sources.append((" (baseline)", str(Path(args.baseline_src).resolve())))
+        trials: dict[str, list[tuple[float, float, float, float]]] = {
+            kind + label: [] for kind in commands for label, _ in sources}
         for _ in range(args.runs):
             for kind, command in commands.items():
-                wall, user, rss = timed(command, directory)
-                trials[kind].append((wall, user, rss, os.getloadavg()[0]))
+                for label, source in sources:
+                    wall, user, rss = timed(command, directory, source)
+                    trials[kind + label].append((wall, user, rss, os.getloadavg()[0]))
         for kind, values in trials.items():
             walls = [v[0] for v in values]
             print(f"{kind}: median {statistics.median(walls):.2f} s wall, user CPU "

@@ -48,6 +48,7 @@ from ._results import ResultsLock, ResultsWriter
 from ._summary import BatchSummary, Tally
 from ._workspaces import check_workspace_template
 from ._confine import confine_run
+from ._ramp import RAMP_FIRST, StartRamp, grow_on_ready
 
 log = logging.getLogger("dsh_orchestra.batch")
 
@@ -70,6 +71,7 @@ class _Run:
     control: RunControl | None = None
     cut: int = 0  # items cut short by the gateway's budget (no line written)
     deaths: Deaths = attrs.field(factory=Deaths)
+    ramp: StartRamp | None = None  # workers start a few at a time (with a gateway: ``_ramp``)
     # trio's clock (``trio.current_time()`` is its ``current_time()``, three calls deeper)
     clock: trio.abc.Clock = attrs.field(factory=trio.lowlevel.current_clock)
     _token: str = attrs.field(factory=lambda: uuid.uuid4().hex[:12], init=False)
@@ -209,7 +211,15 @@ def _write(run: _Run, line: ResultLine) -> None:
     run.progress.update()
 
 
-async def _worker(run: _Run, units: _Units) -> None:
+async def _worker(run: _Run, units: _Units, index: int = 0) -> None:
+    ramp = run.ramp
+    if ramp is not None and not ramp.open:  # worker ``index`` starts once the ramp lets it (``_ramp``)
+        await ramp.wait(index)
+        while not ramp.open:  # meanwhile each item that ends lets more workers start
+            if not await _ramped_item(run, units):
+                ramp.open_all()  # no item left: the workers still waiting find none and end
+                return
+            ramp.progress()
     # Each worker takes the next unit itself when it is free: no feeder task, no channel
     # rendezvous per item (two task steps each). ``next`` never waits, so the workers
     # cannot interleave inside it. The item's coroutine is awaited directly: every level between
@@ -229,6 +239,25 @@ async def _worker(run: _Run, units: _Units) -> None:
             control.in_flight[me] = f"{unit[0].id}#{unit[1]}" if run.options.epochs > 1 else unit[0].id
             await _run_item(run, *unit)
         finally:
+            control.release(me)
+
+
+async def _ramped_item(run: _Run, units: _Units) -> bool:
+    """One item of a worker started while the ramp is not open (False: none was left)."""
+    control = run.control
+    me = object()
+    if control is not None:
+        await control.acquire(me)
+    try:
+        unit = next(iter(units), None)
+        if unit is None:
+            return False
+        if control is not None:
+            control.in_flight[me] = f"{unit[0].id}#{unit[1]}" if run.options.epochs > 1 else unit[0].id
+        await _run_item(run, *unit)
+        return True
+    finally:
+        if control is not None:
             control.release(me)
 
 
@@ -381,17 +410,26 @@ async def _run_locked(
                         # ctl concurrency sets its limit too (Ray: the quota coordinator's total)
                         model = gateway.limiter if gateway is not None else runner_extra(runner, "model")
                         control = RunControl(workers, workers, counters, out, model=model) if options.control else None
+                        # with a gateway, workers start a few at a time: the runtimes' first model calls come sooner
+                        ramp = StartRamp(workers) if gateway is not None and workers > RAMP_FIRST else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
-                                   gateway=gateway, control=control)
+                                   gateway=gateway, control=control, ramp=ramp)
                         units = _Units(check, done, epochs, batch_eval,
                                        call_budget(gateway) or runner_extra(runner, "call_budget"))
                         async with trio.open_nursery() as outer:
                             outer.start_soon(progress.run)
                             if control is not None:
                                 note_control(out, await outer.start(control.serve))
-                            async with trio.open_nursery() as nursery:
-                                for _ in range(workers):
-                                    nursery.start_soon(_worker, run, units)
+                            if ramp is not None and gateway is not None:
+                                gateway.limiter.on_call = ramp.progress  # a new model call: more may start
+                                outer.start_soon(grow_on_ready, ramp, runner)  # so does each further runtime ready
+                            try:
+                                async with trio.open_nursery() as nursery:
+                                    for index in range(workers):
+                                        nursery.start_soon(_worker, run, units, index)
+                            finally:
+                                if gateway is not None:
+                                    gateway.limiter.on_call = None
                             stopped = units.stopped or ("budget" if run.cut else None)
                             outer.cancel_scope.cancel(reason="every item finished")
                         processed, cut = tally.run_lines, run.cut

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._params import Param, ParamError
 from ._frames import Comparison
-from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, parse_reducer
+from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
 from ._columns import ReducedRun, RunColumns, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
@@ -33,6 +33,7 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _LOG2 = math.log(2.0)
 _EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
+_TABLE_BYTES = 32 << 20  # the sign-flip test's subset-sum tables of 256 up to this size, of 16 beyond
 
 
 class CompareInputError(ParamError, ValueError):
@@ -103,22 +104,45 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     count = 0
     m = len(moving)
     total = float(moving.sum())
-    chunk = max(1, (1 << 21) // max(n, 1))
+    rows = max(1, (1 << 21) // max(n, 1))  # assignments per draw (the draws depend on it)
     # One random bit per difference, eight to a random byte (most significant bit first, as
     # numpy's unpackbits): a set bit keeps its sign, a clear one flips it, so the permuted sum is
     # 2 * (the kept differences) - (all of them). The kept sum of each group of eight is looked up
-    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products.
+    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products (two
+    # lookups, one per half byte in tables of 16, when the tables of 256 would pass 32 MiB:
+    # beyond 131,072 differences). The lookups go group by group (the draws of several chunks
+    # transposed), so that each group's table stays in cache, 2**18 lookups at a time.
     groups = (m + 7) // 8
+    width = 8 if groups * 256 * 8 <= _TABLE_BYTES else 4  # bits per lookup
+    parts, levels = 8 // width, 1 << width
     padded = np.zeros(groups * 8, dtype=np.float64)
     padded[:m] = moving
-    subsets = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)  # (256, 8)
-    table = (padded.reshape(groups, 8) @ subsets.T).ravel()  # table[g * 256 + byte]
-    offsets = np.arange(groups, dtype=np.intp) * 256
-    for start in range(0, permutations, chunk):
-        size = min(permutations, start + chunk) - start
-        drawn = rng.integers(0, 256, size=(size, groups), dtype=np.uint8)
-        kept = np.take(table, drawn + offsets).sum(axis=1)
-        count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
+    subsets = np.unpackbits(np.arange(levels, dtype=np.uint8)[:, None], axis=1)[:, 8 - width:].astype(np.float64)
+    table = (padded.reshape(groups * parts, width) @ subsets.T).ravel()  # table[part * levels + bits]
+    offsets = (np.arange(groups * parts, dtype=np.intp) * levels)[:, None]
+    batch = max(rows, (1 << 21) // (groups * parts))  # assignments looked up at once
+    drawn: list[Any] = []
+    held = 0
+    for start in range(0, permutations, rows):
+        size = min(permutations, start + rows) - start
+        drawn.append(rng.integers(0, 256, size=(size, groups), dtype=np.uint8))
+        held += size
+        if held + rows > batch or start + size >= permutations:
+            block = np.ascontiguousarray(np.concatenate(drawn).T)  # (groups, held), group-major
+            kept = np.zeros(held, dtype=np.float64)
+            span = max(1, (1 << 18) // (held * parts))  # groups looked up at once: 2 MiB of indices
+            for first in range(0, groups, span):
+                part = block[first:first + span]
+                if parts == 1:
+                    lookups = part.astype(np.intp)
+                else:  # the high half byte, then the low one
+                    lookups = np.empty((len(part) * 2, held), dtype=np.intp)
+                    np.right_shift(part, 4, out=lookups[0::2], casting="unsafe")
+                    np.bitwise_and(part, 15, out=lookups[1::2], casting="unsafe")
+                lookups += offsets[first * parts:(first + len(part)) * parts]
+                kept += np.take(table, lookups).sum(axis=0)
+            count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
+            drawn, held = [], 0
     return (count + 1) / (permutations + 1)
 
 
@@ -183,7 +207,7 @@ def _sorted_ids(ids: Any) -> list[str]:
 
 
 def compare_scorer(
-    pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int | None = None,
     clusters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``scorers`` entry of one scorer from its (id, base, candidate) pairs (both values
@@ -197,7 +221,7 @@ def compare_scorer(
 
 
 def compare_arrays(
-    ids: Any, base: Any, candidate: Any, *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    ids: Any, base: Any, candidate: Any, *, seed: int = 0, resamples: int | None = None,
     clusters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``compare_scorer`` of the pairs given as three numpy arrays of one length (ids, base
@@ -212,7 +236,8 @@ def compare_arrays(
 
         of_pair = [clusters[_text(i)] for i in ids.tolist()]
         differences = differences.tolist()
-        interval = cluster_bootstrap_ci(differences, of_pair, seed=seed, resamples=resamples) if n else None
+        interval = cluster_bootstrap_ci(differences, of_pair, seed=seed,
+                                        resamples=BOOTSTRAP_RESAMPLES if resamples is None else resamples) if n else None
         codes, g = cluster_codes(of_pair)
         sums = [0.0] * g
         for code, d in zip(codes, differences, strict=True):
@@ -260,6 +285,33 @@ def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any
     c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
     both = ~(np.isnan(b) | np.isnan(c))
     return compare_arrays(ids[both], b[both], c[both], seed=seed)
+
+
+def _draw_together(names: Sequence[str], pairing: tuple[Any, Any, Any], base: ReducedRun, candidate: ReducedRun,
+                   seed: int, with_runs: bool) -> None:
+    """Draw at once the bootstrap intervals that ``compare_runs`` asks next (``bootstrap_cis``
+    remembers them): per scorer the differences, the strict view's differences, and with
+    ``with_runs`` each run's own values (the leaderboard's). Samples of one length share their
+    index draws; every interval is the one ``bootstrap_ci`` gives alone, bit for bit."""
+    _, at_base, at_candidate = pairing
+    samples: list[Any] = []
+    for name in names:
+        b, c = base.values[name][at_base], candidate.values[name][at_candidate]
+        both = ~(np.isnan(b) | np.isnan(c))
+        samples.append(c[both] - b[both])
+        if base.overridden[name][at_base].any() or candidate.overridden[name][at_candidate].any():
+            b = (base.strict[name] if base.strict[name] is not None else base.values[name])[at_base]
+            c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
+            both = ~(np.isnan(b) | np.isnan(c))
+            samples.append(c[both] - b[both])
+        if with_runs:
+            for run in (base, candidate):
+                column = run.values[name]
+                samples.append(column[~np.isnan(column)])
+    # Only the samples with many distinct values draw indices; those with few are resampled as
+    # counts (cheap, remembered by their counts). A peek at the first 1,024 values tells most
+    # apart without sorting every sample: one that looks few but is not is drawn alone later.
+    bootstrap_cis([sample for sample in samples if len(np.unique(sample[:1024])) > 64], seed=seed)
 
 
 def _pair(base: ReducedRun, candidate: ReducedRun) -> tuple[Any, Any, Any, Any, Any]:
@@ -408,6 +460,8 @@ def compare_runs(
         raise CompareInputError(Param("base", spelled="base"), " and ", Param("candidate", spelled="candidate"),
                                 ": the two runs have no item id in common: nothing to pair")
     clusters = _run_clusters(base_run, candidate_run) if cluster_by is not None else None
+    if clusters is None:
+        _draw_together(names, (common, at_base, at_candidate), base_items, candidate_items, seed, _reduced is None)
     out_scorers: dict[str, Any] = {}
     for name in names:
         b, c = base_items.values[name][at_base], candidate_items.values[name][at_candidate]

@@ -1,16 +1,18 @@
 """Epoch reducers and metrics: mean, stderr (n - 1), a seeded percentile bootstrap ci95, pass@k.
 
-Pure: no trio, no I/O. numpy is imported only by ``bootstrap_ci``.
+Pure: no trio, no I/O (``bootstrap_cis`` remembers its last intervals). numpy is imported by the functions that use it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import math
 import operator
+import threading
 from array import array
-from collections import Counter
+from collections import Counter, OrderedDict
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
@@ -27,7 +29,12 @@ BOOTSTRAP_RESAMPLES = 10_000
 REDUCERS = ("mean", "max", "min", "mode")
 DEFAULT_REDUCER = "mean"
 _FEW_LEVELS = 64
-_CHUNK_CELLS = 1 << 21  # resampled values held at once by the bootstrap (16 MiB of int64 indices)
+_CHUNK_CELLS = 1 << 18  # resampled values held at once by the index bootstrap (2 MiB of int64 indices)
+_DRAW_BUDGET = 100_000_000  # index draws per interval above which the index bootstrap draws fewer resamples
+_MIN_RESAMPLES = 1_000  # ... but never fewer than these
+_REMEMBERED = 32  # intervals of the index bootstrap kept by bootstrap_cis
+_INTERVALS: OrderedDict[tuple[Any, ...], tuple[float, float]] = OrderedDict()
+_INTERVALS_LOCK = threading.Lock()  # (summaries may be computed in worker threads)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -142,41 +149,102 @@ def stderr(values: Sequence[float]) -> float | None:
     return math.sqrt(variance) / math.sqrt(n)
 
 
+def index_resamples(n: int) -> int:
+    """How many resamples the bootstrap draws by uniform indices for n values (more than 64
+    distinct): 10,000 up to n = 10,000, then ``max(1,000, 10**8 // n)``: at most 10**8 index
+    draws per interval up to n = 100,000 (5,000 at n = 20,000, 1,000 from n = 100,000 on)."""
+    return max(_MIN_RESAMPLES, min(BOOTSTRAP_RESAMPLES, _DRAW_BUDGET // max(n, 1)))
+
+
 def bootstrap_ci(
-    values: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95
+    values: Sequence[float], *, seed: int = 0, resamples: int | None = None, confidence: float = 0.95
 ) -> tuple[float, float] | None:
-    """A percentile bootstrap interval of the mean: ``resamples`` resamples of n values drawn
-    with replacement from ``values``, the mean of each, and their (1 - confidence) / 2 and
+    """A percentile bootstrap interval of the mean: resamples of n values drawn with
+    replacement from ``values``, the mean of each, and their (1 - confidence) / 2 and
     (1 + confidence) / 2 percentiles (linear interpolation). None for no values.
 
     Draws come from numpy's ``default_rng(seed)``: the same values and seed always give the
     same interval. Values with at most 64 distinct levels (scores 0/1, 0/0.5/1, ...) are
-    resampled as counts, ``multinomial(n, level frequencies)`` per resample, which has exactly
-    the distribution of n draws with replacement and costs O(levels) instead of O(n); other
-    values are resampled by n uniform indices per resample.
+    resampled as counts, ``multinomial(n, level frequencies)`` per resample (10,000), which has
+    exactly the distribution of n draws with replacement and costs O(levels) instead of O(n);
+    other values are resampled by n uniform indices per resample, ``index_resamples(n)`` of
+    them. ``resamples``, when given, is the number of resamples of either kind.
     """
-    if len(values) == 0:  # (a list or a numpy array)
-        return None
+    return bootstrap_cis([values], seed=seed, resamples=resamples, confidence=confidence)[0]
+
+
+def bootstrap_cis(
+    samples: Sequence[Sequence[float]], *, seed: int = 0, resamples: int | None = None, confidence: float = 0.95
+) -> list[tuple[float, float] | None]:
+    """``bootstrap_ci`` of each sample, bit for bit, with the uniform index draws made once for
+    every sample of one length (the draws depend on n and the seed only; each sample's values
+    are gathered at them). The intervals are remembered (the last 32, by the values' bytes,
+    seed and resamples), so a later ``bootstrap_ci`` of the same values draws nothing."""
     import numpy as np
 
-    data = np.asarray(values, dtype=np.float64)
-    n = len(data)
+    out: list[tuple[float, float] | None] = [None] * len(samples)
+    pending: dict[tuple[int, int], dict[tuple[Any, ...], tuple[Any, list[int]]]] = {}
+    for position, values in enumerate(samples):
+        if len(values) == 0:  # (a list or a numpy array)
+            continue
+        data = np.asarray(values, dtype=np.float64)
+        n = len(data)
+        levels, counts = np.unique(data, return_counts=True)
+        if len(levels) == 1:  # every resample is n copies of the one value: what the draws give, without them
+            only = float(n) * float(levels[0]) / n
+            out[position] = (only, only)
+        elif len(levels) <= _FEW_LEVELS:
+            out[position] = _counts_interval(tuple(levels.tolist()), tuple(counts.tolist()), seed,
+                                             BOOTSTRAP_RESAMPLES if resamples is None else resamples, confidence)
+        else:
+            count = index_resamples(n) if resamples is None else resamples
+            key = (hashlib.blake2b(data.tobytes(), digest_size=20).digest(), n, seed, count, confidence)
+            with _INTERVALS_LOCK:
+                known = _INTERVALS.get(key)
+                if known is not None:
+                    _INTERVALS.move_to_end(key)
+            if known is not None:
+                out[position] = known
+            else:
+                pending.setdefault((n, count), {}).setdefault(key, (data, []))[1].append(position)
+    for (n, count), group in pending.items():
+        keys = list(group)
+        intervals = _index_intervals([group[key][0] for key in keys], n, seed, count, confidence)
+        for key, interval in zip(keys, intervals, strict=True):
+            with _INTERVALS_LOCK:
+                _INTERVALS[key] = interval
+            for position in group[key][1]:
+                out[position] = interval
+        with _INTERVALS_LOCK:
+            while len(_INTERVALS) > _REMEMBERED:
+                _INTERVALS.popitem(last=False)
+    return out
+
+
+def _index_intervals(datas: Sequence[Any], n: int, seed: int, resamples: int,
+                     confidence: float) -> list[tuple[float, float]]:
+    """The percentile intervals of ``datas`` (numpy arrays of length n) by ``resamples`` draws of
+    n uniform indices from ``default_rng(seed)``, each array's values gathered at the same
+    indices. The indices come in chunks of ``max(1, 2**18 // n)`` resamples (2 MiB, in cache
+    beside the values); the chunks do not change the draws (numpy draws each index from the
+    generator's stream alone, 32 or 64 bits at a time: the recipe's ``2**21 // n`` gives the
+    same indices)."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
-    levels, counts = np.unique(data, return_counts=True)
-    if len(levels) == 1:  # every resample is n copies of the one value: what the draws give, without them
-        only = float(n) * float(levels[0]) / n
-        return only, only
-    if len(levels) <= _FEW_LEVELS:
-        return _counts_interval(tuple(levels.tolist()), tuple(counts.tolist()), seed, resamples, confidence)
-    means = np.empty(resamples, dtype=np.float64)
+    means = np.empty((len(datas), resamples), dtype=np.float64)
     chunk = max(1, _CHUNK_CELLS // n)
     for start in range(0, resamples, chunk):
         stop = min(resamples, start + chunk)
         picks = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = data[picks].mean(axis=1)
+        for index, data in enumerate(datas):
+            means[index, start:stop] = data[picks].mean(axis=1)
     tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
+    out = []
+    for resampled in means:
+        low, high = np.percentile(resampled, [tail, 100 - tail])
+        out.append((float(low), float(high)))
+    return out
 
 
 @functools.lru_cache(maxsize=256)  # scorers and groups often have the same counts (a summary asks 6 x 3 times)

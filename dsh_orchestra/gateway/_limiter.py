@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import math
+from typing import Callable
 
 import trio
 
@@ -54,6 +55,7 @@ class AdaptiveLimiter:
         self._queue: collections.deque[object] = collections.deque()
         self._fronts = 0  # retries at the head of the queue
         self._changed = trio.Event()
+        self.on_call: Callable[[], None] | None = None  # told of each new call as it joins the line (a batch's StartRamp)
         if rate is not None:
             self.set_rate(rate)
 
@@ -94,6 +96,8 @@ class AdaptiveLimiter:
         for ``release``. ``front``: go to the head of the line, behind the retries already there (a retry of a
         call that waited)."""
         me = object()
+        if not front and self.on_call is not None:
+            self.on_call()
         if front:  # behind the retries already waiting (in their order), ahead of every new call
             self._queue.insert(self._fronts, me)
             self._fronts += 1

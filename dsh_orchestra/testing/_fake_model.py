@@ -16,6 +16,7 @@ import math
 import re
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal, TypeAlias
@@ -506,7 +507,9 @@ def fake_model_main(port: int, script_path: str | None, rate_limit: str | None =
     """Serve ``script_path`` (or the default script) on ``port`` until SIGINT or SIGTERM;
     ``rate_limit`` (``R/s``, ``R/min``) answers 429 above that rate, ``concurrency_limit`` above
     that many requests in flight. ``stats``: a file to write, at exit, what reached the model
-    (JSON: answered, rate_limited, peak_in_flight, first_start_s, last_start_s, last_end_s).
+    (JSON: answered, rate_limited, peak_in_flight, first_start_s, last_start_s, last_end_s, the
+    answered requests' ``starts_s``, all on trio's clock, and ``monotonic_offset_s``: add it to
+    get ``time.monotonic()``, to line them up with another process's timestamps).
 
     Prints ``listening on http://127.0.0.1:PORT`` once ready. Returns 0 after a signal, 1 when
     the port cannot be bound, 2 when the script cannot be read or parsed.
@@ -539,5 +542,7 @@ async def _serve_until_signal(script: Script, port: int, rate: float | None = No
         data = {"answered": len(spans), "rate_limited": server.rate_limited, "peak_in_flight": server.peak_in_flight,
                 "first_start_s": min((s for s, _, _ in spans), default=None),
                 "last_start_s": max((s for s, _, _ in spans), default=None),
-                "last_end_s": max((e for _, e, _ in spans), default=None)}
+                "last_end_s": max((e for _, e, _ in spans), default=None),
+                "starts_s": sorted(s for s, _, _ in spans),
+                "monotonic_offset_s": time.monotonic() - trio.current_time()}
         await trio.Path(stats).write_text(json.dumps(data), encoding="utf-8")

@@ -1,0 +1,168 @@
+"""Where the goodput run's wall time goes before the first model call: a timeline.
+
+The run of ``bench/gateway.py goodput`` (200 items, 2 real runtimes, 64 in flight, a fake
+model with a quota of ``GATEWAY_BENCH_RATE`` requests a second), once, with timestamps from
+hooks wrapped around the orchestrator's own steps (monkeypatched here, nothing changes in the
+package): the gateway's start, each runtime's spawn (the bubblewrap probe included),
+``initialize`` sent and answered, the pool's first runtime ready, the first ``session/prompt``
+and ``session/wait`` of each runtime, the gateway's first request from a runtime, the model's
+first and last answer (the fake model's clock moved onto ``time.monotonic``), the pool's close.
+Every time is in seconds from the call of ``run_batch``.
+
+    python bench/goodput_startup.py [auto|auto-all|rate|none] [auto|bwrap|none]
+
+``auto-all``: the gateway's defaults with every worker started at once (the batch before its
+start ramp). The second argument is ``--sandbox`` (default: the spec's, ``auto``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import trio
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import dsh_orchestra.batch._local as local_module  # noqa: E402
+import dsh_orchestra.batch._runner as runner_module  # noqa: E402
+import dsh_orchestra.gateway._server as server_module  # noqa: E402
+import dsh_orchestra.runtime._actor as actor_module  # noqa: E402
+import dsh_orchestra.transport._connection as connection_module  # noqa: E402
+from dsh_orchestra.batch import BatchOptions, run_batch  # noqa: E402
+from dsh_orchestra.batch._ramp import StartRamp  # noqa: E402
+from dsh_orchestra.gateway import GatewayOptions  # noqa: E402
+from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
+
+from gateway import ENV, start_model, stop  # noqa: E402
+
+ORIGIN: list[float] = []
+EVENTS: list[tuple[float, str]] = []
+
+
+def mark(what: str) -> None:
+    EVENTS.append((time.monotonic() - ORIGIN[0], what))
+
+
+def hook() -> None:
+    """Wrap the orchestrator's start-up steps with ``mark``."""
+    gateway_for = runner_module.gateway_for  # type: ignore[attr-defined]
+
+    @asynccontextmanager
+    async def timed_gateway(*args: Any) -> AsyncIterator[Any]:
+        mark("gateway: starting")
+        async with gateway_for(*args) as value:
+            mark("gateway: listening")
+            yield value
+
+    runner_module.gateway_for = timed_gateway  # type: ignore[attr-defined,assignment]
+    pool_open = local_module.PoolExecutor.open
+
+    @asynccontextmanager
+    async def timed_pool(self: Any, *args: Any) -> AsyncIterator[Any]:
+        mark("pool: opening")
+        async with pool_open(self, *args) as value:
+            mark("pool: first runtime ready, items may start")
+            yield value
+            mark("pool: closing (every item done)")
+        mark("pool: closed (every runtime reaped)")
+
+    local_module.PoolExecutor.open = timed_pool  # type: ignore[method-assign,assignment]
+    spawn = actor_module.RuntimeActor._spawn
+
+    async def timed_spawn(self: Any, stack: Any) -> Any:
+        mark(f"{self.name}: spawning (sandbox set-up first)")
+        stream = await spawn(self, stack)
+        mark(f"{self.name}: process started")
+        return stream
+
+    actor_module.RuntimeActor._spawn = timed_spawn  # type: ignore[method-assign]
+    probe = actor_module.bwrap_problem  # type: ignore[attr-defined]
+
+    def timed_probe() -> str | None:
+        started = time.monotonic()
+        problem = probe()
+        EVENTS.append((started - ORIGIN[0], f"bubblewrap probe ({time.monotonic() - started:.3f} s)"))
+        return problem
+
+    actor_module.bwrap_problem = timed_probe  # type: ignore[attr-defined]
+    request = connection_module.Connection.request
+    seen: set[tuple[str, str]] = set()
+
+    async def timed_request(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        first = (self.name, method) not in seen and method in ("initialize", "session/prompt", "session/wait")
+        seen.add((self.name, method))
+        if first:
+            mark(f"{self.name}: first {method} sent")
+        result = await request(self, method, *args, **kwargs)
+        if first:
+            mark(f"{self.name}: first {method} answered")
+        return result
+
+    connection_module.Connection.request = timed_request  # type: ignore[method-assign]
+    respond = server_module.Gateway._respond
+    calls = [0]
+
+    async def timed_respond(self: Any, *args: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            mark("gateway: first request from a runtime")
+        await respond(self, *args)
+
+    server_module.Gateway._respond = timed_respond  # type: ignore[method-assign,assignment]
+
+
+def _all_at_once(workers: int) -> StartRamp:
+    return StartRamp(workers, first=workers)
+
+
+async def one_run(url: str, mode: str, rate: float, sandbox: str | None) -> Any:
+    gateway = {"none": None, "auto": GatewayOptions(), "auto-all": GatewayOptions(),
+               "rate": GatewayOptions(model_rate=rate)}[mode]
+    if mode == "auto-all":
+        runner_module.StartRamp = _all_at_once  # type: ignore[attr-defined,assignment]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "home").mkdir()
+        dataset = root / "ds.jsonl"
+        dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
+        spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=url, api_key="bench-key", env=ENV,
+                           handshake_timeout=120)
+        options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway, sandbox=sandbox)
+        ORIGIN.append(time.monotonic())
+        summary = await run_batch(dataset, root / "out.jsonl", spec, options)
+        mark("run_batch returned")
+    return summary
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
+    sandbox = sys.argv[2] if len(sys.argv) > 2 else None
+    rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))
+    hook()
+    stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+    model, url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
+    try:
+        summary = trio.run(one_run, url, mode, rate, sandbox)
+    finally:
+        stop(model)
+    seen = json.loads(stats.read_text())
+    offset = seen["monotonic_offset_s"] - ORIGIN[0]
+    if seen["starts_s"]:
+        EVENTS.append((seen["starts_s"][0] + offset, "model: first request answered"))
+        EVENTS.append((seen["last_end_s"] + offset, "model: last answer ended"))
+    print(json.dumps({"mode": mode, "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
+                      "load": os.getloadavg()[0]}))
+    for at, what in sorted(EVENTS):
+        print(f"{at:8.3f}  {what}")
+
+
+if __name__ == "__main__":
+    main()
