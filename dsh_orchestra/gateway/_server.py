@@ -486,14 +486,14 @@ class _Call:
                 raise
         if stop is not None:
             raise stop
+        self._count("upstream")  # counted before the runtime sees the end (it may look at the counts then)
+        self._count("input_tokens", self.usage.input_tokens)
+        self._count("output_tokens", self.usage.output_tokens)
+        self._cost("cost_usd", self.usage)
         if scan.sent_head:
             await self.peer.end()
         else:
             await self._head(response, scan.held, end=True)
-        self._count("upstream")
-        self._count("input_tokens", self.usage.input_tokens)
-        self._count("output_tokens", self.usage.output_tokens)
-        self._cost("cost_usd", self.usage)
         complete = scan.stopped and not reader.pending.strip()
         clean = not scan.errored
         cache = gateway.cache
