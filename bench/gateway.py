@@ -2,15 +2,20 @@
 
 The fake model runs as its own process (``python -m dsh_orchestra.testing fake-model``); for
 ``latency`` and ``throughput`` the gateway runs in a process of its own too
-(``bench/_gateway_process.py``), and the client (httpx on trio) in this one, so the gateway's
-CPU is not taken from the client's.
+(``bench/_gateway_process.py``), and the load comes from lean client processes
+(``bench/_gateway_client.py``: raw sockets, one selectors loop), several for 64 streams, so
+neither the client nor the gateway takes the other's CPU. ``GATEWAY_BENCH_BASELINE=DIR`` adds a
+third path: the gateway of another version (DIR holds its ``dsh_orchestra`` package).
 
-* ``latency``: one short answer (the default script's reply, 7 SSE frames) per request, p50
-  and p99 of the whole request (headers to the last byte), direct to the fake model and
-  through the gateway, at 1 and 64 concurrent streams, interleaved (direct, gateway, direct,
-  gateway); the gateway's added latency is the difference of the medians of the runs.
+* ``latency``: p50 and p99 of the whole request (written to the last byte), each path run
+  twice, interleaved; the added latency is the difference of the medians of the runs; CPU per
+  call (user + system) of the gateway, the model and the clients. Cases: 1 stream (400 calls,
+  no delay); 64 streams in 8 processes against a model that answers after
+  ``GATEWAY_BENCH_DELAY`` s (default 1) with a random think time as long before each call
+  (``GATEWAY_BENCH_CALLS`` timed calls per stream, default 16); 64 streams closed-loop (no
+  delay: saturation). ``GATEWAY_BENCH_CASES=0,1`` picks cases by index.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
-  whole, direct and through the gateway: MiB/s.
+  whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
 * ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
@@ -28,6 +33,7 @@ CPU is not taken from the client's.
   the last answer) and tail (to ``run_batch`` returning), with the answers per half second.
 
     python bench/gateway.py latency throughput goodput
+    GATEWAY_BENCH_BASELINE=/tmp/gw-base python bench/gateway.py latency throughput
     GATEWAY_BENCH_RATE=2 GATEWAY_BENCH_MODES=old,auto,rate python bench/gateway.py goodput
 """
 
@@ -45,7 +51,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import trio
 
@@ -76,28 +81,13 @@ def quantiles(values: list[float]) -> tuple[float, float]:
     return cuts[49] * 1000, cuts[98] * 1000
 
 
-async def load(url: str, key: str, streams: int, total: int, body: bytes = BODY) -> tuple[list[float], int]:
-    latencies: list[float] = []
-    size = 0
-    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
-    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=120) as client:
-        async def worker(count: int) -> None:
-            nonlocal size
-            for _ in range(count):
-                start = time.perf_counter()
-                async with client.stream("POST", url + "/v1/messages", content=body, headers={"x-api-key": key}) as response:
-                    async for chunk in response.aiter_raw():
-                        size += len(chunk)
-                latencies.append(time.perf_counter() - start)
-        async with trio.open_nursery() as nursery:
-            for _ in range(streams):
-                nursery.start_soon(worker, total // streams)
-    return latencies, size
-
-
-def start_gateway(upstream: str, concurrency: str = "128") -> tuple[subprocess.Popen[str], str, str]:
+def start_gateway(upstream: str, concurrency: str = "128", *,
+                  source: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
+    """The gateway in a process of its own; ``source``: a directory holding another version's
+    ``dsh_orchestra`` package to run instead (put first on its PYTHONPATH)."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": source}
     process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_process.py"), upstream, concurrency],
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     _, url, token = process.stdout.readline().split()
     return process, url, token
@@ -113,41 +103,91 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
-async def latency(model_url: str, gateway_url: str, token: str, gateway_pid: int) -> dict[str, Any]:
-    """Per path and stream count: p50/p99 of each of two interleaved runs; the added latency
-    (medians); and the gateway process's CPU time per call (user + system), which the machine's
-    load inflates far less than wall-clock latency."""
+def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup: int, body: Path,
+            think: float = 0.0) -> dict[str, Any]:
+    """``procs`` lean client processes (bench/_gateway_client.py) holding ``streams`` connections
+    between them, run to the end; their latencies, bytes and CPU merged."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    share = [streams // procs + (i < streams % procs) for i in range(procs)]
+    running = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_client.py"), host, port, key, str(n),
+                                 str(calls), str(warmup), str(body), str(think)], stdout=subprocess.PIPE, text=True)
+               for n in share if n]
+    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0}
+    for process in running:
+        out, _ = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"a client process failed ({process.returncode})")
+        row = json.loads(out)
+        merged["latencies"] += row["latencies"]
+        merged["bytes"] += row["bytes"]
+        merged["cpu_s"] += row["cpu_s"]
+        merged["calls"] += row["calls"]
+    return merged
+
+
+def write_body(text: str) -> Path:
+    path = Path(tempfile.mkdtemp()) / "body.json"
+    path.write_bytes(BODY.replace(b"Say hello", text.encode()))
+    return path
+
+
+Path_ = tuple[str, str, str, "subprocess.Popen[str] | None"]  # name, URL, key, the gateway process (None: direct)
+
+
+def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
+    """Per case (streams, client processes, the model's delay before answering): p50/p99 of
+    each of two interleaved runs (direct, gateway, direct, gateway), the added latency (the
+    difference of the medians of the runs), calls/s, and CPU per call (user + system) of the
+    gateway, the fake model and the clients, which the machine's load inflates far less than
+    wall-clock latency."""
+    delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
+    cases = [(1, 1, 0.0, 400), (64, 8, delay, int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))), (64, 8, 0.0, 40)]
+    wanted = os.environ.get("GATEWAY_BENCH_CASES")  # e.g. "0,1": a subset of the cases, by index
+    if wanted:
+        cases = [cases[int(i)] for i in wanted.split(",")]
+    bodies = {0.0: write_body("Say hello"), delay: write_body("Say SLOW")}
     out: dict[str, Any] = {}
-    for streams, total in ((1, 400), (64, 1280)):
-        runs: dict[str, list[tuple[float, float]]] = {"direct": [], "gateway": []}
-        cpu: list[float] = []
+    for streams, procs, wait, calls in cases:
+        case = f"{streams}x{procs}p_delay{wait:g}"
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in paths}
         for _ in range(2):  # interleaved twice
-            for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)):
-                await load(url, key, streams, min(total, 128))  # warm connections
-                before = cpu_s(gateway_pid)
-                lat, _ = await load(url, key, streams, total)
-                if name == "gateway":
-                    cpu.append((cpu_s(gateway_pid) - before) / len(lat) * 1000)
-                runs[name].append(quantiles(lat))
-        out[f"gateway_cpu_ms_per_call@{streams}"] = [round(c, 3) for c in cpu]
-        for name, pairs in runs.items():
-            out[f"{name}@{streams}"] = {"p50_ms": [round(p, 3) for p, _ in pairs], "p99_ms": [round(q, 3) for _, q in pairs]}
-        for index, stat in enumerate(("p50_ms", "p99_ms")):
-            direct = statistics.median(pair[index] for pair in runs["direct"])
-            through = statistics.median(pair[index] for pair in runs["gateway"])
-            out[f"added@{streams}_{stat}"] = round(through - direct, 3)
-        out[f"load@{streams}"] = os.getloadavg()[0]
+            for name, url, key, gateway in paths:
+                cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
+                start = time.perf_counter()
+                row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
+                              body=bodies[wait], think=wait)
+                wall = time.perf_counter() - start
+                p50, p99 = quantiles(row["latencies"])
+                per_call = 1000 / row["calls"]
+                runs[name].append({"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                                   "calls_s": round(row["calls"] / wall, 1),
+                                   "model_cpu_ms": round((cpu_s(model.pid) - cpu[0]) * per_call, 3),
+                                   "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3) if gateway else 0.0,
+                                   "client_cpu_ms": round(row["cpu_s"] * per_call, 3),
+                                   "load": round(os.getloadavg()[0], 2)})
+        out[case] = runs
+        for name, *_ in paths[1:]:
+            for stat in ("p50_ms", "p99_ms"):
+                direct = statistics.median(run[stat] for run in runs["direct"])
+                through = statistics.median(run[stat] for run in runs[name])
+                out[case][f"{name}_added_{stat}"] = round(through - direct, 3)
+        print("latency", case, json.dumps(out[case]), flush=True)
     return out
 
 
-async def throughput(model_url: str, gateway_url: str, token: str) -> dict[str, Any]:
+def throughput(paths: list[Path_]) -> dict[str, Any]:
+    """One stream reads a 1 MiB answer (16,384 SSE frames) whole, 3 times per run, runs
+    interleaved: MiB/s, and the gateway's CPU per MiB."""
     out: dict[str, Any] = {}
-    body = BODY.replace(b"Say hello", b"LONG")
-    for name, url, key in (("direct", model_url, "k"), ("gateway", gateway_url, token)) * 2:
+    body = write_body("LONG")
+    for name, url, key, gateway in paths * 2:
+        before = cpu_s(gateway.pid) if gateway else 0.0
         start = time.perf_counter()
-        _, size = await load(url, key, 1, 2, body)
-        rate = size / (time.perf_counter() - start) / 2**20
-        out.setdefault(f"{name}_MiB_s", []).append(round(rate, 3))
+        row = clients(url, key, streams=1, procs=1, calls=3, warmup=1, body=body)
+        mib = row["bytes"] / 2**20
+        out.setdefault(f"{name}_MiB_s", []).append(round(mib / (time.perf_counter() - start), 3))
+        if gateway:
+            out.setdefault(f"{name}_cpu_s_per_MiB", []).append(round((cpu_s(gateway.pid) - before) / mib, 4))
     out["load"] = os.getloadavg()[0]
     return out
 
@@ -236,17 +276,26 @@ def main() -> None:
     parts = sys.argv[1:] or ["latency", "throughput", "goodput"]
     print(json.dumps({**machine(), "imports_s": round(IMPORTS_S, 2)}))
     script = Path(tempfile.mkdtemp()) / "long.toml"
-    script.write_text('[[rules]]\nname = "long"\nmatch = "LONG"\nreply = "' + "x" * 2**20 + '"\n')
+    delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
+    script.write_text('[[rules]]\nname = "long"\nmatch = "LONG"\nreply = "' + "x" * 2**20 + '"\n'
+                      f'[[rules]]\nname = "slow"\nmatch = "SLOW"\ndelay = {delay}\n')
     if "latency" in parts or "throughput" in parts:
         model, url = start_model("--script", str(script))
-        gateway, gateway_url, token = start_gateway(url)
+        paths: list[Path_] = [("direct", url, "k", None)]
+        baseline = os.environ.get("GATEWAY_BENCH_BASELINE")  # another version's source tree, run side by side
         try:
+            for name, source in (("gateway", None), ("baseline", baseline)):
+                if name == "gateway" or source:
+                    process, gateway_url, token = start_gateway(url, source=source)
+                    paths.append((name, gateway_url, token, process))
             if "latency" in parts:
-                print("latency", json.dumps(trio.run(latency, url, gateway_url, token, gateway.pid)), flush=True)
+                print("latency", json.dumps(latency(model, paths)), flush=True)
             if "throughput" in parts:
-                print("throughput", json.dumps(trio.run(throughput, url, gateway_url, token)), flush=True)
+                print("throughput", json.dumps(throughput(paths)), flush=True)
         finally:
-            stop(gateway)
+            for *_, running in paths:
+                if running is not None:
+                    stop(running)
             stop(model)
     if "goodput" in parts:
         rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota

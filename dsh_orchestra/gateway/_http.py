@@ -35,9 +35,15 @@ class Peer:
             return True
         return False
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """Send the status line and headers of a streamed (chunked) response."""
-        await self._send(h11.Response(status_code=status, headers=headers))
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]], data: bytes = b"", *, end: bool = False) -> None:
+        """Send the status line and headers of a streamed (chunked) response, and ``data``
+        (its first bytes, if any) in the same write; ``end``: the end of the response too."""
+        events: list[Any] = [h11.Response(status_code=status, headers=headers)]
+        if data:
+            events.append(h11.Data(data=data))
+        if end:
+            events.append(h11.EndOfMessage())
+        await self._send(*events)
 
     async def send(self, data: bytes) -> None:
         if data:
@@ -48,17 +54,18 @@ class Peer:
 
     async def whole(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         """Send a complete response with a content-length."""
-        await self._send(h11.Response(status_code=status, headers=[*headers, (b"content-length", str(len(body)).encode())]))
-        await self.send(body)
-        await self.end()
+        head = h11.Response(status_code=status, headers=[*headers, (b"content-length", str(len(body)).encode())])
+        await self._send(head, h11.Data(data=body), h11.EndOfMessage()) if body else await self._send(head, h11.EndOfMessage())
 
     async def error(self, status: int, kind: str, text: str) -> None:
         """An Anthropic-style JSON error: ``{"type":"error","error":{"type","message"}}``."""
         body = json.dumps({"type": "error", "error": {"type": kind, "message": f"dsh-orchestra gateway: {text}"}}).encode()
         await self.whole(status, body, [(b"content-type", b"application/json")])
 
-    async def _send(self, event: Any) -> None:
-        data = self.connection.send(event)
+    async def _send(self, *events: Any) -> None:
+        """Frame ``events`` with h11 and write them in one ``send_all``."""
+        send = self.connection.send
+        data = send(events[0]) if len(events) == 1 else b"".join(send(event) or b"" for event in events)
         if data:
             await self.stream.send_all(data)
 

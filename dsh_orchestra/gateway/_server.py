@@ -14,6 +14,7 @@ import math
 import random
 import re
 import secrets
+import ssl
 from typing import Any, Final
 
 import attrs
@@ -34,6 +35,8 @@ LIMITED_STATUS: Final = frozenset({429, 529})
 BACKOFF_BASE: Final = 1.0
 """Seconds before the first retry of a limited call (then doubling), jittered to 50-100 %."""
 BACKOFF_MAX: Final = 30.0
+UPSTREAM_TIMEOUT: Final = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
+UPSTREAM_LIMITS: Final = httpx.Limits(max_connections=None, max_keepalive_connections=4)
 _FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
                                   b"accept-encoding", b"transfer-encoding", b"keep-alive"})
 USAGE_EVENTS: Final = frozenset({"message_start", "message_delta"})
@@ -97,6 +100,7 @@ class Gateway:
                  limiter: AdaptiveLimiter | None = None) -> None:
         self.options = options or GatewayOptions()
         self.upstream = upstream.rstrip("/")
+        self._messages_url = httpx.URL(self.upstream + "/v1/messages")  # parsed once, not per call
         self.token = "dsho-gw-" + secrets.token_urlsafe(24)
         self._api_key = api_key
         self.cache = cache
@@ -108,7 +112,7 @@ class Gateway:
         self.roots: dict[str, str] = {}  # subagent session id -> the session it was spawned from (at the top)
         self._rng = rng or random.Random()
         self._port: int | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._ssl: ssl.SSLContext | None = None  # built once, shared by the connections' upstream clients
         self.open: dict[str, int] = {}  # root session -> its calls not yet counted to the end
         self._ended = trio.Event()  # set (and replaced) as each call ends
 
@@ -164,24 +168,28 @@ class Gateway:
     async def run(self, *, task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
         listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
-        timeout = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         try:
-            async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
-                self._client = client
-                self._port = listeners[0].socket.getsockname()[1]
-                task_status.started(self)
-                await trio.serve_listeners(self._serve, listeners)
+            self._ssl = httpx.create_ssl_context(trust_env=False)
+            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
+            self._port = listeners[0].socket.getsockname()[1]
+            task_status.started(self)
+            await trio.serve_listeners(self._serve, listeners)
         finally:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
 
+    def upstream_client(self) -> httpx.AsyncClient:
+        """A new upstream client (one per runtime connection, see :class:`_Upstream`)."""
+        assert self._ssl is not None
+        return httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=False, verify=self._ssl)
+
     async def _serve(self, stream: trio.SocketStream) -> None:
         peer = Peer(stream)
+        upstream = _Upstream(self)
         try:
             while (received := await peer.receive()) is not None:
-                await self._respond(peer, *received)
+                await self._respond(peer, upstream, *received)
                 if not peer.reusable():
                     break
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError) as exc:
@@ -195,9 +203,11 @@ class Gateway:
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
         finally:
+            with trio.CancelScope(shield=True):
+                await upstream.aclose()
             await stream.aclose()
 
-    async def _respond(self, peer: Peer, request: h11.Request, body: bytes | None) -> None:
+    async def _respond(self, peer: Peer, upstream: _Upstream, request: h11.Request, body: bytes | None) -> None:
         presented = header(request, b"x-api-key") or (header(request, b"authorization") or "").removeprefix("Bearer ")
         if not hmac.compare_digest(presented.encode(), self.token.encode()):
             await peer.error(401, "authentication_error", "this request carries no valid gateway token")
@@ -222,7 +232,7 @@ class Gateway:
         stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
         self.open[root] = self.open.get(root, 0) + 1
         try:
-            await _Call(self, peer, request, body, payload, root, stats, epoch).run()
+            await _Call(self, peer, upstream, request, body, payload, root, stats, epoch).run()
         finally:
             left = self.open.pop(root) - 1
             if left:
@@ -288,6 +298,29 @@ def retry_after(headers: httpx.Headers) -> float | None:
     return None
 
 
+class _Upstream:
+    """The upstream client of one runtime connection, made at its first forwarded call.
+
+    A runtime's connection carries one call at a time, so its own client (one kept-alive
+    upstream connection) serves it: one client shared by every connection made httpcore's pool
+    scan all its idle connections (a readability poll each) at every request, half the
+    gateway's CPU at 64 streams (docs/benchmarks.md, "Gateway per-call cost").
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self._client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = self._gateway.upstream_client()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
 class _Retry(Exception):
     """An attempt that was rate-limited (or could not reach the provider): try again."""
 
@@ -301,15 +334,16 @@ class _Retry(Exception):
 class _Call:
     """One ``/v1/messages`` request from a runtime, answered from the cache or the provider."""
 
-    def __init__(self, gateway: Gateway, peer: Peer, request: h11.Request, body: bytes, payload: dict[str, Any],
-                 session: str, stats: CallStats, epoch: int | None) -> None:
+    def __init__(self, gateway: Gateway, peer: Peer, upstream: _Upstream, request: h11.Request, body: bytes,
+                 payload: dict[str, Any], session: str, stats: CallStats, epoch: int | None) -> None:
         self.gateway = gateway
         self.peer = peer
+        self.upstream = upstream
         self.request = request
         self.body = body
         self.stats = stats
         self.root = session  # the item's session (a subagent's calls count to the session at its top)
-        self.key = cache_key(payload, epoch=epoch)
+        self.key = cache_key(payload, epoch=epoch) if gateway.cache is not None else ""  # only a cache needs it
         self.started = trio.current_time()
         self.first_token: float | None = None
         self.usage = Usage()
@@ -380,7 +414,6 @@ class _Call:
         """One try upstream (``retry``: at the head of the line); False when the budget refused it (answered, nothing sent)."""
         gateway = self.gateway
         limiter = gateway.limiter
-        assert gateway._client is not None
         ticket = await limiter.acquire(front=retry)
         budget = gateway.budget
         if budget.reached:  # reached while this call waited for a place
@@ -391,9 +424,10 @@ class _Call:
         budget.in_flight += 1  # from here until it ends, the call may overshoot the budget
         try:
             try:
-                request = gateway._client.build_request("POST", gateway.upstream + "/v1/messages",
-                                                        headers=gateway.forward_headers(self.request), content=self.body)
-                response = await gateway._client.send(request, stream=True)
+                client = self.upstream.get()
+                request = client.build_request("POST", gateway._messages_url,
+                                               headers=gateway.forward_headers(self.request), content=self.body)
+                response = await client.send(request, stream=True)
             except httpx.TransportError as exc:
                 reason = f"the model provider cannot be reached ({type(exc).__name__}: {exc})"
                 if not last:
@@ -430,18 +464,20 @@ class _Call:
 
     async def _stream(self, response: httpx.Response, *, last: bool) -> str:
         """Pass the SSE stream through; hold back ``message_start`` until the next event shows
-        whether the provider is overloaded after all (then retry, nothing sent yet)."""
-        reader = SseReader(COUNTED)
-        held: list[bytes] = []
-        sent_head = False
-        stored: list[bytes] = []
+        whether the provider is overloaded after all (then retry, nothing sent yet). Chunks are
+        kept only when the cache stores answers; otherwise they are only split into events, and
+        only the usage and error events decoded."""
+        gateway = self.gateway
+        storing = gateway.cache is not None and gateway.options.cache_mode in ("use", "record")
+        reader = SseReader(None if storing else COUNTED)  # storing: every event decoded, so only clean streams are stored
+        scan = _Scan(self, response, reader, storing, last=last)
         stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
         try:
             async for chunk in response.aiter_raw():
                 if stop is not None:
                     continue
                 try:
-                    sent_head = await self._pass(response, chunk, reader, held, stored, sent_head, last=last)
+                    await scan.chunk(chunk)
                 except (_Retry, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     stop = exc  # close the stream; its (nested) iterators then end instead of being dropped
                     await response.aclose()
@@ -450,52 +486,76 @@ class _Call:
                 raise
         if stop is not None:
             raise stop
-        if not sent_head:
-            await self._head(response, held)
-        await self.peer.end()
-        self._count("upstream")
+        self._count("upstream")  # counted before the runtime sees the end (it may look at the counts then)
         self._count("input_tokens", self.usage.input_tokens)
         self._count("output_tokens", self.usage.output_tokens)
         self._cost("cost_usd", self.usage)
-        body = b"".join(stored)
-        cache = self.gateway.cache
-        storing = cache is not None and self.gateway.options.cache_mode in ("use", "record")
-        events = SseReader(None if storing else COUNTED).feed(body)  # every event decoded only to store it
-        complete = any(e.name == "message_stop" for e in events) and not reader.pending.strip()
-        clean = not any(e.name == "error" or (storing and e.data is None and e.name != "ping") for e in events)
+        if scan.sent_head:
+            await self.peer.end()
+        else:
+            await self._head(response, scan.held, end=True)
+        complete = scan.stopped and not reader.pending.strip()
+        clean = not scan.errored
+        cache = gateway.cache
         if cache is not None and storing and complete and clean:
             headers = [(k.decode(), v.decode("latin-1")) for k, v in passed_headers(response.headers)]
-            await cache.aput(self.key, Entry(body=body, headers=headers, input_tokens=self.usage.input_tokens,
+            await cache.aput(self.key, Entry(body=b"".join(scan.stored), headers=headers, input_tokens=self.usage.input_tokens,
                                              output_tokens=self.usage.output_tokens))
-        return "ok" if clean else "limited" if any(overloaded_event(e) for e in events) else "other"
+        return "ok" if clean else "limited" if scan.overloaded else "other"
 
-    async def _pass(self, response: httpx.Response, chunk: bytes, reader: SseReader, held: list[bytes],
-                    stored: list[bytes], sent_head: bool, *, last: bool) -> bool:
-        """Count and pass on one chunk (held back until the first event after ``message_start``);
-        returns whether the response head has been sent."""
-        events = reader.feed(chunk)
-        budget = self.gateway.budget
-        for event in events:
-            if event.name in USAGE_EVENTS:
-                before = attrs.evolve(self.usage)
-                self.usage.update(event)
-                budget.charge(before, self.usage)
-            if overloaded_event(event) and not sent_head and not last:
-                raise _Retry("the provider is overloaded (in-band error)", retry_after(response.headers))
-            if self.first_token is None and event.name == "content_block_delta":
-                self.first_token = trio.current_time()
-        stored.append(chunk)
-        if sent_head:
-            await self.peer.send(chunk)
-            return True
-        held.append(chunk)
-        if any(e.name not in ("message_start", "ping") for e in events):
-            await self._head(response, held)
-            return True
-        return False
-
-    async def _head(self, response: httpx.Response, held: list[bytes]) -> None:
-        await self.peer.start(200, passed_headers(response.headers))
-        await self.peer.send(b"".join(held))
+    async def _head(self, response: httpx.Response, held: list[bytes], *, end: bool = False) -> None:
+        """The response head with the chunks held so far, in one write (``end``: the end of the answer too)."""
+        await self.peer.start(200, passed_headers(response.headers), b"".join(held), end=end)
         held.clear()
+
+
+class _Scan:
+    """What one upstream stream showed so far, chunk by chunk: usage (charged to the budget as
+    it grows), the first token, ``message_stop``, errors; and whether the head was sent."""
+
+    def __init__(self, call: _Call, response: httpx.Response, reader: SseReader, storing: bool, *, last: bool) -> None:
+        self.call = call
+        self.response = response
+        self.reader = reader
+        self.storing = storing  # keep the chunks, and count an undecodable event as an error
+        self.last = last
+        self.held: list[bytes] = []  # chunks up to the first event after message_start
+        self.stored: list[bytes] = []
+        self.sent_head = False
+        self.stopped = False  # message_stop seen
+        self.errored = False  # an error event (or, storing, an event whose data is not JSON)
+        self.overloaded = False
+
+    async def chunk(self, chunk: bytes) -> None:
+        """Count and pass on one chunk (held back until the first event after ``message_start``)."""
+        call = self.call
+        events = self.reader.feed(chunk)
+        for event in events:
+            name = event.name
+            if name in USAGE_EVENTS:
+                before = attrs.evolve(call.usage)
+                call.usage.update(event)
+                call.gateway.budget.charge(before, call.usage)
+            elif name == "content_block_delta":
+                if call.first_token is None:
+                    call.first_token = trio.current_time()
+            elif name == "message_stop":
+                self.stopped = True
+            elif name == "error":
+                self.errored = True
+                if overloaded_event(event):
+                    self.overloaded = True
+                    if not self.sent_head and not self.last:
+                        raise _Retry("the provider is overloaded (in-band error)", retry_after(self.response.headers))
+            if self.storing and event.data is None and name != "ping":
+                self.errored = True
+        if self.storing:
+            self.stored.append(chunk)
+        if self.sent_head:
+            await call.peer.send(chunk)
+            return
+        self.held.append(chunk)
+        if any(e.name not in ("message_start", "ping") for e in events):
+            self.sent_head = True
+            await call._head(self.response, self.held)
 

@@ -60,16 +60,16 @@ class SseReader:
 
 def _parse(raw: bytes, names: frozenset[str] | None) -> Event:
     name = "message"
-    data_lines: list[str] = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        if line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data_lines.append(line[5:].lstrip(" "))
+    data_lines: list[bytes] = []
+    for line in raw.splitlines():  # CR, LF or CRLF (the SSE line ends); bytes, so nothing is decoded in vain
+        if line.startswith(b"event:"):
+            name = line[6:].strip().decode("utf-8", errors="replace")
+        elif line.startswith(b"data:"):
+            data_lines.append(line[5:].lstrip(b" "))
     if names is not None and name not in names:
         return Event(name=name, data=None, raw=raw)
     try:
-        data = json.loads("\n".join(data_lines)) if data_lines else None
+        data = json.loads(b"\n".join(data_lines).decode("utf-8", errors="replace")) if data_lines else None
     except ValueError:
         data = None
     return Event(name=name, data=data, raw=raw)
