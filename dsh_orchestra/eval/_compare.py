@@ -23,7 +23,7 @@ import numpy as np
 
 from .._params import Param, ParamError
 from ._frames import Comparison
-from ._metrics import BOOTSTRAP_RESAMPLES, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
+from ._metrics import BOOTSTRAP_RESAMPLES, array_stderr, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
 from ._columns import AllOk, ReducedRun, RunColumns, _fsum as _fsum, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
 from ._multiple import DEFAULT_CORRECTION, adjust_pvalues
@@ -191,17 +191,6 @@ def reduce_items_strict(
     return reduce_run(run_columns(lines), names, chosen).as_dicts(names)
 
 
-def _stderr(values: Any) -> float | None:
-    """``stderr`` of a numpy array, bit for bit: the same deviations and products, elementwise,
-    and the same exactly rounded sums (``math.fsum``), without a list of them."""
-    n = len(values)
-    if n < 2:
-        return None
-    centre = math.fsum(values) / n
-    deviations = values - centre
-    return math.sqrt(math.fsum(deviations * deviations) / (n - 1)) / math.sqrt(n)
-
-
 def _sorted_ids(ids: Any) -> list[str]:
     return [_text(i) for i in np.sort(ids).tolist()]
 
@@ -230,7 +219,7 @@ def compare_arrays(
     mean_base = math.fsum(base) / n if n else None  # (fsum over the arrays: no list of a million floats)
     mean_candidate = math.fsum(candidate) / n if n else None
     differences = candidate - base
-    extra: dict[str, Any] = {"stderr": _stderr(differences)}
+    extra: dict[str, Any] = {"stderr": array_stderr(differences)}
     if clusters is not None:
         from ._cluster import cluster_bootstrap_ci, cluster_codes, cluster_stderr
 

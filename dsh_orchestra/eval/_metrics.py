@@ -282,14 +282,33 @@ def metrics(values: Sequence[float], n_error: int = 0, *, seed: int = 0) -> dict
 def array_metrics(values: Any, n_error: int = 0, *, seed: int = 0) -> dict[str, Any]:
     """``metrics`` of a numpy array of values: the same dict, without a Python float per value
     when the values have at most 64 levels (``_level_metrics`` of their counts: exact sums, so
-    the order of the levels does not count); otherwise ``metrics`` of the values as a list."""
+    the order of the levels does not count); otherwise the same sums over the array."""
     import numpy as np
 
     if len(values) > _FEW_LEVELS:
         levels, counts = np.unique(values, return_counts=True)
         if len(levels) <= _FEW_LEVELS and not bool(np.any(np.signbit(values) & (values == 0))):
             return _level_metrics(Counter(dict(zip(levels.tolist(), counts.tolist(), strict=True))), len(values), n_error, seed)
-    return metrics(values.tolist(), n_error, seed=seed)
+    n = len(values)  # (no list, and no Counter, of a million floats: the same sums over the array)
+    interval = bootstrap_ci(values, seed=seed)
+    return {
+        "mean": math.fsum(values) / n if n else None,
+        "stderr": array_stderr(values),
+        "ci95": list(interval) if interval is not None else None,
+        "n": n,
+        "n_error": n_error,
+    }
+
+
+def array_stderr(values: Any) -> float | None:
+    """``stderr`` of a numpy array, bit for bit: the same deviations and products, elementwise,
+    and the same exactly rounded sums (``math.fsum``), without a list of them."""
+    n = len(values)
+    if n < 2:
+        return None
+    centre = math.fsum(values) / n
+    deviations = values - centre
+    return math.sqrt(math.fsum(deviations * deviations) / (n - 1)) / math.sqrt(n)
 
 
 def _level_metrics(levels: Counter[float], n: int, n_error: int, seed: int) -> dict[str, Any]:
