@@ -79,27 +79,8 @@ COMMANDS = {
 def test_interrupted_130_and_terminated_143(tmp_path: Path, command: str, signum: int, status: int) -> None:
     """Stopped while it works: the status, the one line saying so, no traceback, no output file
     half-written, no process left behind."""
-    _files(tmp_path)
-    marker = tmp_path / "marker"
-    env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "MARKER": str(marker), "PYTHONPATH": str(tmp_path)}
-    process = subprocess.Popen([*CLI, *COMMANDS[command]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        # the work is under way: the scorer or step wrote its marker, or the batch's items are in flight
-        while not (marker.exists() or (command == "batch" and _sessions_started(tmp_path))):
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.05)  # polling another process: no event to wait on
-        children = psutil.Process(process.pid).children(recursive=True)  # scorer workers, runtimes
-        process.send_signal(signum)
-        stdout, stderr = process.communicate(timeout=60)
-        _, alive = psutil.wait_procs(children, timeout=30)
-        assert not alive, f"processes left behind: {alive}"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == status, stderr
+    returncode, stderr = _stopped_while_it_works(tmp_path, command, signum)
+    assert returncode == status, stderr
     said = "interrupted" if signum == signal.SIGINT else "terminated"
     assert f"dsh-orchestra: {said}" in stderr and "Traceback" not in stderr, stderr
     assert not (tmp_path / "out.jsonl").exists() or command == "batch", "score writes RESCORED only when it finished"
@@ -109,19 +90,28 @@ def test_interrupted_130_and_terminated_143(tmp_path: Path, command: str, signum
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_sigterm_stops_a_background_job_started_with_sigint_ignored(tmp_path: Path, command: str) -> None:
     """A shell script's `cmd &` starts it with SIGINT ignored: SIGTERM must still stop it (143)."""
+    returncode, stderr = _stopped_while_it_works(tmp_path, command, signal.SIGTERM, sigint_ignored=True)
+    assert returncode == 143, stderr
+    assert "dsh-orchestra: terminated" in stderr and "Traceback" not in stderr, stderr
+
+
+def _stopped_while_it_works(tmp_path: Path, command: str, signum: int, *, sigint_ignored: bool = False) -> tuple[int, str]:
+    """Start ``command`` on the slow files, send ``signum`` once its work is under way, and
+    return its exit status and stderr; no process of it may be left behind."""
     _files(tmp_path)
     marker = tmp_path / "marker"
     env = {**os.environ, "DSH_TELEMETRY_MODE": "DISABLED", "MARKER": str(marker), "PYTHONPATH": str(tmp_path)}
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     process = subprocess.Popen([*CLI, *COMMANDS[command]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509 - no threads yet
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ignore)  # noqa: PLW1509 - no threads yet
     try:
         deadline = time.monotonic() + 90
+        # the work is under way: the scorer or step wrote its marker, or the batch's items are in flight
         while not (marker.exists() or (command == "batch" and _sessions_started(tmp_path))):
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)  # polling another process: no event to wait on
-        children = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGTERM)
+        children = psutil.Process(process.pid).children(recursive=True)  # scorer workers, runtimes
+        process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
         _, alive = psutil.wait_procs(children, timeout=30)
         assert not alive, f"processes left behind: {alive}"
@@ -129,8 +119,7 @@ def test_sigterm_stops_a_background_job_started_with_sigint_ignored(tmp_path: Pa
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 143, stderr
-    assert "dsh-orchestra: terminated" in stderr and "Traceback" not in stderr, stderr
+    return process.returncode, stderr
 
 
 def _sessions_started(tmp_path: Path) -> bool:

@@ -68,7 +68,9 @@ def test_shared_draws_give_each_sample_its_own_interval_bit_for_bit() -> None:
     assert together[0] == _plain(samples[0], 11, 10_000)
 
 
-def test_one_draw_per_length_and_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def draws(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(samples, n) of each index draw made from now on."""
     calls: list[tuple[int, int]] = []
     real = _metrics._index_intervals
 
@@ -77,6 +79,11 @@ def test_one_draw_per_length_and_remembered(monkeypatch: pytest.MonkeyPatch) -> 
         return real(datas, n, seed, resamples, confidence)
 
     monkeypatch.setattr(_metrics, "_index_intervals", counting)
+    return calls
+
+
+def test_one_draw_per_length_and_remembered(draws: list[tuple[int, int]]) -> None:
+    calls = draws
     rng = np.random.default_rng(6)
     a, b, c = rng.random(1_000), rng.random(1_000), rng.random(1_500)
     first = bootstrap_cis([a, b, c], seed=2)
@@ -112,16 +119,9 @@ def _runs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return base, candidate
 
 
-def test_compare_draws_once_and_gives_the_same_document(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_draws_once_and_gives_the_same_document(draws: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch) -> None:
     base, candidate = _runs()
-    calls: list[tuple[int, int]] = []
-    real = _metrics._index_intervals
-
-    def counting(datas: Any, n: int, seed: int, resamples: int, confidence: float) -> Any:
-        calls.append((len(datas), n))
-        return real(datas, n, seed, resamples, confidence)
-
-    monkeypatch.setattr(_metrics, "_index_intervals", counting)
+    calls = draws
     shared = compare_runs(base, candidate, seed=4)
     # per length one draw: the base run's values (3,000), the pairs with values (the candidate's
     # ok items) and the candidate's own values (one length), the strict pairs (3,000 again)
