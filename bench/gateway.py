@@ -16,7 +16,9 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   delay: saturation). ``GATEWAY_BENCH_CASES=0,1`` picks cases by index.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
   whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
-* ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
+* ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s; ``GATEWAY_BENCH_RATE``,
+  one rate or several, e.g. ``20,10,5``; ``GATEWAY_BENCH_ROUNDS=N`` rounds, each running every
+  rate and mode in turn, then their medians);
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
   its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
@@ -35,6 +37,7 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
     python bench/gateway.py latency throughput goodput
     GATEWAY_BENCH_BASELINE=/tmp/gw-base python bench/gateway.py latency throughput
     GATEWAY_BENCH_RATE=2 GATEWAY_BENCH_MODES=old,auto,rate python bench/gateway.py goodput
+    GATEWAY_BENCH_RATE=20,10,5 GATEWAY_BENCH_ROUNDS=3 GATEWAY_BENCH_MODES=auto,none python bench/gateway.py goodput
 """
 
 from __future__ import annotations
@@ -298,22 +301,61 @@ def main() -> None:
                     stop(running)
             stop(model)
     if "goodput" in parts:
-        rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota
-        for mode in os.environ.get("GATEWAY_BENCH_MODES", "auto,rate,none").split(","):
-            stats = Path(tempfile.mkdtemp()) / "model-stats.json"
-            quota, quota_url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
-            try:
-                row = trio.run(partial(goodput, quota_url, mode=mode, rate=rate))
-            finally:
-                stop(quota)
-            seen = json.loads(stats.read_text())
-            span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
-            row.update(breakdown(row, seen, rate))
-            row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
-            # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
-            row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
-            print("goodput", json.dumps(row), flush=True)
+        goodput_runs()
 
+
+def goodput_rates() -> list[float]:
+    """``GATEWAY_BENCH_RATE``: one quota or several, comma-separated (requests/s; default 20)."""
+    return [float(r) for r in os.environ.get("GATEWAY_BENCH_RATE", "20").split(",") if r.strip()]
+
+
+def goodput_once(rate: float, mode: str) -> dict[str, Any]:
+    """One goodput run (a fresh fake model with quota ``rate``) in ``mode``: its row."""
+    stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+    quota, quota_url = start_model("--rate-limit", f"{rate:g}/s", "--stats", str(stats))
+    load_before = os.getloadavg()[0]
+    try:
+        row = trio.run(partial(goodput, quota_url, mode=mode, rate=rate))
+    finally:
+        stop(quota)
+    seen = json.loads(stats.read_text())
+    span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
+    row = {"rate": rate, **row, "load_before": load_before}
+    row.update(breakdown(row, seen, rate))
+    row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
+    # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
+    row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
+    if "startup_s" in row:
+        row["startup_share_of_wall"] = round(row["startup_s"] / row["wall_s"], 3)
+    return row
+
+
+GOODPUT_MEDIANS = ("failed", "wall_s", "startup_s", "active_s", "tail_s", "quota_used_wall", "quota_used_active",
+                   "startup_share_of_wall", "cpu_s_this_process", "load")
+
+
+def goodput_runs() -> None:
+    """``GATEWAY_BENCH_ROUNDS`` rounds (default 1); in each, every rate of ``GATEWAY_BENCH_RATE``
+    and every mode of ``GATEWAY_BENCH_MODES`` one after the other (so the modes of a rate run
+    side by side, interleaved); then the medians per rate and mode (``goodput-median`` lines)."""
+    rounds = int(os.environ.get("GATEWAY_BENCH_ROUNDS", "1"))
+    modes = os.environ.get("GATEWAY_BENCH_MODES", "auto,rate,none").split(",")
+    rows: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for number in range(1, rounds + 1):
+        for rate in goodput_rates():
+            for mode in modes:
+                row = goodput_once(rate, mode)
+                row["round"] = number
+                rows.setdefault((rate, mode), []).append(row)
+                print("goodput", json.dumps(row), flush=True)
+    if rounds > 1:
+        for (rate, mode), runs in rows.items():
+            medians = {key: round(statistics.median(r[key] for r in runs), 3) for key in GOODPUT_MEDIANS
+                       if all(key in r for r in runs)}
+            print("goodput-median", json.dumps({"rate": rate, "mode": mode, "rounds": len(runs), **medians,
+                                                "failed_each": [r["failed"] for r in runs],
+                                                "load_range": [min(r["load_before"] for r in runs),
+                                                               max(r["load"] for r in runs)]}), flush=True)
 
 if __name__ == "__main__":
     main()

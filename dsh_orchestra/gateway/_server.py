@@ -169,10 +169,10 @@ class Gateway:
         """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
         listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
         try:
-            self._ssl = httpx.create_ssl_context(trust_env=False)
-            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
             self._port = listeners[0].socket.getsockname()[1]
-            task_status.started(self)
+            task_status.started(self)  # the runtimes may spawn now: a connection waits in the backlog meanwhile
+            await trio.lowlevel.checkpoint()  # let the caller go on (to spawning them) before the TLS context
+            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
             await trio.serve_listeners(self._serve, listeners)
         finally:
             for listener in listeners:
@@ -181,7 +181,8 @@ class Gateway:
 
     def upstream_client(self) -> httpx.AsyncClient:
         """A new upstream client (one per runtime connection, see :class:`_Upstream`)."""
-        assert self._ssl is not None
+        if self._ssl is None:  # made once (about 0.06 s: the CA bundle), after the gateway is listening
+            self._ssl = httpx.create_ssl_context(trust_env=False)
         return httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=False, verify=self._ssl)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
