@@ -15,6 +15,8 @@ Every time is in seconds from the call of ``run_batch``.
 
 ``auto-all``: the gateway's defaults with every worker started at once (the batch before its
 start ramp). The second argument is ``--sandbox`` (default: the spec's, ``auto``).
+``GOODPUT_STARTUP_HOME=warm``: the run's DSH_HOME is a copy of one a runtime has used once
+(``bench/gateway.py``'s ``make_warm_home``), not a new empty one.
 ``GOODPUT_STARTUP_PATCHES=a.yml,b.yml``: ``--patch`` overlays for the runtimes (``RuntimeSpec.patches``).
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -45,10 +48,11 @@ from dsh_orchestra.batch._ramp import StartRamp  # noqa: E402
 from dsh_orchestra.gateway import GatewayOptions  # noqa: E402
 from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
 
-from gateway import ENV, start_model, stop  # noqa: E402
+from gateway import ENV, make_warm_home, start_model, stop  # noqa: E402
 
 ORIGIN: list[float] = []
 EVENTS: list[tuple[float, str]] = []
+WARM: list[Path] = []  # GOODPUT_STARTUP_HOME=warm: a DSH_HOME a runtime has used once (copied for the run)
 LAST: dict[str, float] = {}  # each runtime's last session/wait answered (its last item's end)
 
 
@@ -169,7 +173,10 @@ async def one_run(url: str, mode: str, rate: float, sandbox: str | None) -> Any:
         runner_module.StartRamp = _all_at_once  # type: ignore[attr-defined,assignment]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "home").mkdir()
+        if WARM:
+            shutil.copytree(WARM[0], root / "home", symlinks=True)  # noqa: ASYNC240 - before the timed part
+        else:
+            (root / "home").mkdir()
         dataset = root / "ds.jsonl"
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         patches = [p for p in os.environ.get("GOODPUT_STARTUP_PATCHES", "").split(",") if p]
@@ -186,6 +193,8 @@ def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
     sandbox = sys.argv[2] if len(sys.argv) > 2 else None
     rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))
+    if os.environ.get("GOODPUT_STARTUP_HOME", "fresh") == "warm":
+        WARM.append(make_warm_home())
     hook()
     stats = Path(tempfile.mkdtemp()) / "model-stats.json"
     model, url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
@@ -193,13 +202,15 @@ def main() -> None:
         summary = trio.run(one_run, url, mode, rate, sandbox)
     finally:
         stop(model)
+        if WARM:
+            shutil.rmtree(WARM[0].parent)
     seen = json.loads(stats.read_text())
     offset = seen["monotonic_offset_s"] - ORIGIN[0]
     if seen["starts_s"]:
         EVENTS.append((seen["starts_s"][0] + offset, "model: first request answered"))
         EVENTS.append((seen["last_end_s"] + offset, "model: last answer ended"))
     EVENTS.extend((at, f"{name}: last session/wait answered (its last item ended)") for name, at in LAST.items())
-    print(json.dumps({"mode": mode, "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
+    print(json.dumps({"mode": mode, "home": "warm" if WARM else "fresh", "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
                       "load": os.getloadavg()[0]}))
     for at, what in sorted(EVENTS):
         print(f"{at:8.3f}  {what}")
