@@ -26,7 +26,8 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
   its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
   before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
-  ramps in the other gateway modes), ``old`` the same with the retry pause of the first release (the longer
+  ramps in the other gateway modes), ``auto-call`` the ramp opened fully at the first model
+  call (an experiment: no better, docs/benchmarks.md), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -238,6 +239,34 @@ def make_warm_home() -> Path:
     return root / "home"
 
 
+class _OpenAtCall:
+    """``auto-call`` (an experiment): the start ramp opens fully at the first model call or item end."""
+
+    def __new__(cls, workers: int) -> Any:
+        from dsh_orchestra.batch._ramp import StartRamp
+
+        class Ramp(StartRamp):
+            def progress(self) -> None:
+                self.open_all()
+
+            def ready(self) -> None:  # a further runtime ready: as before
+                StartRamp.progress(self)
+
+        return Ramp(workers)
+
+
+async def _grow_on_ready_as_before(ramp: Any, runner: Any) -> None:
+    from dsh_orchestra.batch._ramp import grow_on_ready
+
+    class Proxy:
+        open = property(lambda self: ramp.open)
+
+        def progress(self) -> None:
+            ramp.ready()
+
+    await grow_on_ready(Proxy(), runner)  # type: ignore[arg-type]
+
+
 async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None = None) -> dict[str, Any]:
     from dsh_orchestra.batch import BatchOptions, run_batch
     from dsh_orchestra.runtime import RuntimeSpec
@@ -246,7 +275,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
     from dsh_orchestra.batch._ramp import StartRamp
 
     gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(), "auto-all": GatewayOptions(),
-               "rate": GatewayOptions(model_rate=rate)}[mode]
+               "auto-call": GatewayOptions(), "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if home is None:
@@ -261,8 +290,12 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
         saved = Gateway.pause
         if mode == "old":
             Gateway.pause = _old_pause  # type: ignore[method-assign]
+        saved_grow = runner_module.grow_on_ready  # type: ignore[attr-defined]
         if mode == "auto-all":  # every worker at once: the batch before the start ramp
             runner_module.StartRamp = _all_at_once  # type: ignore[assignment,attr-defined]
+        elif mode == "auto-call":
+            runner_module.StartRamp = _OpenAtCall  # type: ignore[assignment,attr-defined]
+            runner_module.grow_on_ready = _grow_on_ready_as_before  # type: ignore[attr-defined]
         elif os.environ.get("GATEWAY_BENCH_RAMP"):  # "FIRST,GROW": try other start ramps
             first, grow = (int(n) for n in os.environ["GATEWAY_BENCH_RAMP"].split(","))
             runner_module.StartRamp = partial(StartRamp, first=first, grow=grow)  # type: ignore[assignment,attr-defined]
@@ -276,6 +309,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
         finally:
             Gateway.pause = saved  # type: ignore[method-assign]
             runner_module.StartRamp = StartRamp  # type: ignore[attr-defined]
+            runner_module.grow_on_ready = saved_grow  # type: ignore[attr-defined]
     answers = summary.ok  # the default script answers each item in one model call
     model = summary.model or {}
     return {"mode": mode, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
