@@ -128,3 +128,7 @@ def test_model_summary_adds_the_node_gateways_counts_up() -> None:
     assert budget["tokens"] == 45 + 15 + 30  # the fresh counts of A and B, the lost node's last report
     assert budget["refused_calls"] == 2 and budget["cut_sessions"] == 1 and budget["reached_with"]["in_flight"] == 1
     assert model_summary(GatewayOptions(), stats, {**snapshot, "budget": None})["budget"] is None
+    # the driver's gateway (the judges' calls): counted in the totals and the budget, not a node
+    driven = model_summary(options, {**stats, "gw-driver": node(2, 0.2, 0.4)}, snapshot, driver="gw-driver")
+    assert driven["calls"] == 6 and driven["input_tokens"] == 60 and driven["nodes"] == 2
+    assert driven["budget"]["tokens"] == 45 + 15 + 30 + 30 and driven["budget"]["nodes"] == 3  # A, B, the lost one
