@@ -11,7 +11,8 @@ the driver, through a gateway of the run that is a member of the quota coordinat
   graded by a judge: the Ray run's summary ``model`` (calls, tokens, cost, the budget's tokens)
   equals the local run's and counts every call the model answered, judges' included; each
   line's ``model``, ``scores`` and ``judge_usage`` equal the local run's; every judge's call
-  reached the model with the real key (through a gateway).
+  reached the model with the real key (through a gateway), and the judges' runtime on the
+  driver has the run's token and a loopback gateway's URL in its environment, never the key.
 * ``test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine``: a budget below one
   call: the first item's own call reaches it, its judge's call is refused: no line, exit 4,
   ``cut_items`` 1, and the model never saw a judge's call; the same locally. ``--resume`` with
@@ -25,6 +26,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
@@ -67,6 +69,23 @@ async def batch(tmp_path: Path, name: str, base_url: str, ray: str | None, *flag
                                       check=False)
 
 
+async def watch_driver_runtimes(home: Path, found: list[dict[str, str]]) -> None:
+    """Collect, until cancelled, the environments of the runtimes (DSH_HOME ``home``) whose
+    parent is the CLI (the driver): the judges' runtime; the actors' runtimes are Ray workers' children."""
+    while True:
+        for process in psutil.process_iter():
+            try:
+                environ = process.environ()
+                if environ.get("DSH_HOME") != str(home):
+                    continue
+                parent = process.parent()
+                if parent is not None and "from dsh_orchestra.cli import main" in " ".join(parent.cmdline()):
+                    found.append(environ)
+            except psutil.Error:
+                continue
+        await trio.sleep(0.3)
+
+
 def prepare(tmp_path: Path) -> None:
     write_dataset(tmp_path / "ds.jsonl", ITEMS)
     (tmp_path / "prices.toml").write_text(PRICES)
@@ -76,12 +95,22 @@ async def test_judges_calls_count_in_the_run_totals_and_budget_as_on_one_machine
         ray_cluster: RayCluster, tmp_path: Path) -> None:
     prepare(tmp_path)
     seen: dict[str, list[Any]] = {}
+    judges: list[dict[str, str]] = []  # the environments of the runtimes the Ray run's driver started
     async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
         for name, ray in (("local", None), ("ray", ray_cluster.address)):
             before = len(model.requests)
-            done = await batch(tmp_path, name, model.base_url, ray, "--max-total-tokens", "100000")
+            async with trio.open_nursery() as nursery:
+                if ray is not None:
+                    nursery.start_soon(watch_driver_runtimes, tmp_path / "home-ray", judges)
+                done = await batch(tmp_path, name, model.base_url, ray, "--max-total-tokens", "100000")
+                nursery.cancel_scope.cancel()
             assert done.returncode == 0, done.stderr.decode()[-3000:]
             seen[name] = model.requests[before:]
+    assert judges, "the judges' runtime on the driver was not seen"
+    for environ in judges:  # routed through a gateway of the run: its token, never the key
+        assert not any(KEY in value for value in environ.values())
+        url = environ["DEEPSEEK_BASE_URL"]
+        assert url.startswith("http://127.0.0.1:") and url != model.base_url
     local, on_ray = lines_of(tmp_path / "local.jsonl"), lines_of(tmp_path / "ray.jsonl")
     assert set(local) == set(on_ray) == {"a", "b", "c"}
     assert [on_ray[i]["scores"]["judge"]["answer"] for i in "abc"] == ["correct", "incorrect", "incorrect"]
