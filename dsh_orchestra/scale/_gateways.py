@@ -362,10 +362,22 @@ class NodeGateways:
         run = taken.get("run")
         if self.call_budget is not None and run is not None:
             self.call_budget.learn(run)
-            judges = self.judges
-            if run.reached and judges is not None and isinstance(judges.budget, NodeBudget):
-                judges.budget.stopped = True  # as on one gateway: no judge's call once an item's call reached it
+            self.sync_judges()
         return taken
+
+    def sync_judges(self) -> None:
+        """Tell the judges' gateway (in this process) what the driver knows of the run's budget,
+        and the driver what it spent: as on one gateway, a judge's call is refused once an
+        item's call reached the budget, and no item starts once a judge's call reached it."""
+        judges, view = self.judges, self.call_budget
+        if judges is None or view is None or not isinstance(judges.budget, NodeBudget):
+            return
+        budget = judges.budget
+        # the others' spending: the run's as the nodes last told the driver, less the judges' (they only grow)
+        budget.others_tokens = max(budget.others_tokens, view.run_tokens - budget.tokens)
+        budget.others_cost = max(budget.others_cost, view.run_cost - budget.cost)
+        budget.stopped = budget.stopped or view.reached
+        view.learn(RunSpending(tokens=budget.run_tokens, cost=budget.run_cost, reached=budget.reached))
 
     async def summary(self) -> dict[str, Any] | None:
         """The run's model totals over every node gateway (the shape of ``Gateway.summary()``):

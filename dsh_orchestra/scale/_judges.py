@@ -71,8 +71,12 @@ class DriverJudges:
                 if self._nursery is None:
                     raise RuntimeError("the judges' runtime is not served (DriverJudges.open)")
                 self._places = await self._nursery.start(self._serve)
-        async with self._places.lease() as runtime:
-            yield runtime
+        self.gateways.sync_judges()  # the run's spending as the driver knows it, before the judge's calls
+        try:
+            async with self._places.lease() as runtime:
+                yield runtime
+        finally:
+            self.gateways.sync_judges()  # and what they spent, before the next item starts
 
     async def _serve(self, *, task_status: trio.TaskStatus[Places] = trio.TASK_STATUS_IGNORED) -> None:
         gateways = self.gateways
@@ -87,6 +91,7 @@ class DriverJudges:
                                        max_sessions_per_runtime=self.max_sessions_per_runtime,
                                        max_runtime_rss_mib=self.max_runtime_rss_mib) as places:
                     gateways.judges = gateway
+                    gateways.sync_judges()
                     log.info("the judges' runtime runs on the driver, through the model gateway %s", gateway.base_url)
                     task_status.started(places)
                     await trio.sleep_forever()

@@ -17,6 +17,10 @@ the driver, through a gateway of the run that is a member of the quota coordinat
   call: the first item's own call reaches it, its judge's call is refused: no line, exit 4,
   ``cut_items`` 1, and the model never saw a judge's call; the same locally. ``--resume`` with
   a larger budget runs every item once, graded.
+* ``test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_one_machine``: the
+  first item's call and its judge's reach the budget: the item keeps its line (graded), no
+  other item starts, exit 4; the same locally (the driver's view of the budget and the
+  judges' gateway tell each other what they know: they are in one process).
 """
 
 from __future__ import annotations
@@ -165,3 +169,27 @@ async def test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine(
     assert sorted(r.prompt for r in rerun if not (r.session_id or "").startswith("judge-")) == sorted(
         item["prompt"] for item in ITEMS)  # the cut item and the two never started, once each
     assert sum(1 for r in rerun if (r.session_id or "").startswith("judge-")) == 3
+
+
+async def test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_one_machine(
+        ray_cluster: RayCluster, tmp_path: Path) -> None:
+    prepare(tmp_path)
+    seen: dict[str, list[Any]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
+        for name, ray in (("local", None), ("ray", ray_cluster.address)):
+            before = len(model.requests)
+            done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "20")
+            assert done.returncode == 4, done.stderr.decode()[-3000:]
+            seen[name] = model.requests[before:]
+            summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    for name in ("local", "ray"):
+        # the first item's call (15 tokens) and its judge's (15 more: the budget is reached), then nothing
+        assert [(r.session_id or "")[:5] for r in seen[name]] == ["item-", "judge"]
+        lines = lines_of(tmp_path / f"{name}.jsonl")
+        assert sorted(lines) == ["a"] and lines["a"]["scores"]["judge"]["answer"] == "correct"
+        summary = summaries[name]
+        assert summary["stopped"] == "budget"
+        budget = summary["model"]["budget"]
+        assert budget["reached"] and budget["tokens"] == 30 and budget["refused_calls"] == 0 and budget["cut_items"] == 0
+        assert summary["model"]["calls"] == 2
