@@ -31,7 +31,7 @@ from ..gateway import (
     AdaptiveLimiter, CallStats, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
 )
 from ..runtime import RuntimeSpec
-from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget
+from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget, share_views
 from ._refs import wait_ref
 
 log = logging.getLogger("dsh_orchestra.scale")
@@ -372,12 +372,7 @@ class NodeGateways:
         judges, view = self.judges, self.call_budget
         if judges is None or view is None or not isinstance(judges.budget, NodeBudget):
             return
-        budget = judges.budget
-        # the others' spending: the run's as the nodes last told the driver, less the judges' (they only grow)
-        budget.others_tokens = max(budget.others_tokens, view.run_tokens - budget.tokens)
-        budget.others_cost = max(budget.others_cost, view.run_cost - budget.cost)
-        budget.stopped = budget.stopped or view.reached
-        view.learn(RunSpending(tokens=budget.run_tokens, cost=budget.run_cost, reached=budget.reached))
+        share_views(view, judges.budget)
 
     async def summary(self) -> dict[str, Any] | None:
         """The run's model totals over every node gateway (the shape of ``Gateway.summary()``):
