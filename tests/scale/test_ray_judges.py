@@ -148,6 +148,7 @@ async def test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine(
             before = len(model.requests)
             done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "10")
             assert done.returncode == 4, done.stderr.decode()[-3000:]
+            assert b"nothing left to do" not in done.stderr  # the budget stopped it: work is left
             seen[name] = model.requests[before:]
             summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
         before = len(model.requests)
