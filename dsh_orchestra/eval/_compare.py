@@ -26,6 +26,7 @@ import numpy as np
 
 from .._params import Param, ParamError
 from ._frames import Comparison
+from ._idlist import SortedIds
 from ._metrics import BOOTSTRAP_RESAMPLES, array_stderr, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
 from ._columns import AllOk, ReducedRun, RunColumns, _fsum as _fsum, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
@@ -226,6 +227,25 @@ def _sorted_ids(ids: Any) -> list[str]:
     return [_text(i) for i in np.sort(ids).tolist()]
 
 
+def _id_order(ids: Any) -> Any:
+    """The positions of ``ids`` (each id once) in sorted order: ``np.sort(ids)`` is ``ids[order]``."""
+    return np.argsort(ids).astype(np.int32 if len(ids) < 2**31 else np.intp, copy=False)
+
+
+def _sub_order(order: Any, mask: Any) -> Any:
+    """``_id_order(ids[mask])`` from ``_id_order(ids)``, without sorting again."""
+    kept = order[mask[order]]
+    return (np.cumsum(mask, dtype=np.int64) - 1)[kept].astype(order.dtype, copy=False)
+
+
+def _changed(ids: Any, base: Any, candidate: Any, order: Any) -> tuple[Sequence[str], Sequence[str]]:
+    """The sorted ids of the pairs whose candidate value is below / above the base's: lists of
+    strs, or with ``order`` (``_id_order(ids)``) ``SortedIds`` (positions: 4 bytes an id)."""
+    if order is None:
+        return _sorted_ids(ids[candidate < base]), _sorted_ids(ids[candidate > base])
+    return SortedIds(ids, order[(candidate < base)[order]]), SortedIds(ids, order[(candidate > base)[order]])
+
+
 def compare_scorer(
     pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int | None = None,
     clusters: Mapping[str, Any] | None = None,
@@ -242,10 +262,11 @@ def compare_scorer(
 
 def compare_arrays(
     ids: Any, base: Any, candidate: Any, *, seed: int = 0, resamples: int | None = None,
-    clusters: Mapping[str, Any] | None = None,
+    clusters: Mapping[str, Any] | None = None, _order: Any = None,
 ) -> dict[str, Any]:
     """``compare_scorer`` of the pairs given as three numpy arrays of one length (ids, base
-    values, candidate values; every value present)."""
+    values, candidate values; every value present). (``_order``: ``_id_order(ids)``, for the
+    regressions and improvements as ``SortedIds``.)"""
     n = len(ids)
     mean_base = math.fsum(base) / n if n else None  # (fsum over the arrays: no list of a million floats)
     mean_candidate = math.fsum(candidate) / n if n else None
@@ -280,6 +301,7 @@ def compare_arrays(
         else:
             p_value = sign_flip_test(differences, seed=seed)
             extra["test"] = "sign-flip"
+    regressions, improvements = _changed(ids, base, candidate, _order)
     return {
         "n": n,
         "mean_base": mean_base,
@@ -287,14 +309,14 @@ def compare_arrays(
         "diff": mean_candidate - mean_base if mean_base is not None and mean_candidate is not None else None,
         "ci95": list(interval) if interval is not None else None,
         "p_value": p_value,
-        "regressions": _sorted_ids(ids[candidate < base]),
-        "improvements": _sorted_ids(ids[candidate > base]),
+        "regressions": regressions,
+        "improvements": improvements,
         **extra,
     }
 
 
 def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any], base: ReducedRun,
-                  candidate: ReducedRun, seed: int) -> dict[str, Any]:
+                  candidate: ReducedRun, seed: int, order: Any = None) -> dict[str, Any]:
     """The strict view of one scorer: the same fields over the pairs where an item that ended
     in error (or whose scorer failed) scores 0; an ok <-> error pair is a regression or an
     improvement there. The entry itself when nothing failed in either run."""
@@ -304,7 +326,8 @@ def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any
     b = (base.strict[name] if base.strict[name] is not None else base.values[name])[at_base]
     c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
     both = ~(np.isnan(b) | np.isnan(c))
-    return compare_arrays(ids[both], b[both], c[both], seed=seed)
+    return compare_arrays(ids[both], b[both], c[both], seed=seed,
+                          _order=None if order is None else _sub_order(order, both))
 
 
 def _draw_together(names: Sequence[str], pairing: tuple[Any, Any, Any], base: ReducedRun, candidate: ReducedRun,
@@ -372,6 +395,7 @@ class _SharedIds:
     def __init__(self) -> None:
         self.lists: list[list[str]] = []
         self.strings: dict[str, str] | None = None
+        self.sorted: list[SortedIds] = []
 
     def share(self, entry: dict[str, Any]) -> None:
         for part in (entry, entry.get("strict")):
@@ -380,6 +404,13 @@ class _SharedIds:
             for key in ("regressions", "improvements"):
                 found = part.get(key)
                 if not found:
+                    continue
+                if isinstance(found, SortedIds):  # (positions: nothing to intern; an equal list kept once)
+                    same = next((kept for kept in self.sorted if kept.same(found)), None)
+                    if same is not None:
+                        part[key] = same
+                    else:
+                        self.sorted.append(found)
                     continue
                 known = next((kept for kept in self.lists if len(kept) == len(found) and kept == found), None)
                 if known is not None:
@@ -453,6 +484,7 @@ def compare_runs(
     labels: tuple[str, str] = ("base", "candidate"),
     _of_other_runs: bool = False,  # compare_many: a scorer may be in other runs only
     _reduced: tuple[ReducedRun, ReducedRun] | None = None,  # compare_many: both runs reduced, once per run; no leaderboard
+    _id_positions: bool = False,  # the CLI: regressions and improvements as SortedIds (json_chunks writes them)
 ) -> Comparison:
     """The comparison document of ``dsh-orchestra compare`` for two runs' result lines (a dict;
     a ``Comparison`` displays as a table in a notebook and a terminal).
@@ -503,14 +535,17 @@ def compare_runs(
     out_scorers: dict[str, Any] = {}
     shared = _SharedIds()
     same = at_base is at_candidate  # (_pair's answer for the same items in the same order: every index)
+    order = _id_order(common) if _id_positions else None  # (sorted once, for every scorer's lists)
     for name in names:
         b, c = _at(base_items.values[name], at_base, same), _at(candidate_items.values[name], at_candidate, same)
         both = ~(np.isnan(b) | np.isnan(c))
         if both.all():  # (no copies of a million values)
-            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters)
+            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters, _order=order)
         else:
-            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
-        entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
+            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters,
+                                   _order=None if order is None else _sub_order(order, both))
+        entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed,
+                                        order)
         shared.share(entry)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)
