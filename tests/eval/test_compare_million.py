@@ -99,3 +99,48 @@ def test_the_reused_buffer_gives_plain_numpys_intervals(n: int, resamples: int) 
     assert got == [tuple(float(x) for x in np.percentile(row, [tail, 100 - tail])) for row in means]
     _metrics._INTERVALS.clear()
     assert bootstrap_cis(samples, seed=7, resamples=resamples) == got
+
+
+def _number(value: object) -> float:
+    """What the columns hold for a value: a finite number as a float, anything else NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    try:
+        found = float(value)
+    except OverflowError:
+        return math.nan
+    return found if math.isfinite(found) else math.nan
+
+
+def test_the_readers_fast_paths_keep_every_value() -> None:
+    from dsh_orchestra.eval._columns import RunColumns, compare_line_problem
+
+    counts: list[object] = [7, 2**53 - 1, -(2**53) + 1, 2**53, -(2**53), 10**400, True, 1.5, 2.0**60, "7", None, math.inf]
+    lines = []
+    for k, count in enumerate(counts * 2):
+        scores: dict[object, object] = {"a": {"value": 0.25 * k}, "b": {"value": k}}
+        if k % 3 == 0:
+            del scores["b"]  # a scorer this line has no record of
+        if k == 5:
+            scores["c"] = {"value": 1}  # a scorer first seen late: NaN before
+        if k == 7:
+            scores = {1: {"value": 2.0}, "a": 0.5}  # a non-str name (a dict made in Python)
+        lines.append({"id": f"i{k}", "status": "ok", "scores": scores,
+                      "usage": {"input_tokens": count, "output_tokens": 3, "total_tokens": count}})
+    run = RunColumns()
+    for line in lines:
+        assert compare_line_problem(line) is None or line["scores"].get("a") == 0.5
+        run.add(line)
+    run.finish()
+    assert all(len(column) == len(lines) for column in run.values.values())
+    assert run.values["a"][7] != run.values["a"][7] and run.values["a"][8] == 2.0  # a bare number is no record
+    assert [v != v for v in run.values["b"][:4]] == [True, False, False, True]
+    assert run.values["c"][4] != run.values["c"][4] and run.values["c"][5] == 1.0
+    assert run.values["1"][7] == 2.0 and int(np.count_nonzero(run.values["1"] == run.values["1"])) == 1
+    expected_total = [_number(line["usage"]["total_tokens"]) for line in lines]  # type: ignore[index]
+    np.testing.assert_array_equal(run.usage["total_tokens"], np.array(expected_total))
+    numbers = [_number(c) for c in counts * 2]
+    assert run.usage_sum("input_tokens") == math.fsum(x for x in numbers if x == x)
+    assert compare_line_problem({"scores": {"a": {"value": "x"}}}) is not None
+    assert compare_line_problem({"scores": {"a": {"value": True}}}) is not None
+    assert compare_line_problem({"scores": {"a": {"value": 3}, "b": None, "c": 1.5}}) is None
