@@ -142,6 +142,11 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     batch = max(rows, (1 << 21) // (groups * parts))  # assignments looked up at once
     drawn: list[Any] = []
     held = 0
+    # The lookups and their values go through two buffers made once (a fresh array each time is a
+    # fresh mapping, and its page faults, once glibc maps large blocks: cli/_memory.py); ``take``
+    # with ``mode="clip"`` writes into one unbuffered (every lookup is in range).
+    cells = max(1 << 18, batch * parts)  # (one group of every assignment held, when that is more)
+    lookup_cells, value_cells = np.empty(cells, dtype=np.intp), np.empty(cells, dtype=np.float64)
     for start in range(0, permutations, rows):
         size = min(permutations, start + rows) - start
         drawn.append(rng.integers(0, 256, size=(size, groups), dtype=np.uint8))
@@ -152,14 +157,17 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
             span = max(1, (1 << 18) // (held * parts))  # groups looked up at once: 2 MiB of indices
             for first in range(0, groups, span):
                 part = block[first:first + span]
+                shape = (len(part) * parts, held)
+                lookups = lookup_cells[:shape[0] * held].reshape(shape)
                 if parts == 1:
-                    lookups = part.astype(np.intp)
+                    np.copyto(lookups, part, casting="unsafe")
                 else:  # the high half byte, then the low one
-                    lookups = np.empty((len(part) * 2, held), dtype=np.intp)
                     np.right_shift(part, 4, out=lookups[0::2], casting="unsafe")
                     np.bitwise_and(part, 15, out=lookups[1::2], casting="unsafe")
                 lookups += offsets[first * parts:(first + len(part)) * parts]
-                kept += np.take(table, lookups).sum(axis=0)
+                values = value_cells[:shape[0] * held].reshape(shape)
+                np.take(table, lookups, out=values, mode="clip")
+                kept += values.sum(axis=0)
             count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
             drawn, held = [], 0
     return (count + 1) / (permutations + 1)
