@@ -243,10 +243,10 @@ def _index_intervals(datas: Sequence[Any], n: int, seed: int, resamples: int,
     for start in range(0, resamples, chunk):
         stop = min(resamples, start + chunk)
         picks = rng.integers(0, n, size=(stop - start, n))
-        out = gathered[:stop - start]
+        values = gathered[:stop - start]
         for index, data in enumerate(datas):
-            np.take(data, picks, out=out, mode="clip")
-            means[index, start:stop] = out.mean(axis=1)
+            np.take(data, picks, out=values, mode="clip")
+            means[index, start:stop] = values.mean(axis=1)
     tail = (1.0 - confidence) / 2 * 100
     out = []
     for resampled in means:
