@@ -43,8 +43,9 @@ class SortedIds(Sequence[str]):
             return [_text(i) for i in self.ids[self.positions[index]].tolist()]
         return _text(self.ids[self.positions[index]])
 
-    def chunks(self, size: int = CHUNK) -> Iterator[list[str]]:
-        """The ids, ``size`` at a time."""
+    def chunks(self, size: int | None = None) -> Iterator[list[str]]:
+        """The ids, ``size`` (default ``CHUNK``) at a time."""
+        size = CHUNK if size is None else size
         for start in range(0, len(self.positions), size):
             yield self[start:start + size]
 

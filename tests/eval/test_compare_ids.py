@@ -133,3 +133,40 @@ def test_positions_hold_a_small_part_of_the_lists_memory() -> None:
     lists, positions = retained
     assert positions < 6 * n  # 4 bytes a changed id (2/3 of the n), and a few small objects
     assert lists > 10 * positions  # a str and a pointer per id
+
+
+def test_the_document_keeps_and_writes_a_few_bytes_an_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A continuous scorer in two different runs: nearly every item is a regression or an
+    # improvement. Kept as strs, the lists cost ~74 bytes a line; as positions ~6 (measured at
+    # 50,000 lines). Written a chunk at a time, the writing holds one chunk (and a few small
+    # pieces: ~23 bytes a line at 30,000), not the document's bytes (~166).
+    n = 30_000
+    rnd = random.Random(12)
+    paths = []
+    for what in ("base", "cand"):
+        path = tmp_path / f"{what}.jsonl"
+        path.write_bytes(b"".join(orjson.dumps({"id": f"item-{i:07d}", "status": "ok", "scores": {
+            "f1": {"value": rnd.random()}, "exact": {"value": float(rnd.random() < 0.5)}}}) + b"\n" for i in range(n)))
+        paths.append(path)
+    runs = [read_run(p, unique=True, line_usage=False) for p in paths]
+    monkeypatch.setattr(_idlist, "CHUNK", 2_048)
+    b"".join(compare_runs(*runs, seed=2, _id_positions=True).json_chunks())  # (what is imported and cached once)
+    measured = {}
+    for held in (True, False):
+        _metrics._INTERVALS.clear()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            doc = compare_runs(*runs, seed=2, _id_positions=held)
+            kept = tracemalloc.get_traced_memory()[0] - before
+            tracemalloc.reset_peak()
+            start = tracemalloc.get_traced_memory()[0]
+            written = sum(len(chunk) for chunk in doc.json_chunks()) if held else len(orjson.dumps(doc))
+            writing = tracemalloc.get_traced_memory()[1] - start
+        finally:
+            tracemalloc.stop()
+        measured[held] = (kept / n, writing / n, written)
+    assert measured[True][2] == measured[False][2]  # the same document
+    assert measured[True][0] < 12 and measured[False][0] > 50  # bytes kept a line
+    assert measured[True][1] < 40 and measured[False][1] > 2 * measured[True][1]  # bytes a line held while writing
