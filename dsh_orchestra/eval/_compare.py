@@ -127,25 +127,26 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     # One random bit per difference, eight to a random byte (most significant bit first, as
     # numpy's unpackbits): a set bit keeps its sign, a clear one flips it, so the permuted sum is
     # 2 * (the kept differences) - (all of them). The kept sum of each group of eight is looked up
-    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products (two
-    # lookups, one per half byte in tables of 16, when the tables of 256 would pass 32 MiB:
-    # beyond 131,072 differences). The lookups go group by group (the draws of several chunks
-    # transposed), so that each group's table stays in cache, 2**18 lookups at a time.
+    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products. The
+    # lookups go group by group (the draws of several chunks transposed), so that each group's
+    # table stays in cache, 2**18 lookups at a time. When the tables of every group would pass
+    # 32 MiB (beyond 131,072 differences), ``_count_by_spans`` makes them a span of groups at a time.
     groups = (m + 7) // 8
-    width = 8 if groups * 256 * 8 <= _TABLE_BYTES else 4  # bits per lookup
-    parts, levels = 8 // width, 1 << width
     padded = np.zeros(groups * 8, dtype=np.float64)
     padded[:m] = moving
-    subsets = np.unpackbits(np.arange(levels, dtype=np.uint8)[:, None], axis=1)[:, 8 - width:].astype(np.float64)
-    table = (padded.reshape(groups * parts, width) @ subsets.T).ravel()  # table[part * levels + bits]
-    offsets = (np.arange(groups * parts, dtype=np.intp) * levels)[:, None]
-    batch = max(rows, (1 << 21) // (groups * parts))  # assignments looked up at once
+    if groups * 256 * 8 > _TABLE_BYTES:
+        count = _count_by_spans(rng, padded, rows, permutations, total, threshold)
+        return (count + 1) / (permutations + 1)
+    subsets = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)
+    table = (padded.reshape(groups, 8) @ subsets.T).ravel()  # table[group * 256 + byte]
+    offsets = (np.arange(groups, dtype=np.intp) * 256)[:, None]
+    batch = max(rows, (1 << 21) // groups)  # assignments looked up at once
     drawn: list[Any] = []
     held = 0
     # The lookups and their values go through two buffers made once (a fresh array each time is a
     # fresh mapping, and its page faults, once glibc maps large blocks: cli/_memory.py); ``take``
     # with ``mode="clip"`` writes into one unbuffered (every lookup is in range).
-    cells = max(1 << 18, batch * parts)  # (one group of every assignment held, when that is more)
+    cells = max(1 << 18, batch)  # (one group of every assignment held, when that is more)
     lookup_cells, value_cells = np.empty(cells, dtype=np.intp), np.empty(cells, dtype=np.float64)
     for start in range(0, permutations, rows):
         size = min(permutations, start + rows) - start
@@ -154,23 +155,57 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
         if held + rows > batch or start + size >= permutations:
             block = np.ascontiguousarray(np.concatenate(drawn).T)  # (groups, held), group-major
             kept = np.zeros(held, dtype=np.float64)
-            span = max(1, (1 << 18) // (held * parts))  # groups looked up at once: 2 MiB of indices
+            span = max(1, (1 << 18) // held)  # groups looked up at once: 2 MiB of indices
             for first in range(0, groups, span):
                 part = block[first:first + span]
-                shape = (len(part) * parts, held)
-                lookups = lookup_cells[:shape[0] * held].reshape(shape)
-                if parts == 1:
-                    np.copyto(lookups, part, casting="unsafe")
-                else:  # the high half byte, then the low one
-                    np.right_shift(part, 4, out=lookups[0::2], casting="unsafe")
-                    np.bitwise_and(part, 15, out=lookups[1::2], casting="unsafe")
-                lookups += offsets[first * parts:(first + len(part)) * parts]
-                values = value_cells[:shape[0] * held].reshape(shape)
+                lookups = lookup_cells[:part.size].reshape(part.shape)
+                np.add(part, offsets[first:first + len(part)], out=lookups, casting="unsafe")
+                values = value_cells[:part.size].reshape(part.shape)
                 np.take(table, lookups, out=values, mode="clip")
                 kept += values.sum(axis=0)
             count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
             drawn, held = [], 0
     return (count + 1) / (permutations + 1)
+
+
+_SPAN = 512  # groups whose tables of 256 are made at once (1 MiB)
+_DRAWN_BYTES = 16 << 20  # random bytes held at once by _count_by_spans
+
+
+def _count_by_spans(rng: Any, padded: Any, rows: int, permutations: int, total: float, threshold: float) -> int:
+    """The sign-flip test's count of assignments at least as far from 0 as the observed sum, for
+    many differences (``padded`` to whole groups of eight): the same draws, from ``rng``, as the
+    tables of every group would look up, with the tables of 256 made from two half-byte tables of
+    16 (``high + low``) a span of groups at a time, for up to 16 MiB of assignments drawn at once
+    (held assignment by assignment: no transposed copy)."""
+    groups = len(padded) // 8
+    halves = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(np.float64)
+    sixteen = padded.reshape(groups * 2, 4) @ halves.T  # per group its high half byte's 16 sums, then its low's
+    high, low = sixteen[0::2], sixteen[1::2]
+    batch = max(rows, min(1024, _DRAWN_BYTES // groups))  # assignments held at once
+    drawn = np.empty((batch, groups), dtype=np.uint8)
+    table = np.empty((_SPAN, 256), dtype=np.float64)
+    offsets = np.arange(_SPAN, dtype=np.intp) * 256
+    lookup_cells, value_cells = np.empty(batch * _SPAN, dtype=np.intp), np.empty(batch * _SPAN, dtype=np.float64)
+    count = held = 0
+    for start in range(0, permutations, rows):
+        size = min(permutations, start + rows) - start
+        drawn[held:held + size] = rng.integers(0, 256, size=(size, groups), dtype=np.uint8)
+        held += size
+        if held + rows > batch or start + size >= permutations:
+            kept = np.zeros(held, dtype=np.float64)
+            for first in range(0, groups, _SPAN):
+                span = min(_SPAN, groups - first)
+                np.add(high[first:first + span, :, None], low[first:first + span, None, :],
+                       out=table[:span].reshape(span, 16, 16))  # table[group, byte] = high[byte >> 4] + low[byte & 15]
+                lookups = lookup_cells[:held * span].reshape(held, span)
+                np.add(drawn[:held, first:first + span], offsets[:span], out=lookups, casting="unsafe")
+                values = value_cells[:held * span].reshape(held, span)
+                np.take(table, lookups, out=values, mode="clip")
+                kept += values.sum(axis=1)
+            count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
+            held = 0
+    return count
 
 
 def _normal_p(moving: Any, observed: float) -> float | None:

@@ -6,7 +6,10 @@ reuse one buffer and give the same intervals as plain numpy."""
 from __future__ import annotations
 
 import math
+import re
 import tracemalloc
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,3 +147,34 @@ def test_the_readers_fast_paths_keep_every_value() -> None:
     assert compare_line_problem({"scores": {"a": {"value": "x"}}}) is not None
     assert compare_line_problem({"scores": {"a": {"value": True}}}) is not None
     assert compare_line_problem({"scores": {"a": {"value": 3}, "b": None, "c": 1.5}}) is None
+
+
+@pytest.mark.parametrize(("n", "seed", "span", "drawn_bytes", "permutations"), [
+    (999, 1, 7, 1_000, 10_000),  # spans and blocks that do not divide the groups and assignments
+    (20_003, 4, 512, 1 << 20, 10_000),
+    (150_001, 2, 512, 16 << 20, 2_000),  # beyond 131,072 non-zero differences: spans without any patch
+])
+def test_tables_made_a_span_at_a_time_give_the_recipes_p(n: int, seed: int, span: int, drawn_bytes: int, permutations: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    differences = np.random.default_rng(n).normal(0.004, 1.0, n)
+    differences[::11] = 0.0
+    if n < 131_072:
+        monkeypatch.setattr(_compare, "_TABLE_BYTES", 1024)  # (as beyond 131,072 differences)
+    monkeypatch.setattr(_compare, "_SPAN", span)
+    monkeypatch.setattr(_compare, "_DRAWN_BYTES", drawn_bytes)
+    calls: list[int] = []
+    spans = _compare._count_by_spans
+    monkeypatch.setattr(_compare, "_count_by_spans", lambda *a: calls.append(1) or spans(*a))
+    p = sign_flip_test(differences, seed=seed, permutations=permutations)
+    assert calls == [1]
+    assert p == _recipe("sign_flip_p")(differences, seed=seed, permutations=permutations)
+
+
+def _recipe(name: str) -> Any:
+    """A numpy recipe of docs/evaluation.md, run as written (as test_bootstrap_recipe.py does)."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.DOTALL) if f"def {name}(" in b]
+    assert len(blocks) == 1
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks[0], str(doc), "exec"), namespace)  # noqa: S102 (the documented recipe, run as written)
+    return namespace[name]
