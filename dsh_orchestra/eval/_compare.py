@@ -37,7 +37,7 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _LOG2 = math.log(2.0)
 _EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
-_TABLE_BYTES = 32 << 20  # the sign-flip test's subset-sum tables of 256 up to this size, of 16 beyond
+_TABLE_BYTES = 32 << 20  # the sign-flip test's tables of 256 subset sums for every group up to this size; beyond, a span at a time
 _BERRY_ESSEEN = 0.56  # Shevtsova (2010): sup |F - Phi| <= 0.56 * sum E|X|^3 / B^3 for independent summands
 _NORMAL_ERROR = 0.002  # the largest bound on |p - normal p| at which the sign-flip test takes the normal p
 _NORMAL_FROM = 313_600  # (2 * 0.56 / 0.002) ** 2: with fewer non-zero differences the bound is always above
