@@ -27,7 +27,8 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
   before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
   ramps in the other gateway modes), ``auto-call`` the ramp opened fully at the first model
-  call (an experiment: no better, docs/benchmarks.md), ``old`` the same with the retry pause of the first release (the longer
+  call (an experiment: no better, docs/benchmarks.md), ``auto-herd`` the same without learned
+  pacing (a ``retry-after`` only holds: the gateway before it), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -274,7 +275,10 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
     import dsh_orchestra.batch._runner as runner_module
     from dsh_orchestra.batch._ramp import StartRamp
 
+    import dsh_orchestra.gateway._limiter as limiter_module
+
     gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(), "auto-all": GatewayOptions(),
+               "auto-herd": GatewayOptions(),
                "auto-call": GatewayOptions(), "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -290,6 +294,9 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
         saved = Gateway.pause
         if mode == "old":
             Gateway.pause = _old_pause  # type: ignore[method-assign]
+        saved_learn = limiter_module.AdaptiveLimiter._learn
+        if mode == "auto-herd":  # no learned pacing: a retry-after only holds (the gateway before it)
+            limiter_module.AdaptiveLimiter._learn = lambda self, ticket, outcome, retry_after: None  # type: ignore[method-assign]
         saved_grow = runner_module.grow_on_ready  # type: ignore[attr-defined]
         if mode == "auto-all":  # every worker at once: the batch before the start ramp
             runner_module.StartRamp = _all_at_once  # type: ignore[assignment,attr-defined]
@@ -308,6 +315,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
             after = resource.getrusage(resource.RUSAGE_SELF)
         finally:
             Gateway.pause = saved  # type: ignore[method-assign]
+            limiter_module.AdaptiveLimiter._learn = saved_learn  # type: ignore[method-assign]
             runner_module.StartRamp = StartRamp  # type: ignore[attr-defined]
             runner_module.grow_on_ready = saved_grow  # type: ignore[attr-defined]
     answers = summary.ok  # the default script answers each item in one model call
@@ -315,6 +323,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
     return {"mode": mode, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
             "batch_retries": summary.retries, "quota_used_wall": round(answers / (rate * wall), 3),
             "model": model and {k: model[k] for k in ("calls", "upstream_calls", "retries")},
+            "passed_back": model and model["calls"] - model["upstream_calls"],
             "concurrency": model and {k: model["concurrency"][k] for k in ("final", "min", "max")},
             "cpu_s_this_process": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 2),
             "monotonic": [start, end], "load": os.getloadavg()[0]}
@@ -389,6 +398,8 @@ def goodput_once(rate: float, mode: str, home: Path | None = None) -> dict[str, 
     row = {"rate": rate, "home": "fresh" if home is None else "warm", **row, "load_before": load_before}
     row.update(breakdown(row, seen, rate))
     row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
+    if row.get("model"):
+        row["absorbed_429"] = row["model"]["retries"]
     # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
     row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
     if "startup_s" in row:
@@ -396,7 +407,7 @@ def goodput_once(rate: float, mode: str, home: Path | None = None) -> dict[str, 
     return row
 
 
-GOODPUT_MEDIANS = ("failed", "wall_s", "startup_s", "active_s", "tail_s", "quota_used_wall", "quota_used_active",
+GOODPUT_MEDIANS = ("failed", "passed_back", "absorbed_429", "wall_s", "startup_s", "active_s", "tail_s", "quota_used_wall", "quota_used_active",
                    "startup_share_of_wall", "cpu_s_this_process", "load")
 
 

@@ -9,6 +9,12 @@ push the later ones back). Waiting calls are let
 through in arrival order; a retry goes to the head of the line (behind earlier retries). Time is trio's clock, so tests
 drive it with ``MockClock``.
 
+Learned pacing (adaptive only): a limited answer with a ``retry-after`` of ``w`` seconds makes the
+starts go at least ``gap`` apart, ``gap`` = ``w`` at first (the provider's time to its next free
+request), x PACE_BACKOFF once per window at a further limited answer (never below that answer's
+``w``), / (1 + PACE_STEP) at each success, dropped below PACE_MIN. Without it, the end of a hold
+let every waiting call start at once and all but one were limited again (a herd).
+
 :meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
 change the limits of a running gateway (``ctl``, the Ray quota coordinator).
 """
@@ -27,6 +33,12 @@ AUTO_MIN = 1
 """``auto``: the limit never goes below this."""
 AUTO_MAX = 128
 """``auto``: the limit never goes above this."""
+PACE_BACKOFF = 1.25
+"""Learned pacing: the gap grows by this (once per window) at a limited answer while paced."""
+PACE_STEP = 0.02
+"""Learned pacing: the gap shrinks by this share (gap / 1.02) at each success."""
+PACE_MIN = 0.001
+"""Learned pacing: a gap below this many seconds is dropped (back to the AIMD limit alone)."""
 
 
 class AdaptiveLimiter:
@@ -46,6 +58,9 @@ class AdaptiveLimiter:
         self.peak_in_flight = 0
         self.hold_until = -math.inf
         self.next_start = -math.inf  # the earliest start the pacing allows
+        self.last_start = -math.inf  # the slot of the latest paced start
+        self.gap: float | None = None  # learned pacing: seconds between starts (None: not paced)
+        self.learn_pacing = adaptive  # False: a retry-after only holds (the behaviour before learned pacing)
         self.history: list[tuple[float, int]] = [(trio.current_time(), limit)]  # (time, limit) at each change
         self.successes = 0  # answers counted by outcome, for whoever watches (the quota coordinator)
         self.limited = 0
@@ -79,11 +94,15 @@ class AdaptiveLimiter:
                                      and math.isfinite(rate) and rate > 0):
             raise ValueError(f"the rate must be a positive number of calls a second, not {rate!r}")
         if rate != self.rate:
-            if self.rate is not None and rate is not None and math.isfinite(self.next_start):
-                last = self.next_start - 1.0 / self.rate  # keep the last start, space the next by the new rate
-                self.next_start = last + 1.0 / rate
             self.rate = None if rate is None else float(rate)
+            if math.isfinite(self.last_start):  # keep the last start, space the next by the new interval
+                self.next_start = self.last_start + self.interval
             self._notify()
+
+    @property
+    def interval(self) -> float:
+        """Seconds between starts: the rate's and the learned gap's, the longer (0: not paced)."""
+        return max(0.0 if self.rate is None else 1.0 / self.rate, self.gap or 0.0)
 
     def set_window(self, window: int) -> None:
         """Adopt the coordinator's window (tickets then carry it; see ``limited_window``)."""
@@ -122,16 +141,20 @@ class AdaptiveLimiter:
         self._fronts -= front
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        if self.rate is not None:  # the next slot: one interval after this one's (a late wake-up does not shift it)
-            interval, now = 1.0 / self.rate, trio.current_time()
+        interval = self.interval
+        if interval > 0:  # the next slot: one interval after this one's (a late wake-up does not shift it)
+            now = trio.current_time()
             slot = self.next_start if now - self.next_start < interval else now
-            self.next_start = slot + interval
+            self.last_start, self.next_start = slot, slot + interval
         self._notify()  # the next in line may go too
         return self._epoch
 
-    def release(self, ticket: int, outcome: str) -> None:
-        """Give the place back: ``outcome`` ``ok``, ``limited`` (429/529/overloaded) or ``other``."""
+    def release(self, ticket: int, outcome: str, *, retry_after: float | None = None) -> None:
+        """Give the place back: ``outcome`` ``ok``, ``limited`` (429/529/overloaded) or ``other``;
+        ``retry_after``: the seconds a limited answer said to wait (learned pacing)."""
         self.in_flight -= 1
+        if self.learn_pacing:
+            self._learn(ticket, outcome, retry_after)
         if outcome == "ok":
             self.successes += 1
         elif outcome == "limited":
@@ -174,6 +197,21 @@ class AdaptiveLimiter:
         if until > self.hold_until:
             self.hold_until = until
             self._notify()
+
+    def _learn(self, ticket: int, outcome: str, retry_after: float | None) -> None:
+        if outcome == "ok" and self.gap is not None:
+            self.gap /= 1.0 + PACE_STEP
+            if self.gap < PACE_MIN:
+                self.gap = None
+        elif outcome == "limited" and retry_after is not None and retry_after >= PACE_MIN:
+            if self.gap is None:
+                self.gap = retry_after
+            elif ticket == self._epoch:  # the first limited answer of this window (the caller halves the limit next)
+                self.gap = max(retry_after, self.gap * PACE_BACKOFF)
+            else:
+                self.gap = max(retry_after, self.gap)
+            if math.isfinite(self.last_start):
+                self.next_start = max(self.next_start, self.last_start + self.gap)
 
     def _set(self, limit: int) -> None:
         self._streak = 0

@@ -433,6 +433,7 @@ class _Call:
             await self._refuse()
             return False
         outcome = "other"
+        hint: float | None = None  # a limited answer's retry-after (the limiter learns its pacing from it)
         budget.in_flight += 1  # from here until it ends, the call may overshoot the budget
         try:
             try:
@@ -451,12 +452,13 @@ class _Call:
                 outcome = await self._relay(response, last=last)
             except _Retry as retry:
                 outcome = "limited" if retry.limited else "other"
+                hint = retry.wait
                 raise
             finally:
                 await response.aclose()
         finally:
             budget.in_flight -= 1
-            limiter.release(ticket, outcome)
+            limiter.release(ticket, outcome, retry_after=hint)
         return True
 
     async def _relay(self, response: httpx.Response, *, last: bool) -> str:

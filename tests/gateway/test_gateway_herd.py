@@ -1,0 +1,136 @@
+"""Learned pacing (AdaptiveLimiter) against a token-bucket quota, on trio's MockClock: the end of a
+``retry-after`` hold no longer releases a herd that spends every call's attempts."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from dsh_orchestra.gateway import AdaptiveLimiter, GatewayOptions
+from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MIN, PACE_STEP
+from dsh_orchestra.testing._fake_model import Quota
+
+ATTEMPTS = GatewayOptions().max_attempts
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+@attrs.define
+class Run:
+    calls: int = 0
+    limited: int = 0  # 429s absorbed (retried)
+    passed_back: int = 0  # calls that ran out of attempts: the runtime would see the 429
+    most_tries: int = 0
+
+
+async def quota_run(limiter: AdaptiveLimiter, *, clients: int = 64, each: int = 4, rate: float = 20.0,
+                    latency: float = 0.01) -> Run:
+    """``clients`` concurrent callers, ``each`` calls each, through ``limiter`` to the fake model's
+    quota (answering 429 with the time to its next token as ``retry-after``), retried as the
+    gateway's ``_Call.run`` does: the limited answer holds the limiter and is released with its
+    ``retry-after``, the retry sleeps that long and goes to the head of the line."""
+    quota, run = Quota(rate), Run()
+
+    async def call() -> None:
+        for attempt in range(1, ATTEMPTS + 1):
+            ticket = await limiter.acquire(front=attempt > 1)
+            wait = quota.take()
+            if wait == 0.0:
+                await trio.sleep(latency)
+                limiter.release(ticket, "ok")
+                run.calls += 1
+                run.most_tries = max(run.most_tries, attempt)
+                return
+            if attempt == ATTEMPTS:  # the gateway gives up: the 429 goes to the runtime
+                limiter.hold(wait)
+                limiter.release(ticket, "limited", retry_after=wait)
+                run.passed_back += 1
+                return
+            run.limited += 1
+            limiter.hold(wait)
+            limiter.release(ticket, "limited", retry_after=wait)
+            await trio.sleep(wait)
+
+    async def client() -> None:
+        for _ in range(each):
+            await call()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(client)
+    return run
+
+
+async def test_without_learned_pacing_the_herd_spends_the_attempts(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter()
+    limiter.learn_pacing = False  # a retry-after only holds: the gateway before learned pacing
+    run = await quota_run(limiter)
+    # each hold's end lets up to `limit` calls start on a bucket with one token: 429s galore
+    assert run.limited > 256 and run.passed_back > 0
+
+
+async def test_learned_pacing_absorbs_a_quota_without_passing_429s_back(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter()
+    begin = trio.current_time()
+    run = await quota_run(limiter)
+    assert run.passed_back == 0 and run.calls == 256
+    assert run.limited < 256 // 4  # (the herd: more 429s than calls)
+    # the quota is used: the bucket's 20 at the start, then 20 a second
+    assert trio.current_time() - begin <= (256 - 20) / 20.0 * 1.2
+    assert limiter.gap is not None and limiter.gap >= 0.8 / 20.0
+
+
+async def test_the_gap_follows_the_answers(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(4)
+    assert limiter.gap is None and limiter.interval == 0.0
+    limiter.release(await limiter.acquire(), "limited", retry_after=0.05)
+    assert limiter.gap == 0.05  # the provider's time to its next free request
+    ticket = await limiter.acquire()  # started in the new window
+    limiter.release(ticket, "limited", retry_after=0.01)
+    assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF)  # once per window, never below the answer's wait
+    stale = limiter.window - 1
+    limiter.in_flight += 1
+    limiter.release(stale, "limited", retry_after=0.01)  # a call of an earlier window: no further growth
+    assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF)
+    limiter.release(await limiter.acquire(), "ok")
+    assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF / (1 + PACE_STEP))
+    limiter.release(await limiter.acquire(), "limited")  # no retry-after: AIMD only, the gap stays
+    assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF / (1 + PACE_STEP))
+    while limiter.gap is not None:  # successes speed the starts up until the pacing is dropped
+        assert limiter.gap >= PACE_MIN
+        limiter.release(await limiter.acquire(), "ok")
+    assert limiter.interval == 0.0
+
+
+async def test_paced_starts_keep_their_order_and_spacing(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter(8)
+    limiter.release(await limiter.acquire(), "limited", retry_after=0.1)
+    limiter.hold(0.1)
+    begin = trio.current_time()
+    starts: list[tuple[int, float]] = []
+
+    async def call(number: int) -> None:
+        ticket = await limiter.acquire()
+        starts.append((number, round(trio.current_time() - begin, 6)))
+        await trio.sleep(0.001)
+        limiter.release(ticket, "ok")
+
+    async with trio.open_nursery() as nursery:
+        for number in range(4):
+            nursery.start_soon(call, number)
+            await trio.testing.wait_all_tasks_blocked()
+    assert [n for n, _ in starts] == [0, 1, 2, 3]  # arrival order
+    assert [t for _, t in starts][0] == 0.1  # the hold's end, then one gap apart (shrinking at each success)
+    gaps = [round(b - a, 6) for (_, a), (_, b) in zip(starts, starts[1:], strict=False)]
+    assert gaps[0] == 0.1 and gaps[1] == pytest.approx(0.1 / (1 + PACE_STEP), abs=1e-6)  # a slot is set as the call before starts
+    assert all(0.09 < gap <= 0.1 for gap in gaps)
+
+
+async def test_a_fixed_limiter_does_not_learn() -> None:
+    assert AdaptiveLimiter(4, adaptive=False).learn_pacing is False
+    assert AdaptiveLimiter(4).learn_pacing is True
