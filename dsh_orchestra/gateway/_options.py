@@ -77,7 +77,8 @@ class GatewayOptions:
     (a number, ``"R/s"`` or ``"R/min"``; None: no pacing), spaced evenly. Under Ray both are
     limits for the whole run, shared between the nodes' gateways (docs/scale-out.md). ``cache`` (a directory) with ``cache_mode`` ``use`` |
     ``record`` | ``replay`` and ``cache_epochs`` ``independent`` | ``shared``.
-    ``max_attempts``: tries per call on 429/529/overloaded or an unreachable provider.
+    ``max_attempts``: tries per call on 429/529/overloaded or an unreachable provider (a 429
+    to a call sent before the gateway slowed down does not count; at most twice as many tries in all).
     ``max_total_tokens`` / ``max_total_cost`` (USD, needs ``price``): once the calls forwarded
     upstream counted that much, no further call is forwarded (docs/gateway.md#budgets).
     ``price`` (USD per million tokens, e.g. ``dsh_orchestra.eval.Price``): the calls' cost.

@@ -341,6 +341,7 @@ class _Retry(Exception):
         self.reason = reason
         self.wait = wait
         self.limited = limited  # a rate-limit or overload answer (False: the provider was not reached)
+        self.stale = False  # limited, to a call started before the limiter's latest slow-down: no attempt spent
 
 
 class _Call:
@@ -390,19 +391,23 @@ class _Call:
                 await self.peer.error(400, "invalid_request_error",
                                       f"cache miss: request {self.key} is not in the cache (replay mode sends nothing upstream)")
                 return
-        attempt = 0
+        attempt = tries = 0  # attempt: the tries that count against max_attempts
         while True:
             attempt += 1
+            tries += 1
             if gateway.budget.reached:  # a retry is a further call too
                 await self._refuse()
                 return
             try:
-                if not await self._attempt(last=attempt >= options.max_attempts, retry=attempt > 1):
+                if not await self._attempt(last=attempt >= options.max_attempts,
+                                           final=tries >= 2 * options.max_attempts, retry=tries > 1):
                     return
                 break
             except _Retry as retry:
                 self._count("retries")
-                pause = gateway.pause(attempt, retry.wait)
+                if retry.stale:  # sent before the gateway slowed down: not the provider's refusal of this call
+                    attempt -= 1
+                pause = gateway.pause(max(1, attempt), retry.wait)
                 log.info("gateway: %s; retry %d of %d in %.1f s", retry.reason, attempt, options.max_attempts - 1, pause)
                 await trio.sleep(pause)
         self._count("calls")
@@ -422,8 +427,10 @@ class _Call:
         await self.peer.send(reader.pending)
         await self.peer.end()
 
-    async def _attempt(self, *, last: bool, retry: bool = False) -> bool:
-        """One try upstream (``retry``: at the head of the line); False when the budget refused it (answered, nothing sent)."""
+    async def _attempt(self, *, last: bool, final: bool = False, retry: bool = False) -> bool:
+        """One try upstream (``retry``: at the head of the line); False when the budget refused it
+        (answered, nothing sent). A limited answer is passed on when ``final``, or when ``last``
+        unless the call was stale (started in a window before the limiter's current one)."""
         gateway = self.gateway
         limiter = gateway.limiter
         ticket = await limiter.acquire(front=retry)
@@ -443,16 +450,17 @@ class _Call:
                 response = await client.send(request, stream=True)
             except httpx.TransportError as exc:
                 reason = f"the model provider cannot be reached ({type(exc).__name__}: {exc})"
-                if not last:
+                if not (last or final):
                     raise _Retry(reason, None, limited=False) from None
                 self._count("errors")
                 await self.peer.error(502, "api_error", reason)
                 return True
             try:
-                outcome = await self._relay(response, last=last)
+                outcome = await self._relay(response, last=final or (last and ticket >= limiter.window))
             except _Retry as retry:
                 outcome = "limited" if retry.limited else "other"
                 hint = retry.wait
+                retry.stale = retry.limited and ticket < limiter.window  # before release opens a new window
                 raise
             finally:
                 await response.aclose()

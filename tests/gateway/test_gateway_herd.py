@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import json
+from functools import partial
+
 import attrs
+import httpx
 import pytest
 import trio
 import trio.testing
 
 from dsh_orchestra.gateway import AdaptiveLimiter, GatewayOptions
+from dsh_orchestra.gateway._http import Peer
 from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MIN, PACE_STEP
 from dsh_orchestra.testing._fake_model import Quota
+
+from gateway_support import body, running_gateway
 
 ATTEMPTS = GatewayOptions().max_attempts
 
@@ -134,3 +141,109 @@ async def test_paced_starts_keep_their_order_and_spacing(autojump_clock: trio.te
 async def test_a_fixed_limiter_does_not_learn() -> None:
     assert AdaptiveLimiter(4, adaptive=False).learn_pacing is False
     assert AdaptiveLimiter(4).learn_pacing is True
+
+
+async def test_a_429_to_a_call_sent_before_the_slow_down_spends_no_attempt() -> None:
+    """8 calls in flight at once are all answered 429 (a burst the gateway sent before it knew
+    of the limit). With ``max_attempts=1`` the first limited answer is passed back (it opened a new
+    window); the 7 others were sent in the window before, so they are retried, and succeed."""
+    arrived: list[Peer] = []
+    all_in, bumped = trio.Event(), trio.Event()
+
+    async def upstream(stream: trio.SocketStream) -> None:
+        peer = Peer(stream)
+        try:
+            while await peer.receive() is not None:
+                arrived.append(peer)
+                index = len(arrived)
+                if index <= 8:
+                    if index == 8:
+                        all_in.set()
+                    await all_in.wait()
+                    if index > 1:  # the others once the first answer was counted
+                        await bumped.wait()
+                    await peer.whole(429, b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}',
+                                     [(b"content-type", b"application/json"), (b"retry-after-ms", b"10")])
+                else:
+                    await peer.whole(200, json.dumps(message()).encode(), [(b"content-type", b"application/json")])
+                if not peer.reusable():
+                    break
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await stream.aclose()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            [listener] = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
+            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+            async with running_gateway(url, GatewayOptions(max_attempts=1)) as gateway:
+                release = gateway.limiter.release
+
+                def counted(ticket: int, outcome: str, *, retry_after: float | None = None) -> None:
+                    release(ticket, outcome, retry_after=retry_after)
+                    if gateway.limiter.window >= 1:
+                        bumped.set()
+
+                gateway.limiter.release = counted  # type: ignore[method-assign]
+                statuses: list[int] = []
+
+                async def call(index: int) -> None:
+                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
+                        response = await client.post(gateway.base_url + "/v1/messages",
+                                                     content=json.dumps(body(f"q{index}", stream=False)),
+                                                     headers={"x-api-key": gateway.token})
+                        statuses.append(response.status_code)
+
+                async with trio.open_nursery() as calls:
+                    for index in range(8):
+                        calls.start_soon(call, index)
+            nursery.cancel_scope.cancel()
+    assert sorted(statuses) == [200] * 7 + [429]
+    assert len(arrived) == 15 and gateway.totals.retries == 7
+
+
+def message() -> dict[str, object]:
+    return {"id": "m", "type": "message", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+async def test_every_call_still_ends_after_at_most_twice_max_attempts_tries() -> None:
+    """An upstream that answers every request 429: 6 calls at once each give up (the 429 passed
+    on) after max_attempts counted tries, stale ones included at most 2 x max_attempts."""
+    seen: list[int] = []
+
+    async def upstream(stream: trio.SocketStream) -> None:
+        peer = Peer(stream)
+        try:
+            while await peer.receive() is not None:
+                seen.append(1)
+                await peer.whole(429, b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}',
+                                 [(b"content-type", b"application/json"), (b"retry-after-ms", b"5")])
+                if not peer.reusable():
+                    break
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await stream.aclose()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            [listener] = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
+            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+            async with running_gateway(url, GatewayOptions(max_attempts=3)) as gateway:
+                statuses: list[int] = []
+
+                async def call(index: int) -> None:
+                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
+                        response = await client.post(gateway.base_url + "/v1/messages",
+                                                     content=json.dumps(body(f"q{index}")),
+                                                     headers={"x-api-key": gateway.token})
+                        statuses.append(response.status_code)
+
+                async with trio.open_nursery() as calls:
+                    for index in range(6):
+                        calls.start_soon(call, index)
+            nursery.cancel_scope.cancel()
+    assert statuses == [429] * 6
+    assert 6 * 3 <= len(seen) <= 6 * 6 and gateway.totals.retries == len(seen) - 6
