@@ -12,7 +12,7 @@ drive it with ``MockClock``.
 Learned pacing (adaptive only): a limited answer with a ``retry-after`` of ``w`` seconds makes the
 starts go at least ``gap`` apart, ``gap`` = ``w`` at first (the provider's time to its next free
 request), x PACE_BACKOFF once per window at a further limited answer (never below that answer's
-``w``), / (1 + PACE_STEP) at each success, dropped below PACE_MIN. Without it, the end of a hold
+``w``), / (1 + PACE_STEP) at each success, at most PACE_MAX, dropped below PACE_MIN. Without it, the end of a hold
 let every waiting call start at once and all but one were limited again (a herd).
 
 :meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
@@ -37,6 +37,9 @@ PACE_BACKOFF = 1.25
 """Learned pacing: the gap grows by this (once per window) at a limited answer while paced."""
 PACE_STEP = 0.02
 """Learned pacing: the gap shrinks by this share (gap / 1.02) at each success."""
+PACE_MAX = 1.0
+"""Learned pacing: the gap is at most this many seconds (a longer ``retry-after`` is a quota
+window's reset, not the spacing between calls: it holds, and the gap stops here)."""
 PACE_MIN = 0.001
 """Learned pacing: a gap below this many seconds is dropped (back to the AIMD limit alone)."""
 
@@ -210,6 +213,7 @@ class AdaptiveLimiter:
                 self.gap = max(retry_after, self.gap * PACE_BACKOFF)
             else:
                 self.gap = max(retry_after, self.gap)
+            self.gap = min(PACE_MAX, self.gap)
             if math.isfinite(self.last_start):
                 self.next_start = max(self.next_start, self.last_start + self.gap)
 

@@ -14,7 +14,7 @@ import trio.testing
 
 from dsh_orchestra.gateway import AdaptiveLimiter, GatewayOptions
 from dsh_orchestra.gateway._http import Peer
-from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MIN, PACE_STEP
+from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP
 from dsh_orchestra.testing._fake_model import Quota
 
 from gateway_support import body, running_gateway
@@ -108,6 +108,8 @@ async def test_the_gap_follows_the_answers(autojump_clock: trio.testing.MockCloc
     assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF / (1 + PACE_STEP))
     limiter.release(await limiter.acquire(), "limited")  # no retry-after: AIMD only, the gap stays
     assert limiter.gap == pytest.approx(0.05 * PACE_BACKOFF / (1 + PACE_STEP))
+    limiter.release(await limiter.acquire(), "limited", retry_after=30.0)  # a window's reset: a hold, the gap 1 s
+    assert limiter.gap == PACE_MAX
     while limiter.gap is not None:  # successes speed the starts up until the pacing is dropped
         assert limiter.gap >= PACE_MIN
         limiter.release(await limiter.acquire(), "ok")
