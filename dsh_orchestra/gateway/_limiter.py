@@ -35,8 +35,8 @@ AUTO_MAX = 128
 """``auto``: the limit never goes above this."""
 PACE_BACKOFF = 1.25
 """Learned pacing: the gap grows by this (once per window) at a limited answer while paced."""
-PACE_STEP = 0.02
-"""Learned pacing: the gap shrinks by this share (gap / 1.02) at each success."""
+PACE_STEP = 0.01
+"""Learned pacing: the gap shrinks by this share (gap / 1.01) at each success."""
 PACE_MAX = 1.0
 """Learned pacing: the gap is at most this many seconds (a longer ``retry-after`` is a quota
 window's reset, not the spacing between calls: it holds, and the gap stops here)."""

@@ -86,7 +86,7 @@ async def test_learned_pacing_absorbs_a_quota_without_passing_429s_back(autojump
     begin = trio.current_time()
     run = await quota_run(limiter)
     assert run.passed_back == 0 and run.calls == 256
-    assert run.limited < 256 // 4  # (the herd: more 429s than calls)
+    assert run.limited <= 256 // 8  # (the herd: more 429s than calls)
     # the quota is used: the bucket's 20 at the start, then 20 a second
     assert trio.current_time() - begin <= (256 - 20) / 20.0 * 1.2
     assert limiter.gap is not None and limiter.gap >= 0.8 / 20.0
