@@ -45,9 +45,14 @@ class Peer:
             events.append(h11.EndOfMessage())
         await self._send(*events)
 
-    async def send(self, data: bytes) -> None:
-        if data:
+    async def send(self, data: bytes, *, end: bool = False) -> None:
+        """Send ``data`` (if any) as a chunk; ``end``: the end of the response too, in the same write."""
+        if data and end:
+            await self._send(h11.Data(data=data), h11.EndOfMessage())
+        elif data:
             await self._send(h11.Data(data=data))
+        elif end:
+            await self._send(h11.EndOfMessage())
 
     async def end(self) -> None:
         await self._send(h11.EndOfMessage())
@@ -68,6 +73,61 @@ class Peer:
         data = send(events[0]) if len(events) == 1 else b"".join(send(event) or b"" for event in events)
         if data:
             await self.stream.send_all(data)
+
+
+class Relay:
+    """The writer of one streamed answer: what the reader hands it (:meth:`start`, :meth:`send`,
+    :meth:`end`, none of which wait) goes out in one write as soon as the reader waits.
+
+    The reader (the upstream stream) keeps the chunks already received without a wait for
+    each write, so frames that arrived together leave together: one ``send_all`` and one
+    wake-up of the runtime instead of one per 64-byte frame, and no chunk waits for a later
+    one (the writer runs at the reader's next wait, at the latest when it waits for the
+    network). Run :meth:`run` in a task; it returns after the end of the answer is written,
+    or at the first failed write (kept in :attr:`error`; the rest is dropped).
+    """
+
+    def __init__(self, peer: Peer) -> None:
+        self._peer = peer
+        self._head: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self._parts: list[bytes] = []
+        self._end = False
+        self._wake = trio.Event()
+        self.error: trio.BrokenResourceError | trio.ClosedResourceError | None = None
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The status line and headers (written with the data handed with or after them)."""
+        self._head = (status, headers)
+        self._wake.set()
+
+    def send(self, data: bytes) -> None:
+        if data:
+            self._parts.append(data)
+            self._wake.set()
+
+    def end(self) -> None:
+        """The end of the answer (after the data handed before it); :meth:`run` then returns."""
+        self._end = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        peer = self._peer
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            head, parts, end = self._head, self._parts, self._end
+            self._head, self._parts = None, []
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            try:
+                if head is not None:
+                    await peer.start(*head, data, end=end)
+                else:
+                    await peer.send(data, end=end)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self.error = exc
+                return
+            if end:
+                return
 
 
 def passed_headers(headers: Any) -> list[tuple[bytes, bytes]]:
