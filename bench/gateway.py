@@ -44,6 +44,7 @@ import os
 import resource
 from functools import partial
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,7 +86,11 @@ def start_gateway(upstream: str, concurrency: str = "128", *,
                   source: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
     """The gateway in a process of its own; ``source``: a directory holding another version's
     ``dsh_orchestra`` package to run instead (put first on its PYTHONPATH)."""
-    env = None if source is None else {**os.environ, "PYTHONPATH": source}
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = source
+    if TRACE:
+        env["GATEWAY_BENCH_TRACE"] = TRACE + "-{pid}"
     process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_process.py"), upstream, concurrency],
                                stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
@@ -103,6 +108,41 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def sched(pid: int) -> tuple[float, int]:
+    """Seconds the process's threads spent waiting on a run queue (runnable, not running), and
+    their timeslices (about one per wake-up), from /proc/PID/task/*/schedstat (0 elsewhere)."""
+    wait, slices = 0.0, 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            _, waited, ran = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        wait += int(waited) / 1e9
+        slices += int(ran)
+    return wait, slices
+
+
+def traced(gateway: subprocess.Popen[str] | None) -> list[tuple[float, float]] | None:
+    """The calls the gateway timed since the last ask (GATEWAY_BENCH_TRACE, see
+    bench/_gateway_process.py): (request read -> upstream request started, last upstream chunk
+    -> end of the answer written), seconds."""
+    if gateway is None or not TRACE:
+        return None
+    count = TRACED[gateway.pid] = TRACED.get(gateway.pid, 0) + 1
+    gateway.send_signal(signal.SIGUSR1)
+    path = Path(f"{TRACE}-{gateway.pid}.{count}")
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the gateway wrote no trace ({path})")
+        time.sleep(0.01)
+    return [tuple(row) for row in json.loads(path.read_text())]  # type: ignore[misc]
+
+
+TRACE = os.environ.get("GATEWAY_BENCH_TRACE") and str(Path(tempfile.mkdtemp()) / "trace")
+TRACED: dict[int, int] = {}
+
+
 def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup: int, body: Path,
             think: float = 0.0) -> dict[str, Any]:
     """``procs`` lean client processes (bench/_gateway_client.py) holding ``streams`` connections
@@ -112,7 +152,7 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
     running = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_client.py"), host, port, key, str(n),
                                  str(calls), str(warmup), str(body), str(think)], stdout=subprocess.PIPE, text=True)
                for n in share if n]
-    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0}
+    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0, "runq_s": 0.0}
     for process in running:
         out, _ = process.communicate()
         if process.returncode != 0:
@@ -122,6 +162,7 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
         merged["bytes"] += row["bytes"]
         merged["cpu_s"] += row["cpu_s"]
         merged["calls"] += row["calls"]
+        merged["runq_s"] += row.get("runq_s", 0.0)
     return merged
 
 
@@ -153,6 +194,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
         for _ in range(2):  # interleaved twice
             for name, url, key, gateway in paths:
                 cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
+                waits = (sched(model.pid), sched(gateway.pid) if gateway else (0.0, 0))
+                traced(gateway)  # starts the gateway's trace afresh
                 start = time.perf_counter()
                 row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
                               body=bodies[wait], think=wait)
@@ -164,6 +207,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                                    "model_cpu_ms": round((cpu_s(model.pid) - cpu[0]) * per_call, 3),
                                    "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3) if gateway else 0.0,
                                    "client_cpu_ms": round(row["cpu_s"] * per_call, 3),
+                                   **waiting(model, gateway, waits, row, per_call),
+                                   **inside(traced(gateway)),
                                    "load": round(os.getloadavg()[0], 2)})
         out[case] = runs
         for name, *_ in paths[1:]:
@@ -172,6 +217,31 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                 through = statistics.median(run[stat] for run in runs[name])
                 out[case][f"{name}_added_{stat}"] = round(through - direct, 3)
         print("latency", case, json.dumps(out[case]), flush=True)
+    return out
+
+
+def waiting(model: subprocess.Popen[str], gateway: subprocess.Popen[str] | None,
+            before: tuple[tuple[float, int], tuple[float, int]], row: dict[str, Any], per_call: float) -> dict[str, float]:
+    """Per call: ms the model, the gateway and the clients waited on a run queue (runnable but
+    not running: the machine's load, seen directly), and the gateway's wake-ups."""
+    model_wait = sched(model.pid)[0] - before[0][0]
+    out = {"model_runq_ms": round(model_wait * per_call, 3), "client_runq_ms": round(row["runq_s"] * per_call, 3)}
+    if gateway is not None:
+        wait, slices = sched(gateway.pid)
+        out["gateway_runq_ms"] = round((wait - before[1][0]) * per_call, 3)
+        out["gateway_wakeups"] = round((slices - before[1][1]) * per_call / 1000, 1)
+    return out
+
+
+def inside(calls: list[tuple[float, float]] | None) -> dict[str, float]:
+    """Medians and p99 (ms) of the gateway's own spans of a call (GATEWAY_BENCH_TRACE)."""
+    if not calls:
+        return {}
+    out: dict[str, float] = {}
+    for index, name in ((0, "in"), (1, "out")):
+        values = sorted(call[index] for call in calls)
+        out[f"{name}_p50_ms"] = round(values[len(values) // 2] * 1000, 3)
+        out[f"{name}_p99_ms"] = round(values[min(len(values) - 1, int(len(values) * 0.99))] * 1000, 3)
     return out
 
 
