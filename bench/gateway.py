@@ -13,7 +13,15 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   no delay); 64 streams in 8 processes against a model that answers after
   ``GATEWAY_BENCH_DELAY`` s (default 1) with a random think time as long before each call
   (``GATEWAY_BENCH_CALLS`` timed calls per stream, default 16); 64 streams closed-loop (no
-  delay: saturation). ``GATEWAY_BENCH_CASES=0,1`` picks cases by index.
+  delay: saturation); 1 stream paced as the 64 are (twice the calls): the same spacing
+  between calls without the other 63 streams, which tells what the 64-stream case pays for
+  idleness (cold caches, sleeping CPUs) from what it pays for concurrency.
+  ``GATEWAY_BENCH_CASES=0,1`` picks cases by index. Each row also gives, per call, the time
+  the model, the gateway and the clients waited on a run queue (``*_runq_ms``, from
+  /proc/PID/task/*/schedstat: runnable but not running) and the gateway's wake-ups
+  (timeslices); ``GATEWAY_BENCH_TRACE=1`` adds the gateway's own spans of a call (``in``:
+  request read to upstream request started; ``out``: last upstream chunk to the end of the
+  answer written; see bench/_gateway_process.py), at the cost of its wrappers' CPU.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
   whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
 * ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
@@ -182,7 +190,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
     gateway, the fake model and the clients, which the machine's load inflates far less than
     wall-clock latency."""
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
-    cases = [(1, 1, 0.0, 400), (64, 8, delay, int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))), (64, 8, 0.0, 40)]
+    paced = int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))
+    cases = [(1, 1, 0.0, 400), (64, 8, delay, paced), (64, 8, 0.0, 40), (1, 1, delay, 2 * paced)]
     wanted = os.environ.get("GATEWAY_BENCH_CASES")  # e.g. "0,1": a subset of the cases, by index
     if wanted:
         cases = [cases[int(i)] for i in wanted.split(",")]
