@@ -57,7 +57,7 @@ def _trace() -> None:
     async def timed_write(self: Peer, *events: Any) -> None:
         await write(self, *events)
         call = _CALL.get({})
-        if isinstance(events[-1], h11.EndOfMessage) and "sent" in call and "last" in call:
+        if events and isinstance(events[-1], h11.EndOfMessage) and "sent" in call and "last" in call:
             _TIMED.append((call["sent"] - call["read"], clock() - call["last"]))
 
     Peer.receive, httpx.AsyncClient.send = timed_receive, timed_send  # type: ignore[method-assign]

@@ -485,8 +485,9 @@ class _Call:
         cache = gateway.cache
         if cache is not None and storing and complete and clean:
             headers = [(k.decode(), v.decode("latin-1")) for k, v in passed_headers(response.headers)]
-            await cache.aput(self.key, Entry(body=b"".join(scan.stored), headers=headers, input_tokens=self.usage.input_tokens,
-                                             output_tokens=self.usage.output_tokens))
+            with trio.CancelScope(shield=True):  # the runtime has the answer: a run closing now must not lose it
+                await cache.aput(self.key, Entry(body=b"".join(scan.stored), headers=headers,
+                                                 input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens))
         return "ok" if clean else "limited" if scan.overloaded else "other"
 
     async def _pass(self, response: httpx.Response, scan: _Scan) -> None:

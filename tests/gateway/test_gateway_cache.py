@@ -85,6 +85,32 @@ async def test_use_record_and_replay_modes(tmp_path: Path, fake_model: FakeModel
     assert len(fake_model.requests) == 3  # nothing more went upstream
 
 
+async def test_an_answer_ended_as_the_gateway_closes_is_still_stored(tmp_path: Path, fake_model: FakeModelServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last call of a run: the runtime has the whole answer and the run closes the gateway
+    at once. The store after the end must not be cancelled, or a replay of that item misses."""
+    from dsh_orchestra.gateway import Gateway
+    from dsh_orchestra.gateway._http import Peer
+
+    cache = ResponseCache(tmp_path / "cache")
+    gateway = Gateway(GatewayOptions(cache=str(tmp_path / "cache"), cache_mode="record"), upstream=fake_model.base_url,
+                      api_key="sk-real", cache=cache)
+    end = Peer.end
+
+    async def end_then_close(peer: Peer) -> None:
+        await end(peer)
+        closing.cancel()  # the run closes its gateway as the answer's end is written
+
+    monkeypatch.setattr(Peer, "end", end_then_close)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            closing = nursery.cancel_scope
+            await nursery.start(gateway.run)
+            nursery.start_soon(post, gateway.base_url, gateway.token, body("ECHO last"))
+    assert cache.get(cache_key(body("ECHO last"), epoch=0)) is not None
+    cache.close()
+
+
 async def test_a_malformed_stream_is_passed_on_but_not_stored(tmp_path: Path) -> None:
     from dsh_orchestra.testing._script import parse_script
 
