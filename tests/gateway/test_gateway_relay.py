@@ -62,7 +62,15 @@ def body_of(writes: list[bytes]) -> bytes:
     return data
 
 
-async def test_what_is_handed_before_the_writer_runs_goes_out_in_one_write() -> None:
+async def test_what_is_handed_before_the_writer_runs_goes_out_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    ends: list[bytes] = []
+    end = Peer.end
+
+    async def noted(self: Peer) -> None:  # the end of an answer is written by Peer.end (a hook the cache tests use)
+        await end(self)
+        ends.append(stream.writes[-1])
+
+    monkeypatch.setattr(Peer, "end", noted)
     peer, stream = recorded_peer()
     relay = Relay(peer)
     relay.start(200, HEAD)
@@ -75,6 +83,7 @@ async def test_what_is_handed_before_the_writer_runs_goes_out_in_one_write() -> 
     assert stream.writes[0].startswith(b"HTTP/1.1 200 ")
     assert body_of(stream.writes) == START + BLOCK + DELTA + DELTA
     assert relay.error is None
+    assert ends == stream.writes  # through Peer.end, the head and data queued before it
 
 
 async def test_a_chunk_is_written_as_soon_as_the_reader_waits_not_held_for_the_next() -> None:
