@@ -116,18 +116,20 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
-def sched(pid: int) -> tuple[float, int]:
-    """Seconds the process's threads spent waiting on a run queue (runnable, not running), and
-    their timeslices (about one per wake-up), from /proc/PID/task/*/schedstat (0 elsewhere)."""
-    wait, slices = 0.0, 0
+def sched(pid: int) -> tuple[float, int, float]:
+    """Seconds the process's threads spent waiting on a run queue (runnable, not running),
+    their timeslices (about one per wake-up), and their seconds on a CPU (to the nanosecond,
+    where psutil's CPU times count 10 ms ticks), from /proc/PID/task/*/schedstat (0 elsewhere)."""
+    wait, slices, ran = 0.0, 0, 0.0
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
-            _, waited, ran = (task / "schedstat").read_text().split()
+            on_cpu, waited, runs = (task / "schedstat").read_text().split()
         except (OSError, ValueError):
             continue
         wait += int(waited) / 1e9
-        slices += int(ran)
-    return wait, slices
+        slices += int(runs)
+        ran += int(on_cpu) / 1e9
+    return wait, slices, ran
 
 
 def traced(gateway: subprocess.Popen[str] | None) -> list[tuple[float, float]] | None:
@@ -203,7 +205,7 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
         for _ in range(2):  # interleaved twice
             for name, url, key, gateway in paths:
                 cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
-                waits = (sched(model.pid), sched(gateway.pid) if gateway else (0.0, 0))
+                waits = (sched(model.pid), sched(gateway.pid) if gateway else (0.0, 0, 0.0))
                 traced(gateway)  # starts the gateway's trace afresh
                 start = time.perf_counter()
                 row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
@@ -230,15 +232,18 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
 
 
 def waiting(model: subprocess.Popen[str], gateway: subprocess.Popen[str] | None,
-            before: tuple[tuple[float, int], tuple[float, int]], row: dict[str, Any], per_call: float) -> dict[str, float]:
+            before: tuple[tuple[float, int, float], tuple[float, int, float]], row: dict[str, Any],
+            per_call: float) -> dict[str, float]:
     """Per call: ms the model, the gateway and the clients waited on a run queue (runnable but
-    not running: the machine's load, seen directly), and the gateway's wake-ups."""
+    not running: the machine's load, seen directly), the gateway's wake-ups, and its ms on a
+    CPU by the scheduler's count (``gateway_oncpu_ms``: as ``gateway_cpu_ms``, finer)."""
     model_wait = sched(model.pid)[0] - before[0][0]
     out = {"model_runq_ms": round(model_wait * per_call, 3), "client_runq_ms": round(row["runq_s"] * per_call, 3)}
     if gateway is not None:
-        wait, slices = sched(gateway.pid)
+        wait, slices, ran = sched(gateway.pid)
         out["gateway_runq_ms"] = round((wait - before[1][0]) * per_call, 3)
         out["gateway_wakeups"] = round((slices - before[1][1]) * per_call / 1000, 1)
+        out["gateway_oncpu_ms"] = round((ran - before[1][2]) * per_call, 3)
     return out
 
 
