@@ -48,6 +48,15 @@ def cut_short(gateway: Gateway | None, session_id: str) -> bool:
     return gateway is not None and session_id in gateway.budget.cut
 
 
+def judges_gateway(gateway: Gateway | None, runner: Any) -> Gateway | None:
+    """The gateway the judges' calls go through: the run's, else the runner's ``judge_gateway``
+    (Ray: the driver's, once the judges started), else None."""
+    if gateway is not None:
+        return gateway
+    found: Gateway | None = getattr(runner, "judge_gateway", None)
+    return found
+
+
 def refused_calls(gateway: Gateway | None) -> int:
     """How many calls the budget refused so far (0 without a gateway)."""
     return gateway.budget.refused if gateway is not None else 0

@@ -179,5 +179,6 @@ class Executor(Protocol):
 
 def runner_extra(runner: AttemptRunner, name: str) -> Any:
     """``runner.<name>`` for what a remote runner may hold of the run's model gateways
-    (``call_budget``, ``model``, ``model_totals``: Ray's node gateways), or None."""
+    (``call_budget``, ``model``, ``model_totals``, ``tag``, ``judge_gateway``: Ray's node
+    gateways and the driver's for the judges), or None."""
     return getattr(runner, name, None)

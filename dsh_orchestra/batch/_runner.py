@@ -14,7 +14,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 import orjson
@@ -29,7 +29,7 @@ from ..runtime import RuntimeSpec
 from ..session import OK_FINISH_REASONS
 from ._control import RunControl, note_control
 from ._crashes import ALONE_AFTER, Deaths, crashed_error
-from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, refused_calls, remote
+from ._cutoff import budgeted, call_budget, cut_short, judged_past_budget, judges_gateway, refused_calls, remote
 from ._dataset import BatchItem, DatasetCheck, check_dataset, iter_dataset
 from ..eval import EvalPlan, ScoringError, check_plan_inputs
 from ..results import ResultLine
@@ -68,6 +68,7 @@ class _Run:
     evaluation: BatchEval
     redactor: Redactor = attrs.field(factory=Redactor)
     gateway: Gateway | None = None  # the run's model gateway (local pool, real dsh)
+    tag: Callable[..., None] | None = None  # tag(session_id, epoch=N): the cache key's epoch (gateway or runner)
     control: RunControl | None = None
     cut: int = 0  # items cut short by the gateway's budget (no line written)
     deaths: Deaths = attrs.field(factory=Deaths)
@@ -111,8 +112,8 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
         if evaluation.workspaces is not None:
             workspace = await evaluation.prepare(item, epoch)  # a fresh copy for every attempt
         session_id = item.session_id or run.new_session_id()
-        if run.gateway is not None:
-            run.gateway.tag(session_id, epoch=epoch)  # the epoch is part of its calls' cache key
+        if run.tag is not None:
+            run.tag(session_id, epoch=epoch)  # the epoch is part of its calls' cache key
         # with epochs the executor sees "<id>#<epoch>": each epoch keeps a transcript of its own
         unit = attrs.evolve(sent, id=f"{item.id}#{epoch}") if options.epochs > 1 else sent
         alone = crashes >= ALONE_AFTER
@@ -162,9 +163,9 @@ async def _run_item(run: _Run, item: BatchItem, epoch: int) -> None:
     status = "ok" if ok else "error"
     duration = clock.current_time() - started
     if evaluation.scorers or evaluation.workspaces is not None:
-        refused = refused_calls(run.gateway)
+        refused = refused_calls(judges_gateway(run.gateway, run.runner))
         fields = await evaluation.finish(item, epoch, status, turn, workspace)
-        if judged_past_budget(run.gateway, refused, fields):
+        if judged_past_budget(judges_gateway(run.gateway, run.runner), refused, fields):
             _cut(run, item, attempt.session_id)
             return
     else:  # nothing to score or remove: the same fields, without a coroutine
@@ -413,7 +414,8 @@ async def _run_locked(
                         # with a gateway, workers start a few at a time: the runtimes' first model calls come sooner
                         ramp = StartRamp(workers) if gateway is not None and workers > RAMP_FIRST else None
                         run = _Run(runner, writer, options, counters, progress, tally, backoff, batch_eval, redactor,
-                                   gateway=gateway, control=control, ramp=ramp)
+                                   gateway=gateway, control=control, ramp=ramp,
+                                   tag=gateway.tag if gateway is not None else runner_extra(runner, "tag"))
                         units = _Units(check, done, epochs, batch_eval,
                                        call_budget(gateway) or runner_extra(runner, "call_budget"))
                         async with trio.open_nursery() as outer:

@@ -98,8 +98,9 @@ class BatchSummary:
 
     @property
     def note(self) -> str | None:
-        """A sentence for a run that had nothing left to do, else None."""
-        if self.processed:
+        """A sentence for a run that had nothing left to do, else None (a run the budget stopped
+        before any line was written had work left)."""
+        if self.processed or self.stopped:
             return None
         where = f" already in {self.results}" if self.results else " already done"
         return f"nothing left to do: all {self.total} items were{where}"

@@ -151,6 +151,17 @@ class NodeBudget(CallBudget):
         self.stopped = self.stopped or run.reached
 
 
+def share_views(view: NodeBudget, member: NodeBudget) -> None:
+    """The driver's ``view`` of the run's budget and a gateway ``member`` in the driver's own
+    process (the judges') tell each other what they know: the member counts the run's spending
+    as the view has it (less its own) and stops once the view is reached; the view learns the
+    member's run total and whether it was reached."""
+    member.others_tokens = max(member.others_tokens, view.run_tokens - member.tokens)
+    member.others_cost = max(member.others_cost, view.run_cost - member.cost)
+    member.stopped = member.stopped or view.reached
+    view.learn(RunSpending(tokens=member.run_tokens, cost=member.run_cost, reached=member.reached))
+
+
 async def follow_budget(budget: NodeBudget, exchange: Callable[[Spending], Awaitable[RunSpending | None]], *,
                         every: float = REPORT_EVERY,
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

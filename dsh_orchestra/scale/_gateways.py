@@ -31,7 +31,7 @@ from ..gateway import (
     AdaptiveLimiter, CallStats, Gateway, GatewayOptions, QuotaGrant, QuotaLedger, QuotaReport, ResponseCache, follow_quota, routed_to,
 )
 from ..runtime import RuntimeSpec
-from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget
+from ._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget, share_views
 from ._refs import wait_ref
 
 log = logging.getLogger("dsh_orchestra.scale")
@@ -42,6 +42,10 @@ TAKE_WAIT = 30.0
 """Seconds the driver waits for a node gateway's or the coordinator's answer (counts, status)."""
 TRACE_MAX = 20_000
 """Grants the coordinator remembers for ``snapshot()`` (tests and the summary)."""
+
+
+class NodeGatewayGone(RuntimeError):
+    """A node's model gateway is not there (any more): its host's attempts cannot call the model."""
 
 
 @attrs.frozen(kw_only=True)
@@ -162,20 +166,19 @@ class NodeGatewayActor:
         return [ray.put(route)]
 
     def stats(self) -> dict[str, Any]:
-        """The gateway's counters and its limiter: peak in flight, the limit (its share) over time;
-        ``counts``: its run totals as raw ``CallStats`` fields (summed over nodes by the driver);
-        ``spending``: its own budget spending (None without a budget)."""
+        """``gateway_stats`` of this node's gateway ({} before it started)."""
         gateway = self._gateway
-        if gateway is None:
-            return {}
-        limiter = gateway.limiter
-        start = limiter.history[0][0]
-        budget = gateway.budget
-        return {"node": self.ping(), "peak_in_flight": limiter.peak_in_flight, "limit": limiter.limit,
-                "rate": limiter.rate, "successes": limiter.successes, "limited": limiter.limited,
-                "limits": [[round(t - start, 4), limit] for t, limit in limiter.history],
-                "totals": gateway.totals.to_json(), "summary": gateway.summary(), "counts": attrs.asdict(gateway.totals),
-                "spending": attrs.asdict(budget.spending()) if isinstance(budget, NodeBudget) else None}
+        return {} if gateway is None else gateway_stats(gateway, self.ping())
+
+    def tag(self, session_id: str, epoch: int) -> None:
+        """Key the cache of ``session_id``'s calls (its subagents' too) by ``epoch``
+        (``Gateway.tag``: what the local run loop does before each attempt)."""
+        token = self._token
+        if token is None:
+            raise RuntimeError(f"the node gateway {self.name} is not serving")
+        gateway = self._gateway
+        assert gateway is not None
+        trio.from_thread.run_sync(lambda: gateway.tag(session_id, epoch=epoch), trio_token=token)
 
     def take(self, session_id: str) -> dict[str, Any]:
         """A finished item's session: its ``model`` record (``Gateway.take``: its subagents' calls
@@ -218,46 +221,75 @@ class NodeGatewayActor:
             self._ready.set()
 
     async def _serve(self, config: NodeGatewayConfig, api_key: str | None, coordinator: Any) -> None:
-        options = config.options
-        cache = ResponseCache(options.cache) if options.cache is not None else None
-        limiter = AdaptiveLimiter(0, adaptive=False, minimum=0, maximum=1_000_000)  # the coordinator sets it
-        gateway = Gateway(options, upstream=config.upstream, api_key=api_key, cache=cache, limiter=limiter)
-        budget = None
-        if gateway.budget.limited:  # the run's budget: this node's calls plus the others' (the coordinator sums)
-            budget = gateway.budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
-        register_secrets([v for v in (api_key, gateway.token) if v])
         self._stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            self._gateway = await nursery.start(serve_gateway, self.name, config, api_key, coordinator)
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
 
-        async def spend(spending: Spending) -> RunSpending | None:
-            try:
-                run: RunSpending | None = await wait_ref(coordinator.spend.remote(self.name, spending))
-            except Exception as exc:  # noqa: BLE001 - unreachable: keep counting here, ask again
-                log.warning("node gateway %s: the quota coordinator did not take its spending: %s", self.name, exc)
-                return None
-            return run
 
-        async def exchange(report: QuotaReport) -> QuotaGrant | None:
-            try:
-                grant: QuotaGrant = await wait_ref(coordinator.report.remote(self.name, report))
-            except Exception as exc:  # noqa: BLE001 - the coordinator is unreachable: keep the last share
-                log.warning("node gateway %s: the quota coordinator did not answer: %s", self.name, exc)
-                return None
-            return grant
+def gateway_stats(gateway: Gateway, node: str) -> dict[str, Any]:
+    """A gateway's counters and its limiter: peak in flight, the limit (its share) over time;
+    ``counts``: its run totals as raw ``CallStats`` fields (summed over the gateways by the
+    driver); ``spending``: its own budget spending (None without a budget)."""
+    limiter = gateway.limiter
+    start = limiter.history[0][0]
+    budget = gateway.budget
+    return {"node": node, "peak_in_flight": limiter.peak_in_flight, "limit": limiter.limit,
+            "rate": limiter.rate, "successes": limiter.successes, "limited": limiter.limited,
+            "limits": [[round(t - start, 4), limit] for t, limit in limiter.history],
+            "totals": gateway.totals.to_json(), "summary": gateway.summary(), "counts": attrs.asdict(gateway.totals),
+            "spending": attrs.asdict(budget.spending()) if isinstance(budget, NodeBudget) else None}
 
+
+async def serve_gateway(name: str, config: NodeGatewayConfig, api_key: str | None, coordinator: Any, *,
+                        task_status: trio.TaskStatus[Gateway] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve one member gateway of the run (a node's, or the driver's for its judges) until
+    cancelled: its share of the run's quota and, with a budget, the run's budget, both from
+    the quota ``coordinator`` (reported to as ``name``); ``task_status.started(gateway)`` once
+    it listens. It leaves the coordinator when it ends."""
+    options = config.options
+    cache = ResponseCache(options.cache) if options.cache is not None else None
+    limiter = AdaptiveLimiter(0, adaptive=False, minimum=0, maximum=1_000_000)  # the coordinator sets it
+    gateway = Gateway(options, upstream=config.upstream, api_key=api_key, cache=cache, limiter=limiter)
+    budget = None
+    if gateway.budget.limited:  # the run's budget: this gateway's calls plus the others' (the coordinator sums)
+        budget = gateway.budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
+    register_secrets([v for v in (api_key, gateway.token) if v])
+
+    async def spend(spending: Spending) -> RunSpending | None:
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(gateway.run)
-                await nursery.start(follow_quota, limiter, exchange)
-                if budget is not None:
-                    await nursery.start(follow_budget, budget, spend)
-                self._gateway = gateway
-                self._token = trio.lowlevel.current_trio_token()
-                self._ready.set()
-                await self._stop.wait()
-                nursery.cancel_scope.cancel()
-            with trio.move_on_after(5):
-                await wait_ref(coordinator.leave.remote(self.name))
-        finally:
+            run: RunSpending | None = await wait_ref(coordinator.spend.remote(name, spending))
+        except Exception as exc:  # noqa: BLE001 - unreachable: keep counting here, ask again
+            log.warning("model gateway %s: the quota coordinator did not take its spending: %s", name, exc)
+            return None
+        return run
+
+    async def exchange(report: QuotaReport) -> QuotaGrant | None:
+        try:
+            grant: QuotaGrant = await wait_ref(coordinator.report.remote(name, report))
+        except Exception as exc:  # noqa: BLE001 - the coordinator is unreachable: keep the last share
+            log.warning("model gateway %s: the quota coordinator did not answer: %s", name, exc)
+            return None
+        return grant
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(gateway.run)
+            await nursery.start(follow_quota, limiter, exchange)
+            if budget is not None:
+                await nursery.start(follow_budget, budget, spend)
+            task_status.started(gateway)
+            await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(5):  # its share is freed
+                try:
+                    await wait_ref(coordinator.leave.remote(name))
+                except Exception as exc:  # noqa: BLE001 - the coordinator is gone already
+                    log.debug("model gateway %s: leaving the quota coordinator: %s", name, exc)
             if cache is not None:
                 cache.close()
 
@@ -299,6 +331,21 @@ class NodeGateways:
         self.call_budget: NodeBudget | None = None  # the driver's view of the run's budget (as the nodes tell it)
         if options.max_total_tokens is not None or options.max_total_cost is not None:
             self.call_budget = NodeBudget(options.max_total_tokens, options.max_total_cost, options.price)
+        self.judges_name = f"dsh-orchestra-{run_id}-gw-driver"
+        self.judges: Gateway | None = None  # the driver's gateway for the judges' calls, once they started (_judges)
+
+    async def tag(self, node_id: str, session_id: str, epoch: int) -> None:
+        """``NodeGatewayActor.tag`` on ``node_id``'s gateway, before the session's first call.
+
+        Raises:
+            NodeGatewayGone: that node has no gateway serving (it did not start, or is gone).
+            trio.TooSlowError: it did not answer within ``TAKE_WAIT`` seconds.
+        """
+        node = self.nodes.get(node_id)
+        if node is None or node.route_box is None:
+            raise NodeGatewayGone(f"node {node_id[:12]} has no model gateway")
+        with trio.fail_after(TAKE_WAIT):
+            await wait_ref(node.actor.tag.remote(session_id, epoch))
 
     async def take(self, node_id: str, session_id: str) -> dict[str, Any] | None:
         """``NodeGatewayActor.take`` of ``node_id``'s gateway (None: it is not there or did not
@@ -312,9 +359,20 @@ class NodeGateways:
         except Exception as exc:  # noqa: BLE001 - the node's gateway is gone (with its counts): no record
             log.info("the model gateway %s did not give session %s's counts: %s", node.name, session_id, exc)
             return None
-        if self.call_budget is not None and taken.get("run") is not None:
-            self.call_budget.learn(taken["run"])
+        run = taken.get("run")
+        if self.call_budget is not None and run is not None:
+            self.call_budget.learn(run)
+            self.sync_judges()
         return taken
+
+    def sync_judges(self) -> None:
+        """Tell the judges' gateway (in this process) what the driver knows of the run's budget,
+        and the driver what it spent: as on one gateway, a judge's call is refused once an
+        item's call reached the budget, and no item starts once a judge's call reached it."""
+        judges, view = self.judges, self.call_budget
+        if judges is None or view is None or not isinstance(judges.budget, NodeBudget):
+            return
+        share_views(view, judges.budget)
 
     async def summary(self) -> dict[str, Any] | None:
         """The run's model totals over every node gateway (the shape of ``Gateway.summary()``):
@@ -328,8 +386,10 @@ class NodeGateways:
                     stats[name] = await wait_ref(node.actor.stats.remote())
             except Exception as exc:  # noqa: BLE001 - gone: its counts with it
                 log.info("the model gateway %s did not give its totals: %s", name, exc)
+        if self.judges is not None:  # the judges' calls count as on one machine
+            stats[self.judges_name] = gateway_stats(self.judges, "driver")
         snapshot = await self.snapshot()
-        return model_summary(self.config.options, stats, snapshot)
+        return model_summary(self.config.options, stats, snapshot, driver=self.judges_name)
 
     async def route_box(self, node_id: str) -> list[Any]:
         """``[ref]`` to the ``GatewayRoute`` of ``node_id``'s gateway (started here the first time).
@@ -465,10 +525,11 @@ def _budget_ledger(options: GatewayOptions) -> BudgetLedger | None:
 
 
 def model_summary(options: GatewayOptions, stats: dict[str, dict[str, Any]],
-                  snapshot: dict[str, Any]) -> dict[str, Any]:
-    """``Gateway.summary()``'s shape for a Ray run: ``stats`` (each node gateway's ``stats()``)
-    summed, the coordinator's limit history and budget (``snapshot``); ``nodes``: how many
-    gateways gave their counts."""
+                  snapshot: dict[str, Any], *, driver: str | None = None) -> dict[str, Any]:
+    """``Gateway.summary()``'s shape for a Ray run: ``stats`` (each node gateway's ``stats()``,
+    and the ``driver``'s judges' gateway's, by name) summed, the coordinator's limit history and
+    budget (``snapshot``); ``nodes``: how many node gateways gave their counts (the driver's
+    gateway not counted)."""
     priced = options.price is not None
     totals = CallStats(cost_usd=0.0 if priced else None, saved_cost_usd=0.0 if priced else None)
     for node in stats.values():
@@ -488,11 +549,12 @@ def model_summary(options: GatewayOptions, stats: dict[str, dict[str, Any]],
                 ledger.members[name] = Spending(**node["spending"])
         ledger.reached_with = snapshot["budget"]["reached_with"]
         budget = ledger.to_json()
+        budget["nodes"] = sum(1 for name in ledger.members if name != driver)
     return {**totals.to_json(), "hit_rate": round(totals.cache_hits / totals.calls, 6) if totals.calls else None,
             "concurrency": {"mode": "auto" if snapshot["adaptive"] else "fixed", "final": snapshot["total"],
                             "min": min(limit for _, limit in history), "max": max(limit for _, limit in history),
                             "changes": [[round(t - start, 3), limit] for t, limit in history[-100:]]},
-            "budget": budget, "nodes": len(stats)}
+            "budget": budget, "nodes": sum(1 for name in stats if name != driver)}
 
 
 def _head_node(ray: Any) -> str:

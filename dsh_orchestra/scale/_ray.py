@@ -32,8 +32,10 @@ from ..protocol import OrchestraError
 from ..runtime import RuntimeSpec
 from ._host import HostConfig, HostInfo
 from ._local import LOCAL_OBJECT_STORE, LocalRay, LocalRayError, supported as supported_local
-from ..gateway import GatewayOptions, api_key_of, needs_gateway, upstream_of
-from ._gateways import NodeGatewayConfig, NodeGateways, host_secrets
+from ..gateway import Gateway, GatewayOptions, api_key_of, needs_gateway, upstream_of
+from ..pool import Lease
+from ._gateways import NodeGatewayConfig, NodeGateways, NodeGatewayGone, host_secrets
+from ._judges import DriverJudges
 from ._portable import API_KEY, RemoteError, split_spec
 from ._refs import wait_ref as _wait_ref
 
@@ -201,6 +203,8 @@ class RayRunner:
         self.replacements = 0
         self.live: dict[str, Any] = {}  # actor name -> handle, until killed
         self.model_totals: dict[str, Any] | None = None  # the node gateways' totals, once the run ended
+        self.judges: DriverJudges | None = None  # the judges' runtime on the driver, through a gateway of the run
+        self.epochs: dict[str, int] | None = None  # session -> epoch, when the node gateways' cache keys need it
         self._changed = trio.Event()
 
     @property
@@ -226,9 +230,21 @@ class RayRunner:
         return 0  # decided inside the actors; not polled over Ray
 
     @property
-    def lease(self) -> None:
-        """None: the runtimes live in the actors, so judges open their own here."""
-        return None
+    def lease(self) -> Lease | None:
+        """The judges' place: a runtime on the driver whose calls go through a gateway of the
+        run (``DriverJudges``), or None without node gateways (judges then open their own here)."""
+        return self.judges.lease if self.judges is not None else None
+
+    @property
+    def judge_gateway(self) -> Gateway | None:
+        """The gateway of the judges' calls once they started (the run loop reads its refused calls)."""
+        return self.judges.gateway if self.judges is not None else None
+
+    def tag(self, session_id: str, *, epoch: int) -> None:
+        """The item's epoch of ``session_id``'s coming attempt: its node's gateway keys the cache
+        of its calls by it (``Gateway.tag``), as the local gateway does."""
+        if self.epochs is not None:
+            self.epochs[session_id] = epoch
 
     @property
     def server_version(self) -> None:
@@ -254,7 +270,11 @@ class RayRunner:
         slot = await self._acquire()
         actor = slot.actor
         node = slot.infos[-1].node_id if slot.infos else ""
-        try:  # ``alone``: a runtime of the actor's pool to itself
+        epoch = self.epochs.pop(session_id, None) if self.epochs is not None else None
+        try:
+            if epoch is not None and self.gateways is not None:  # before the session's first model call
+                await self.gateways.tag(node, session_id, epoch)
+            # ``alone``: a runtime of the actor's pool to itself
             attempt: Attempt = await _wait_ref(actor.process.remote(item, session_id, workspace, alone))
             if self.gateways is not None:  # the session's model calls, as its node's gateway counted them
                 taken = await self.gateways.take(node, session_id)
@@ -292,8 +312,10 @@ class RayRunner:
             await self._changed.wait()
 
     def _classify(self, exc: BaseException) -> tuple[str, BaseException | None]:
-        """("lost", None): the actor is gone or its host failed (run the item again);
-        ("error", cause): something else went wrong inside it (stop the run)."""
+        """("lost", None): the actor is gone or its host failed, or its node's gateway is gone
+        (run the item again); ("error", cause): something else went wrong inside it (stop the run)."""
+        if isinstance(exc, (NodeGatewayGone, trio.TooSlowError)):
+            return "lost", None
         exceptions = self.ray.exceptions
         if isinstance(exc, exceptions.RayTaskError):
             cause = getattr(exc, "cause", None)
@@ -520,11 +542,8 @@ class RayExecutor:
         if spec is None:
             spec = RuntimeSpec.simulator(dsh_home=tempfile.gettempdir(), cwd=os.getcwd())  # the home is per actor
             temp_home = True if temp_home is None else temp_home
+        judge_spec = spec  # the judges' runtime on the driver, routed through a gateway of the run
         gateway = options.gateway if needs_gateway(spec) else None  # one per node, not one per actor
-        if gateway is not None and gateway.cache is not None and options.epochs > 1 and gateway.cache_epochs == "independent":
-            raise BatchUsageError("on Ray the model gateway's cache cannot yet tell an item's epochs apart: ",
-                                  Param("cache_epochs", "independent"), " must be 'shared' there (epochs then reuse "
-                                  "one answer), or run the batch without Ray")
         try:
             actor_spec, settings, secrets = split_spec(spec, temp_home=bool(temp_home))
         except ValueError as exc:
@@ -555,6 +574,12 @@ class RayExecutor:
                 gateways = NodeGateways(ray, run_id, config, api_key, actor_options=chosen)
             runner = RayRunner(ray, self, configs, per_actor, secrets_box=[ray.put(secrets)], actor_options=chosen,
                                run_id=run_id, gateways=gateways)
+            if gateways is not None:
+                runner.judges = DriverJudges(judge_spec, gateways, api_key,
+                                             max_sessions_per_runtime=options.max_sessions_per_runtime,
+                                             max_runtime_rss_mib=options.max_runtime_rss_mib)
+                if gateways.config.options.cache is not None and gateways.config.options.cache_epochs != "shared":
+                    runner.epochs = {}  # the cache key holds the item's epoch: each node gateway is told it
             log.info("ray run %s: %d actor(s) x %d runtime(s), %d item(s) in flight per actor", runner.run_id,
                      self.actors, runtimes, per_actor)
 
@@ -562,7 +587,7 @@ class RayExecutor:
                 runner.close()
 
             try:
-                async with serving(runner.run, close):
+                async with _judges_served(runner.judges), serving(runner.run, close):
                     yield runner
                 if gateways is not None:  # the run ended: its model totals, before the gateways go
                     with trio.move_on_after(60):
@@ -571,6 +596,16 @@ class RayExecutor:
                 runner.kill_all()
         finally:
             connection.close()
+
+
+@asynccontextmanager
+async def _judges_served(judges: DriverJudges | None) -> AsyncIterator[None]:
+    """Serve the judges' runtime for the block (when the run has node gateways)."""
+    if judges is None:
+        yield
+        return
+    async with judges.open():
+        yield
 
 
 def _absolute_cache(options: GatewayOptions) -> GatewayOptions:

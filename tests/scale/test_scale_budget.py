@@ -12,7 +12,7 @@ import trio.testing
 
 from dsh_orchestra.gateway import CallStats, GatewayOptions
 from dsh_orchestra.gateway._sse import Usage
-from dsh_orchestra.scale._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget
+from dsh_orchestra.scale._budget import BudgetLedger, NodeBudget, RunSpending, Spending, follow_budget, share_views
 from dsh_orchestra.scale._gateways import model_summary
 
 
@@ -128,3 +128,27 @@ def test_model_summary_adds_the_node_gateways_counts_up() -> None:
     assert budget["tokens"] == 45 + 15 + 30  # the fresh counts of A and B, the lost node's last report
     assert budget["refused_calls"] == 2 and budget["cut_sessions"] == 1 and budget["reached_with"]["in_flight"] == 1
     assert model_summary(GatewayOptions(), stats, {**snapshot, "budget": None})["budget"] is None
+    # the driver's gateway (the judges' calls): counted in the totals and the budget, not a node
+    driven = model_summary(options, {**stats, "gw-driver": node(2, 0.2, 0.4)}, snapshot, driver="gw-driver")
+    assert driven["calls"] == 6 and driven["input_tokens"] == 60 and driven["nodes"] == 2
+    assert driven["budget"]["tokens"] == 45 + 15 + 30 + 30 and driven["budget"]["nodes"] == 3  # A, B, the lost one
+
+
+def test_the_drivers_view_and_the_judges_gateway_share_what_they_know() -> None:
+    view = NodeBudget(max_tokens=20)
+    judges = NodeBudget(max_tokens=20)
+    view.learn(RunSpending(tokens=15, cost=0.0, reached=False))  # an item's call, as its node told the driver
+    share_views(view, judges)
+    assert judges.others_tokens == 15 and judges.run_tokens == 15 and not judges.reached
+    judges.charge(Usage(), Usage(input_tokens=10, output_tokens=5))  # the judge's call
+    assert judges.reached and judges.run_tokens == 30
+    share_views(view, judges)
+    assert view.reached and view.run_tokens == 30  # no new item starts
+    share_views(view, judges)
+    assert judges.others_tokens == 15 and judges.run_tokens == 30  # its own tokens are not counted twice
+
+    item_first = NodeBudget(max_tokens=10)
+    judges = NodeBudget(max_tokens=10)
+    item_first.learn(RunSpending(tokens=15, cost=0.0, reached=True))
+    share_views(item_first, judges)
+    assert judges.stopped and judges.reached  # the judge's call is refused

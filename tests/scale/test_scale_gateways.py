@@ -1,5 +1,6 @@
 """The node gateways' pure parts, without Ray: what a hosting actor receives (never the key),
-the spec it runs (routed, key variables empty), and a cache that cannot tell epochs apart refused."""
+the spec it runs (routed, key variables empty). (A cache with independent epochs on Ray:
+tests/scale/test_ray_cache.py.)"""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_orchestra.batch import BatchOptions, BatchUsageError
-from dsh_orchestra.gateway import GatewayOptions
 from dsh_orchestra.runtime import RuntimeSpec
-from dsh_orchestra.scale import RayExecutor
 from dsh_orchestra.scale._gateways import GatewayRoute, host_secrets, route_spec
 from dsh_orchestra.scale._portable import API_KEY
 
@@ -31,11 +29,3 @@ def test_a_routed_spec_has_the_token_and_empty_key_variables(tmp_path: Path, mon
     assert routed.env["DEEPSEEK_API_KEY"] == "" and routed.env["MY_KEY"] == "" and routed.env["KEEP"] == "x"
     assert "DEEPSEEK_BASE_URL" not in routed.env
     assert "dsho-gw-token" not in repr(route)
-
-
-async def test_a_cache_with_independent_epochs_is_refused_on_ray(tmp_path: Path) -> None:
-    spec = RuntimeSpec(dsh_home=tmp_path)  # the bundled dsh: it needs a gateway
-    options = BatchOptions(epochs=2, gateway=GatewayOptions(cache=str(tmp_path / "cache")))
-    with pytest.raises(BatchUsageError, match="cache_epochs='independent' must be 'shared' there"):
-        async with RayExecutor().open(spec, options):
-            pass  # pragma: no cover - refused before Ray is touched

@@ -1,0 +1,196 @@
+"""Judges' model calls under ``--ray`` count and spend as on one machine: the real runtime on the
+scripted model, through the CLI, the same batch locally and on one local Ray instance.
+
+On one machine a judge scorer grades on the batch's pool, so its calls (sessions ``judge-...``)
+go through the run's gateway: they are in the summary's ``model`` totals and under
+``--max-total-tokens``, and not in the item's line ``model`` (that is the item's session and
+its subagents'; the judge's tokens are the line's ``judge_usage``). Under Ray the judges run on
+the driver, through a gateway of the run that is a member of the quota coordinator.
+
+* ``test_judges_calls_count_in_the_run_totals_and_budget_as_on_one_machine``: three items
+  graded by a judge: the Ray run's summary ``model`` (calls, tokens, cost, the budget's tokens)
+  equals the local run's and counts every call the model answered, judges' included; each
+  line's ``model``, ``scores`` and ``judge_usage`` equal the local run's; every judge's call
+  reached the model with the real key (through a gateway), and the judges' runtime on the
+  driver has the run's token and a loopback gateway's URL in its environment, never the key.
+* ``test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine``: a budget below one
+  call: the first item's own call reaches it, its judge's call is refused: no line, exit 4,
+  ``cut_items`` 1, and the model never saw a judge's call; the same locally. ``--resume`` with
+  a larger budget runs every item once, graded.
+* ``test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_one_machine``: the
+  first item's call and its judge's reach the budget: the item keeps its line (graded), no
+  other item starts, exit 4; the same locally (the driver's view of the budget and the
+  judges' gateway tell each other what they know: they are in one process).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from dsh_orchestra.testing import open_fake_model, parse_script
+
+from scale_support import CLI, RayCluster, cli_env, write_dataset
+from scored_scenario_support import PRICES, SCRIPT
+
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.integration]
+
+KEY = "sk-rayjudge-test-real-key-0123456789abcdef"
+ITEMS = [{"id": "a", "prompt": "What is the capital of France?", "target": "Paris"},
+         {"id": "b", "prompt": "What is 6 x 7?", "target": "42"},
+         {"id": "c", "prompt": "Who wrote it?", "target": "Homer"}]
+TIMED = ("time_to_first_token_s", "call_duration_s")
+TOTALS = ("calls", "upstream_calls", "cache_hits", "retries", "errors", "input_tokens", "output_tokens", "cost_usd")
+
+
+def lines_of(path: Path) -> dict[str, dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {line["id"]: line for line in lines}
+
+
+def untimed(model: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in model.items() if k not in TIMED}
+
+
+async def batch(tmp_path: Path, name: str, base_url: str, ray: str | None, *flags: str) -> trio.CompletedProcess[bytes]:
+    """``batch --runtime dsh --score judge`` into ``NAME.jsonl`` (summary ``NAME.json``), on Ray at ``ray``."""
+    env = {**cli_env(), "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": base_url,
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    home = tmp_path / f"home-{name}"
+    home.mkdir(exist_ok=True)
+    where = ["--ray", ray, "--ray-actors", "1"] if ray is not None else []
+    args = ["batch", "ds.jsonl", "--out", f"{name}.jsonl", "--runtime", "dsh", "--dsh-home", str(home),
+            "--workspace", str(tmp_path), "--no-progress", "--summary", f"{name}.json", "--timeout", "120",
+            "--retries", "0", "--score", "judge", "--prices", "prices.toml", *where, *flags]
+    with trio.fail_after(300):
+        return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True,
+                                      check=False)
+
+
+async def watch_driver_runtimes(home: Path, found: list[dict[str, str]]) -> None:
+    """Collect, until cancelled, the environments of the runtimes (DSH_HOME ``home``) whose
+    parent is the CLI (the driver): the judges' runtime; the actors' runtimes are Ray workers' children."""
+    while True:
+        for process in psutil.process_iter():
+            try:
+                environ = process.environ()
+                if environ.get("DSH_HOME") != str(home):
+                    continue
+                parent = process.parent()
+                if parent is not None and "from dsh_orchestra.cli import main" in " ".join(parent.cmdline()):
+                    found.append(environ)
+            except psutil.Error:
+                continue
+        await trio.sleep(0.3)
+
+
+def prepare(tmp_path: Path) -> None:
+    write_dataset(tmp_path / "ds.jsonl", ITEMS)
+    (tmp_path / "prices.toml").write_text(PRICES)
+
+
+async def test_judges_calls_count_in_the_run_totals_and_budget_as_on_one_machine(
+        ray_cluster: RayCluster, tmp_path: Path) -> None:
+    prepare(tmp_path)
+    seen: dict[str, list[Any]] = {}
+    judges: list[dict[str, str]] = []  # the environments of the runtimes the Ray run's driver started
+    async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
+        for name, ray in (("local", None), ("ray", ray_cluster.address)):
+            before = len(model.requests)
+            async with trio.open_nursery() as nursery:
+                if ray is not None:
+                    nursery.start_soon(watch_driver_runtimes, tmp_path / "home-ray", judges)
+                done = await batch(tmp_path, name, model.base_url, ray, "--max-total-tokens", "100000")
+                nursery.cancel_scope.cancel()
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            seen[name] = model.requests[before:]
+    assert judges, "the judges' runtime on the driver was not seen"
+    for environ in judges:  # routed through a gateway of the run: its token, never the key
+        assert not any(KEY in value for value in environ.values())
+        url = environ["DEEPSEEK_BASE_URL"]
+        assert url.startswith("http://127.0.0.1:") and url != model.base_url
+    local, on_ray = lines_of(tmp_path / "local.jsonl"), lines_of(tmp_path / "ray.jsonl")
+    assert set(local) == set(on_ray) == {"a", "b", "c"}
+    assert [on_ray[i]["scores"]["judge"]["answer"] for i in "abc"] == ["correct", "incorrect", "incorrect"]
+    for item in "abc":
+        assert on_ray[item]["scores"] == local[item]["scores"]
+        assert on_ray[item]["judge_usage"] == local[item]["judge_usage"] and on_ray[item]["judge_usage"]["total_tokens"] > 0
+        assert on_ray[item]["judge_cost_usd"] == local[item]["judge_cost_usd"]
+        assert untimed(on_ray[item]["model"]) == untimed(local[item]["model"])  # the item's own calls, as locally
+        assert on_ray[item]["model"]["calls"] == 1
+    for name in ("local", "ray"):
+        requests = seen[name]
+        judged = [r for r in requests if (r.session_id or "").startswith("judge-")]
+        assert len(judged) == 3 and len(requests) == 6, [(r.session_id, r.prompt[:30]) for r in requests]
+        assert all(r.api_key == KEY for r in requests)  # through a gateway: the real key only upstream
+    want = json.loads((tmp_path / "local.json").read_text())["model"]
+    got = json.loads((tmp_path / "ray.json").read_text())["model"]
+    assert {k: got[k] for k in TOTALS} == {k: want[k] for k in TOTALS}
+    assert got["calls"] == 6 and got["cost_usd"] > 0  # the judges' three calls included
+    assert got["nodes"] == 1  # node gateways; the driver's (the judges') is not a node
+    assert got["budget"]["tokens"] == want["budget"]["tokens"] == 6 * 15  # the judges' tokens under the budget
+    assert got["budget"]["cost_usd"] == want["budget"]["cost_usd"] and not got["budget"]["reached"]
+
+
+async def test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine(
+        ray_cluster: RayCluster, tmp_path: Path) -> None:
+    prepare(tmp_path)
+    seen: dict[str, list[Any]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
+        for name, ray in (("local", None), ("ray", ray_cluster.address)):
+            before = len(model.requests)
+            done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "10")
+            assert done.returncode == 4, done.stderr.decode()[-3000:]
+            assert b"nothing left to do" not in done.stderr  # the budget stopped it: work is left
+            seen[name] = model.requests[before:]
+            summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        before = len(model.requests)
+        resumed = await batch(tmp_path, "ray", model.base_url, ray_cluster.address, "--concurrency", "1",
+                              "--max-total-tokens", "100000", "--resume")
+        assert resumed.returncode == 0, resumed.stderr.decode()[-3000:]
+        rerun = model.requests[before:]
+    for name in ("local", "ray"):
+        assert [r.prompt for r in seen[name]] == [ITEMS[0]["prompt"]]  # the item's call; its judge's was refused
+        summary = summaries[name]
+        assert summary["stopped"] == "budget"
+        budget = summary["model"]["budget"]
+        assert budget["reached"] and budget["tokens"] == 15 and budget["refused_calls"] == 1
+        assert budget["cut_items"] == 1 and budget["cut_sessions"] == 1
+        assert summary["model"]["calls"] == 1 and summary["model"]["errors"] == 1  # the refusal counts in errors
+    assert lines_of(tmp_path / "local.jsonl") == {}  # no line for the cut item (the file is removed locally)
+    lines = lines_of(tmp_path / "ray.jsonl")
+    assert sorted(lines) == ["a", "b", "c"] and lines["a"]["scores"]["judge"]["answer"] == "correct"
+    assert sorted(r.prompt for r in rerun if not (r.session_id or "").startswith("judge-")) == sorted(
+        item["prompt"] for item in ITEMS)  # the cut item and the two never started, once each
+    assert sum(1 for r in rerun if (r.session_id or "").startswith("judge-")) == 3
+
+
+async def test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_one_machine(
+        ray_cluster: RayCluster, tmp_path: Path) -> None:
+    prepare(tmp_path)
+    seen: dict[str, list[Any]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
+        for name, ray in (("local", None), ("ray", ray_cluster.address)):
+            before = len(model.requests)
+            done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "20")
+            assert done.returncode == 4, done.stderr.decode()[-3000:]
+            seen[name] = model.requests[before:]
+            summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    for name in ("local", "ray"):
+        # the first item's call (15 tokens) and its judge's (15 more: the budget is reached), then nothing
+        assert [(r.session_id or "")[:5] for r in seen[name]] == ["item-", "judge"]
+        lines = lines_of(tmp_path / f"{name}.jsonl")
+        assert sorted(lines) == ["a"] and lines["a"]["scores"]["judge"]["answer"] == "correct"
+        summary = summaries[name]
+        assert summary["stopped"] == "budget"
+        budget = summary["model"]["budget"]
+        assert budget["reached"] and budget["tokens"] == 30 and budget["refused_calls"] == 0 and budget["cut_items"] == 0
+        assert summary["model"]["calls"] == 2
