@@ -24,12 +24,18 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   answer written; see bench/_gateway_process.py), at the cost of its wrappers' CPU.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
   whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
-* ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s, ``GATEWAY_BENCH_RATE``);
+* ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s; ``GATEWAY_BENCH_RATE``,
+  one rate or several, e.g. ``20,10,5``; ``GATEWAY_BENCH_ROUNDS=N`` rounds, each running every
+  rate and mode in turn, then their medians; ``GATEWAY_BENCH_HOME=fresh`` (default), ``warm``
+  or ``fresh,warm``: each run in a new empty DSH_HOME, or in a copy of one a runtime has used
+  once, as a user's ``--dsh-home`` is after its first run: the runtime's first turn then checks
+  its plugin packages instead of writing them);
   ``run_batch`` of 200 items (one model call each) on 2 real runtimes, 64 items in flight, in
   the modes of ``GATEWAY_BENCH_MODES`` (default ``auto,rate,none``): ``auto`` the gateway with
   its defaults (AIMD), ``auto-all`` the same with every worker started at once (the batch
   before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
-  ramps in the other gateway modes), ``old`` the same with the retry pause of the first release (the longer
+  ramps in the other gateway modes), ``auto-call`` the ramp opened fully at the first model
+  call (an experiment: no better, docs/benchmarks.md), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -43,6 +49,9 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
     python bench/gateway.py latency throughput goodput
     GATEWAY_BENCH_BASELINE=/tmp/gw-base python bench/gateway.py latency throughput
     GATEWAY_BENCH_RATE=2 GATEWAY_BENCH_MODES=old,auto,rate python bench/gateway.py goodput
+    GATEWAY_BENCH_RATE=20,10,5 GATEWAY_BENCH_ROUNDS=3 GATEWAY_BENCH_MODES=auto,rate,none python bench/gateway.py goodput
+    GATEWAY_BENCH_RATE=20,10,5 GATEWAY_BENCH_ROUNDS=3 GATEWAY_BENCH_HOME=fresh,warm GATEWAY_BENCH_MODES=auto,none \
+        python bench/gateway.py goodput
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 from functools import partial
 import statistics
 import signal
@@ -291,7 +301,57 @@ def _all_at_once(workers: int) -> Any:
     return StartRamp(workers, first=workers)
 
 
-async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
+def make_warm_home() -> Path:
+    """A DSH_HOME that one runtime has used for one turn (against a fake model of its own): its
+    ``.cache/pkg`` holds the runtime's plugin packages, as any DSH_HOME does after its first run
+    (``--dsh-home`` is the user's own and kept). The goodput runs of ``GATEWAY_BENCH_HOME=warm``
+    start each from a copy of it, made before the timed part."""
+    from dsh_orchestra import open_runtime
+    from dsh_orchestra.runtime import RuntimeSpec
+    from dsh_orchestra.testing._fake_model import open_fake_model
+
+    root = Path(tempfile.mkdtemp(prefix="goodput-warm-"))
+    (root / "home").mkdir()
+
+    async def one_turn() -> None:
+        async with open_fake_model() as model:
+            spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model.base_url, api_key="bench-key", env=ENV)
+            async with open_runtime(spec, gateway=None) as runtime:
+                await runtime.session("warm-up").run("hello")
+
+    trio.run(one_turn)
+    return root / "home"
+
+
+class _OpenAtCall:
+    """``auto-call`` (an experiment): the start ramp opens fully at the first model call or item end."""
+
+    def __new__(cls, workers: int) -> Any:
+        from dsh_orchestra.batch._ramp import StartRamp
+
+        class Ramp(StartRamp):
+            def progress(self) -> None:
+                self.open_all()
+
+            def ready(self) -> None:  # a further runtime ready: as before
+                StartRamp.progress(self)
+
+        return Ramp(workers)
+
+
+async def _grow_on_ready_as_before(ramp: Any, runner: Any) -> None:
+    from dsh_orchestra.batch._ramp import grow_on_ready
+
+    class Proxy:
+        open = property(lambda self: ramp.open)
+
+        def progress(self) -> None:
+            ramp.ready()
+
+    await grow_on_ready(Proxy(), runner)  # type: ignore[arg-type]
+
+
+async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None = None) -> dict[str, Any]:
     from dsh_orchestra.batch import BatchOptions, run_batch
     from dsh_orchestra.runtime import RuntimeSpec
 
@@ -299,10 +359,13 @@ async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
     from dsh_orchestra.batch._ramp import StartRamp
 
     gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(), "auto-all": GatewayOptions(),
-               "rate": GatewayOptions(model_rate=rate)}[mode]
+               "auto-call": GatewayOptions(), "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "home").mkdir()
+        if home is None:
+            (root / "home").mkdir()
+        else:  # a copy of a used home (``make_warm_home``), not timed
+            await trio.to_thread.run_sync(partial(shutil.copytree, home, root / "home", symlinks=True))
         dataset = root / "ds.jsonl"
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model_url, api_key="bench-key", env=ENV,
@@ -311,8 +374,12 @@ async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
         saved = Gateway.pause
         if mode == "old":
             Gateway.pause = _old_pause  # type: ignore[method-assign]
+        saved_grow = runner_module.grow_on_ready  # type: ignore[attr-defined]
         if mode == "auto-all":  # every worker at once: the batch before the start ramp
             runner_module.StartRamp = _all_at_once  # type: ignore[assignment,attr-defined]
+        elif mode == "auto-call":
+            runner_module.StartRamp = _OpenAtCall  # type: ignore[assignment,attr-defined]
+            runner_module.grow_on_ready = _grow_on_ready_as_before  # type: ignore[attr-defined]
         elif os.environ.get("GATEWAY_BENCH_RAMP"):  # "FIRST,GROW": try other start ramps
             first, grow = (int(n) for n in os.environ["GATEWAY_BENCH_RAMP"].split(","))
             runner_module.StartRamp = partial(StartRamp, first=first, grow=grow)  # type: ignore[assignment,attr-defined]
@@ -326,6 +393,7 @@ async def goodput(model_url: str, *, mode: str, rate: float) -> dict[str, Any]:
         finally:
             Gateway.pause = saved  # type: ignore[method-assign]
             runner_module.StartRamp = StartRamp  # type: ignore[attr-defined]
+            runner_module.grow_on_ready = saved_grow  # type: ignore[attr-defined]
     answers = summary.ok  # the default script answers each item in one model call
     model = summary.model or {}
     return {"mode": mode, "ok": summary.ok, "failed": summary.error, "wall_s": round(wall, 1),
@@ -382,22 +450,69 @@ def main() -> None:
                     stop(running)
             stop(model)
     if "goodput" in parts:
-        rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))  # requests/s of the quota
-        for mode in os.environ.get("GATEWAY_BENCH_MODES", "auto,rate,none").split(","):
-            stats = Path(tempfile.mkdtemp()) / "model-stats.json"
-            quota, quota_url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
-            try:
-                row = trio.run(partial(goodput, quota_url, mode=mode, rate=rate))
-            finally:
-                stop(quota)
-            seen = json.loads(stats.read_text())
-            span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
-            row.update(breakdown(row, seen, rate))
-            row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
-            # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
-            row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
-            print("goodput", json.dumps(row), flush=True)
+        goodput_runs()
 
+
+def goodput_rates() -> list[float]:
+    """``GATEWAY_BENCH_RATE``: one quota or several, comma-separated (requests/s; default 20)."""
+    return [float(r) for r in os.environ.get("GATEWAY_BENCH_RATE", "20").split(",") if r.strip()]
+
+
+def goodput_once(rate: float, mode: str, home: Path | None = None) -> dict[str, Any]:
+    """One goodput run (a fresh fake model with quota ``rate``) in ``mode``, in a fresh DSH_HOME
+    or a copy of ``home``: its row."""
+    stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+    quota, quota_url = start_model("--rate-limit", f"{rate:g}/s", "--stats", str(stats))
+    load_before = os.getloadavg()[0]
+    try:
+        row = trio.run(partial(goodput, quota_url, mode=mode, rate=rate, home=home))
+    finally:
+        stop(quota)
+    seen = json.loads(stats.read_text())
+    span = (seen["last_start_s"] or 0) - (seen["first_start_s"] or 0)
+    row = {"rate": rate, "home": "fresh" if home is None else "warm", **row, "load_before": load_before}
+    row.update(breakdown(row, seen, rate))
+    row["at_model"] = {k: v for k, v in seen.items() if k not in ("starts_s", "monotonic_offset_s")}
+    # the bucket starts full (max(1, R) tokens) and refills at R/s: what it made available
+    row["quota_used_active"] = round(seen["answered"] / (max(1.0, rate) + rate * span), 3)
+    if "startup_s" in row:
+        row["startup_share_of_wall"] = round(row["startup_s"] / row["wall_s"], 3)
+    return row
+
+
+GOODPUT_MEDIANS = ("failed", "wall_s", "startup_s", "active_s", "tail_s", "quota_used_wall", "quota_used_active",
+                   "startup_share_of_wall", "cpu_s_this_process", "load")
+
+
+def goodput_runs() -> None:
+    """``GATEWAY_BENCH_ROUNDS`` rounds (default 1); in each, every rate of ``GATEWAY_BENCH_RATE``
+    and every mode of ``GATEWAY_BENCH_MODES`` one after the other (so the modes of a rate run
+    side by side, interleaved); then the medians per rate and mode (``goodput-median`` lines)."""
+    rounds = int(os.environ.get("GATEWAY_BENCH_ROUNDS", "1"))
+    modes = os.environ.get("GATEWAY_BENCH_MODES", "auto,rate,none").split(",")
+    homes = os.environ.get("GATEWAY_BENCH_HOME", "fresh").split(",")  # fresh, warm or both
+    warm = make_warm_home() if "warm" in homes else None
+    rows: dict[tuple[float, str, str], list[dict[str, Any]]] = {}
+    try:
+        for number in range(1, rounds + 1):
+            for rate in goodput_rates():
+                for home in homes:
+                    for mode in modes:
+                        row = goodput_once(rate, mode, warm if home == "warm" else None)
+                        row["round"] = number
+                        rows.setdefault((rate, home, mode), []).append(row)
+                        print("goodput", json.dumps(row), flush=True)
+    finally:
+        if warm is not None:
+            shutil.rmtree(warm.parent)
+    if rounds > 1:
+        for (rate, home, mode), runs in rows.items():
+            medians = {key: round(statistics.median(r[key] for r in runs), 3) for key in GOODPUT_MEDIANS
+                       if all(key in r for r in runs)}
+            print("goodput-median", json.dumps({"rate": rate, "home": home, "mode": mode, "rounds": len(runs), **medians,
+                                                "failed_each": [r["failed"] for r in runs],
+                                                "load_range": [min(r["load_before"] for r in runs),
+                                                               max(r["load"] for r in runs)]}), flush=True)
 
 if __name__ == "__main__":
     main()

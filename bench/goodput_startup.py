@@ -5,20 +5,26 @@ model with a quota of ``GATEWAY_BENCH_RATE`` requests a second), once, with time
 hooks wrapped around the orchestrator's own steps (monkeypatched here, nothing changes in the
 package): the gateway's start, each runtime's spawn (the bubblewrap probe included),
 ``initialize`` sent and answered, the pool's first runtime ready, the first ``session/prompt``
-and ``session/wait`` of each runtime, the gateway's first request from a runtime, the model's
-first and last answer (the fake model's clock moved onto ``time.monotonic``), the pool's close.
+and ``session/wait`` of each runtime and its last, the gateway's first request from a runtime, its
+first call's place asked of the limiter and its first upstream request sent and answered, the
+model's first and last answer (the fake model's clock moved onto ``time.monotonic``), the pool's
+close: each runtime's ``shutdown`` sent and answered, and its reap (stdin closed, process exited).
 Every time is in seconds from the call of ``run_batch``.
 
     python bench/goodput_startup.py [auto|auto-all|rate|none] [auto|bwrap|none]
 
 ``auto-all``: the gateway's defaults with every worker started at once (the batch before its
 start ramp). The second argument is ``--sandbox`` (default: the spec's, ``auto``).
+``GOODPUT_STARTUP_HOME=warm``: the run's DSH_HOME is a copy of one a runtime has used once
+(``bench/gateway.py``'s ``make_warm_home``), not a new empty one.
+``GOODPUT_STARTUP_PATCHES=a.yml,b.yml``: ``--patch`` overlays for the runtimes (``RuntimeSpec.patches``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +32,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import httpx
 import trio
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -41,10 +48,12 @@ from dsh_orchestra.batch._ramp import StartRamp  # noqa: E402
 from dsh_orchestra.gateway import GatewayOptions  # noqa: E402
 from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
 
-from gateway import ENV, start_model, stop  # noqa: E402
+from gateway import ENV, make_warm_home, start_model, stop  # noqa: E402
 
 ORIGIN: list[float] = []
 EVENTS: list[tuple[float, str]] = []
+WARM: list[Path] = []  # GOODPUT_STARTUP_HOME=warm: a DSH_HOME a runtime has used once (copied for the run)
+LAST: dict[str, float] = {}  # each runtime's last session/wait answered (its last item's end)
 
 
 def mark(what: str) -> None:
@@ -97,13 +106,15 @@ def hook() -> None:
     seen: set[tuple[str, str]] = set()
 
     async def timed_request(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-        first = (self.name, method) not in seen and method in ("initialize", "session/prompt", "session/wait")
+        first = (self.name, method) not in seen and method in ("initialize", "session/prompt", "session/wait", "shutdown")
         seen.add((self.name, method))
         if first:
             mark(f"{self.name}: first {method} sent")
         result = await request(self, method, *args, **kwargs)
         if first:
             mark(f"{self.name}: first {method} answered")
+        if method == "session/wait":
+            LAST[self.name] = time.monotonic() - ORIGIN[0]
         return result
 
     connection_module.Connection.request = timed_request  # type: ignore[method-assign]
@@ -117,6 +128,38 @@ def hook() -> None:
         await respond(self, *args)
 
     server_module.Gateway._respond = timed_respond  # type: ignore[method-assign,assignment]
+    attempt = server_module._Call._attempt
+    tries = [0]
+
+    async def timed_attempt(self: Any, **kwargs: Any) -> Any:
+        tries[0] += 1
+        if tries[0] == 1:
+            mark("gateway: first call's place asked of the limiter")
+        return await attempt(self, **kwargs)
+
+    server_module._Call._attempt = timed_attempt  # type: ignore[method-assign]
+    send = httpx.AsyncClient.send
+    sends = [0]
+
+    async def timed_send(self: Any, request: Any, **kwargs: Any) -> Any:
+        sends[0] += 1
+        first = sends[0] == 1
+        if first:
+            mark("gateway: first upstream request sent")
+        response = await send(self, request, **kwargs)
+        if first:
+            mark("gateway: first upstream response headers")
+        return response
+
+    httpx.AsyncClient.send = timed_send  # type: ignore[method-assign]
+    reap = actor_module.RuntimeActor._reap
+
+    async def timed_reap(self: Any, process: Any) -> None:
+        mark(f"{self.name}: reap: stdin closed next")
+        await reap(self, process)
+        mark(f"{self.name}: reaped (exit status {process.returncode})")
+
+    actor_module.RuntimeActor._reap = timed_reap  # type: ignore[method-assign]
 
 
 def _all_at_once(workers: int) -> StartRamp:
@@ -130,11 +173,15 @@ async def one_run(url: str, mode: str, rate: float, sandbox: str | None) -> Any:
         runner_module.StartRamp = _all_at_once  # type: ignore[attr-defined,assignment]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "home").mkdir()
+        if WARM:
+            shutil.copytree(WARM[0], root / "home", symlinks=True)  # noqa: ASYNC240 - before the timed part
+        else:
+            (root / "home").mkdir()
         dataset = root / "ds.jsonl"
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
+        patches = [p for p in os.environ.get("GOODPUT_STARTUP_PATCHES", "").split(",") if p]
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=url, api_key="bench-key", env=ENV,
-                           handshake_timeout=120)
+                           handshake_timeout=120, patches=tuple(patches))
         options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway, sandbox=sandbox)
         ORIGIN.append(time.monotonic())
         summary = await run_batch(dataset, root / "out.jsonl", spec, options)
@@ -146,6 +193,8 @@ def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
     sandbox = sys.argv[2] if len(sys.argv) > 2 else None
     rate = float(os.environ.get("GATEWAY_BENCH_RATE", "20"))
+    if os.environ.get("GOODPUT_STARTUP_HOME", "fresh") == "warm":
+        WARM.append(make_warm_home())
     hook()
     stats = Path(tempfile.mkdtemp()) / "model-stats.json"
     model, url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
@@ -153,12 +202,15 @@ def main() -> None:
         summary = trio.run(one_run, url, mode, rate, sandbox)
     finally:
         stop(model)
+        if WARM:
+            shutil.rmtree(WARM[0].parent)
     seen = json.loads(stats.read_text())
     offset = seen["monotonic_offset_s"] - ORIGIN[0]
     if seen["starts_s"]:
         EVENTS.append((seen["starts_s"][0] + offset, "model: first request answered"))
         EVENTS.append((seen["last_end_s"] + offset, "model: last answer ended"))
-    print(json.dumps({"mode": mode, "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
+    EVENTS.extend((at, f"{name}: last session/wait answered (its last item ended)") for name, at in LAST.items())
+    print(json.dumps({"mode": mode, "home": "warm" if WARM else "fresh", "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
                       "load": os.getloadavg()[0]}))
     for at, what in sorted(EVENTS):
         print(f"{at:8.3f}  {what}")

@@ -91,17 +91,17 @@ def _line(item_id: str, i: int, epoch: int | None, rnd: random.Random, exact: bo
     return line
 
 
-def timed(args: list[str], cwd: Path, source: str | None = None) -> tuple[float, float, float]:
-    """(wall s, user CPU s, peak RSS MiB) of one CLI command in a fresh process (with the package
-    of the tree ``source`` when given)."""
+def timed(args: list[str], cwd: Path, source: str | None = None) -> tuple[float, float, float, float]:
+    """(wall s, user CPU s, system CPU s, peak RSS MiB) of one CLI command in a fresh process
+    (with the package of the tree ``source`` when given)."""
     env = None if source is None else {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [source, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(["/usr/bin/time", "-f", "%e %U %M", *CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
+    done = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *CLI, *args], cwd=cwd, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{args[0]} exited {done.returncode}: {done.stderr[-2000:]}")
-    wall, user, rss = done.stderr.strip().splitlines()[-1].split()
-    return float(wall), float(user), float(rss) / 1024
+    wall, user, system, rss = done.stderr.strip().splitlines()[-1].split()
+    return float(wall), float(user), float(system), float(rss) / 1024
 
 
 def main() -> None:
@@ -134,18 +134,19 @@ def main() -> None:
         sources: list[tuple[str, str | None]] = [("", None)]
         if args.baseline_src:
             sources.append((" (baseline)", str(Path(args.baseline_src).resolve())))
-        trials: dict[str, list[tuple[float, float, float, float]]] = {
+        trials: dict[str, list[tuple[float, float, float, float, float]]] = {
             kind + label: [] for kind in commands for label, _ in sources}
         for _ in range(args.runs):
             for kind, command in commands.items():
                 for label, source in sources:
-                    wall, user, rss = timed(command, directory, source)
-                    trials[kind + label].append((wall, user, rss, os.getloadavg()[0]))
+                    wall, user, system, rss = timed(command, directory, source)
+                    trials[kind + label].append((wall, user, system, rss, os.getloadavg()[0]))
         for kind, values in trials.items():
             walls = [v[0] for v in values]
             print(f"{kind}: median {statistics.median(walls):.2f} s wall, user CPU "
-                  f"{statistics.median(v[1] for v in values):.2f} s, peak RSS {max(v[2] for v in values):.0f} MiB; trials "
-                  + ", ".join(f"{w:.2f} s (load {load:.1f})" for w, _, _, load in values))
+                  f"{statistics.median(v[1] for v in values):.2f} s, system CPU {statistics.median(v[2] for v in values):.2f} s, "
+                  f"peak RSS {max(v[3] for v in values):.0f} MiB; trials "
+                  + ", ".join(f"{w:.2f} s (load {load:.1f})" for w, _, _, _, load in values))
 
 
 if __name__ == "__main__":

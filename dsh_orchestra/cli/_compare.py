@@ -9,14 +9,14 @@ import os
 import sys
 import tempfile
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import orjson
 import trio
 
 from ..batch import DatasetError, load_dataset
 from ..eval import RescoreError, ScoringError, rescore
-from ..eval import CompareInputError, compare_line_problem, compare_many, compare_runs, read_run, scorer_names
+from ..eval import Comparison, CompareInputError, compare_line_problem, compare_many, compare_runs, read_run, scorer_names
 from ..protocol import OrchestraError
 from ..report import ReportInputError
 from ..report import load_result_lines
@@ -228,18 +228,20 @@ def _load(args: argparse.Namespace, path: str, what: str) -> Any:
     return load_result_lines(path, what, strict=True, check=compare_check())
 
 
-def _write_json(data: bytes) -> None:
-    """``data`` and a newline to stdout: as bytes when stdout is UTF-8 text (no str of a
-    document that holds a million-line comparison's ids), else as text."""
+def _write_json(chunks: Iterable[bytes]) -> None:
+    """The JSON document ``chunks`` and a newline to stdout: as bytes when stdout is UTF-8 text
+    (no str, nor one bytes object, of a document that holds a million-line comparison's ids),
+    else as text."""
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
     buffer = getattr(sys.stdout, "buffer", None)
     if encoding == "utf8" and buffer is not None:
         sys.stdout.flush()
-        buffer.write(data)
+        for chunk in chunks:
+            buffer.write(chunk)
         buffer.write(b"\n")
         buffer.flush()
     else:
-        sys.stdout.write(data.decode("utf-8") + "\n")
+        sys.stdout.write(b"".join(chunks).decode("utf-8") + "\n")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -266,7 +268,8 @@ def main(args: argparse.Namespace) -> int:
         else:
             labels = (args.base, args.candidates[0]) if args.base != args.candidates[0] else ("base", "candidate")
             doc = compare_runs(base, candidates[0], scorers=names, reducer=args.epoch_reducer, seed=args.seed,
-                               cluster_by=args.cluster_by, correction=args.correction, labels=labels)
+                               cluster_by=args.cluster_by, correction=args.correction, labels=labels,
+                               _id_positions=args.out is None)  # (the page reads plain lists)
         candidate = candidates[0]
     except (ReportInputError, CompareInputError, UsageError, DatasetError, RescoreError, ScoringError, ValueError) as exc:
         text = message(exc)
@@ -293,7 +296,8 @@ def main(args: argparse.Namespace) -> int:
             return fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
         print(f"dsh-orchestra: wrote {path}", file=sys.stderr)
     if args.json:
-        _write_json(orjson.dumps(doc))  # JSON escapes control characters
+        # JSON escapes control characters; a comparison's id lists are written a chunk at a time
+        _write_json(doc.json_chunks() if isinstance(doc, Comparison) else [orjson.dumps(doc)])
     else:
         print(escape_controls(render_text(doc)))
     return 0

@@ -30,6 +30,7 @@ from ._metrics import Reducer
 USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _SUMMED = ("input_tokens", "output_tokens")
 _EXACT = float(2**53)
+_WHOLE = 2**53  # (an int strictly inside +-2**53 is a float exactly)
 _NAN = math.nan
 _CHUNK = 1 << 16  # ids held as str before they are packed into a bytes array
 
@@ -141,10 +142,17 @@ class RunColumns:
         line_error = status == "error"
         self._line_error.append(line_error)
         scores = get("scores")
+        columns = self._values
+        every = False  # this line has a record of every scorer (each named once, as a str)
         if type(scores) is dict or isinstance(scores, dict):
+            failures = self._failed
+            every = True  # (and below: as many names as scorers)
             for name, record in scores.items():
-                key = name if type(name) is str else str(name)
-                column = self._values.get(key)
+                if type(name) is str:
+                    key = name
+                else:
+                    key, every = str(name), False
+                column = columns.get(key)
                 if column is None:
                     column = self._new_scorer(key)
                 if type(record) is dict:
@@ -155,17 +163,24 @@ class RunColumns:
                     number = _NAN
                     failed = line_error
                 column.append(number)
-                self._failed[key].append(failed)
+                failures[key].append(failed)
+            every = every and len(scores) == len(columns)
         self.count += 1
-        for key, column in self._values.items():  # scorers this line has no record of
-            if len(column) < self.count:
-                column.append(_NAN)
-                self._failed[key].append(line_error)
+        if not every:
+            for key, column in columns.items():  # scorers this line has no record of
+                if len(column) < self.count:
+                    column.append(_NAN)
+                    self._failed[key].append(line_error)
         usage = get("usage")
         if type(usage) is dict or isinstance(usage, dict):
-            self._tokens.append(_number(usage.get("total_tokens")))
+            total = usage.get("total_tokens")
+            self._tokens.append(float(total) if type(total) is int and -_WHOLE < total < _WHOLE else _number(total))
             for key in _SUMMED:
-                number = _number(usage.get(key))
+                found = usage.get(key)
+                if type(found) is int and -_WHOLE < found < _WHOLE:  # (what the float path below keeps whole)
+                    self._whole[key] += found
+                    continue
+                number = _number(found)
                 if number.is_integer() and -_EXACT < number < _EXACT:
                     self._whole[key] += int(number)
                 elif number == number:
@@ -355,8 +370,10 @@ def compare_line_problem(value: Any) -> str | None:
     a number or null."""
     scores = value.get("scores")
     for name, record in (scores.items() if isinstance(scores, dict) else ()):
-        found = record.get("value") if isinstance(record, dict) else record
-        if found is not None and (isinstance(found, bool) or not isinstance(found, (int, float))):
+        found = record.get("value") if type(record) is dict or isinstance(record, dict) else record
+        if found is None or type(found) is float or type(found) is int:  # (the common cases, first)
+            continue
+        if isinstance(found, bool) or not isinstance(found, (int, float)):
             return f"score {name!r} has the value {found!r}: compare needs a number (or null); fix or re-score the line"
     return None
 

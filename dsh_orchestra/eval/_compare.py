@@ -11,7 +11,10 @@ each run's epochs are reduced per item (as in the summary). The tests:
   or flips its sign with probability 1/2; ``p`` is the share of sign assignments whose mean is
   at least as far from 0 as the observed one. 10,000 random assignments (seeded) with the
   ``(count + 1) / (10,000 + 1)`` correction; with at most 13 non-zero differences (8,192
-  assignments or fewer) every assignment is enumerated instead, which gives the exact p.
+  assignments or fewer) every assignment is enumerated instead, which gives the exact p. With
+  313,600 non-zero differences or more, when the Berry-Esseen bound on the normal
+  approximation's error, ``2 * 0.56 * sum|d|**3 / (sum d**2)**1.5``, is at most 0.002, p is the
+  normal one, ``erfc(|sum d| / sqrt(2 * sum d**2))`` (no draws; see ``sign_flip_test``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 from .._params import Param, ParamError
 from ._frames import Comparison
+from ._idlist import SortedIds
 from ._metrics import BOOTSTRAP_RESAMPLES, array_stderr, DEFAULT_REDUCER, Reducer, bootstrap_ci, bootstrap_cis, parse_reducer
 from ._columns import AllOk, ReducedRun, RunColumns, _fsum as _fsum, _text, reduce_run, run_columns
 from ._leaderboard import leaderboard
@@ -33,7 +37,10 @@ _EXACT_LIMIT = 13  # 2**13 = 8,192 <= PERMUTATIONS: enumerate every sign assignm
 _LOG2 = math.log(2.0)
 _EXACT_COMB = 5_000
 _TIE = 1e-12  # relative slack when comparing permuted statistics with the observed one
-_TABLE_BYTES = 32 << 20  # the sign-flip test's subset-sum tables of 256 up to this size, of 16 beyond
+_TABLE_BYTES = 32 << 20  # the sign-flip test's tables of 256 subset sums for every group up to this size; beyond, a span at a time
+_BERRY_ESSEEN = 0.56  # Shevtsova (2010): sup |F - Phi| <= 0.56 * sum E|X|^3 / B^3 for independent summands
+_NORMAL_ERROR = 0.002  # the largest bound on |p - normal p| at which the sign-flip test takes the normal p
+_NORMAL_FROM = 313_600  # (2 * 0.56 / 0.002) ** 2: with fewer non-zero differences the bound is always above
 
 
 class CompareInputError(ParamError, ValueError):
@@ -82,6 +89,14 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
 
     Zero differences do not change under a flip and are left out of the assignments (they
     still count in every mean's denominator). None for no differences.
+
+    With m >= 313,600 non-zero differences d, the sum of the signed differences is close to
+    normal, with variance ``s2 = sum d**2``: by the Berry-Esseen theorem for independent
+    summands (Shevtsova's constant 0.56), the two-sided normal p ``erfc(|sum d| / sqrt(2 * s2))``
+    is within ``2 * 0.56 * sum |d|**3 / s2**1.5`` of the exact sign-flip p. When that bound is at
+    most 0.002 (below the Monte Carlo standard error of 10,000 assignments for any p from 0.05 to
+    0.95), that normal p is returned and nothing is drawn. Fewer differences, or a larger bound
+    (a few differences much larger than the rest), keep the drawn test.
     """
     if len(differences) == 0:  # (a list or a numpy array)
         return None
@@ -94,6 +109,10 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     if observed == 0.0 or len(moving) == 0:
         return 1.0
     threshold = observed * (1 - _TIE)
+    if len(moving) >= _NORMAL_FROM:
+        normal = _normal_p(moving, observed)
+        if normal is not None:
+            return normal
     if len(moving) <= _EXACT_LIMIT:
         m = len(moving)
         codes = np.arange(2**m, dtype=np.int64)[:, None]
@@ -108,21 +127,27 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
     # One random bit per difference, eight to a random byte (most significant bit first, as
     # numpy's unpackbits): a set bit keeps its sign, a clear one flips it, so the permuted sum is
     # 2 * (the kept differences) - (all of them). The kept sum of each group of eight is looked up
-    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products (two
-    # lookups, one per half byte in tables of 16, when the tables of 256 would pass 32 MiB:
-    # beyond 131,072 differences). The lookups go group by group (the draws of several chunks
-    # transposed), so that each group's table stays in cache, 2**18 lookups at a time.
+    # in a table of its 256 subsets' sums: one lookup per byte instead of eight products. The
+    # lookups go group by group (the draws of several chunks transposed), so that each group's
+    # table stays in cache, 2**18 lookups at a time. When the tables of every group would pass
+    # 32 MiB (beyond 131,072 differences), ``_count_by_spans`` makes them a span of groups at a time.
     groups = (m + 7) // 8
-    width = 8 if groups * 256 * 8 <= _TABLE_BYTES else 4  # bits per lookup
-    parts, levels = 8 // width, 1 << width
     padded = np.zeros(groups * 8, dtype=np.float64)
     padded[:m] = moving
-    subsets = np.unpackbits(np.arange(levels, dtype=np.uint8)[:, None], axis=1)[:, 8 - width:].astype(np.float64)
-    table = (padded.reshape(groups * parts, width) @ subsets.T).ravel()  # table[part * levels + bits]
-    offsets = (np.arange(groups * parts, dtype=np.intp) * levels)[:, None]
-    batch = max(rows, (1 << 21) // (groups * parts))  # assignments looked up at once
+    if groups * 256 * 8 > _TABLE_BYTES:
+        count = _count_by_spans(rng, padded, rows, permutations, total, threshold)
+        return (count + 1) / (permutations + 1)
+    subsets = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float64)
+    table = (padded.reshape(groups, 8) @ subsets.T).ravel()  # table[group * 256 + byte]
+    offsets = (np.arange(groups, dtype=np.intp) * 256)[:, None]
+    batch = max(rows, (1 << 21) // groups)  # assignments looked up at once
     drawn: list[Any] = []
     held = 0
+    # The lookups and their values go through two buffers made once (a fresh array each time is a
+    # fresh mapping, and its page faults, once glibc maps large blocks: cli/_memory.py); ``take``
+    # with ``mode="clip"`` writes into one unbuffered (every lookup is in range).
+    cells = max(1 << 18, batch)  # (one group of every assignment held, when that is more)
+    lookup_cells, value_cells = np.empty(cells, dtype=np.intp), np.empty(cells, dtype=np.float64)
     for start in range(0, permutations, rows):
         size = min(permutations, start + rows) - start
         drawn.append(rng.integers(0, 256, size=(size, groups), dtype=np.uint8))
@@ -130,20 +155,70 @@ def sign_flip_test(differences: Sequence[float], *, seed: int = 0, permutations:
         if held + rows > batch or start + size >= permutations:
             block = np.ascontiguousarray(np.concatenate(drawn).T)  # (groups, held), group-major
             kept = np.zeros(held, dtype=np.float64)
-            span = max(1, (1 << 18) // (held * parts))  # groups looked up at once: 2 MiB of indices
+            span = max(1, (1 << 18) // held)  # groups looked up at once: 2 MiB of indices
             for first in range(0, groups, span):
                 part = block[first:first + span]
-                if parts == 1:
-                    lookups = part.astype(np.intp)
-                else:  # the high half byte, then the low one
-                    lookups = np.empty((len(part) * 2, held), dtype=np.intp)
-                    np.right_shift(part, 4, out=lookups[0::2], casting="unsafe")
-                    np.bitwise_and(part, 15, out=lookups[1::2], casting="unsafe")
-                lookups += offsets[first * parts:(first + len(part)) * parts]
-                kept += np.take(table, lookups).sum(axis=0)
+                lookups = lookup_cells[:part.size].reshape(part.shape)
+                np.add(part, offsets[first:first + len(part)], out=lookups, casting="unsafe")
+                values = value_cells[:part.size].reshape(part.shape)
+                np.take(table, lookups, out=values, mode="clip")
+                kept += values.sum(axis=0)
             count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
             drawn, held = [], 0
     return (count + 1) / (permutations + 1)
+
+
+_SPAN = 512  # groups whose tables of 256 are made at once (1 MiB)
+_DRAWN_BYTES = 16 << 20  # random bytes held at once by _count_by_spans
+
+
+def _count_by_spans(rng: Any, padded: Any, rows: int, permutations: int, total: float, threshold: float) -> int:
+    """The sign-flip test's count of assignments at least as far from 0 as the observed sum, for
+    many differences (``padded`` to whole groups of eight): the same draws, from ``rng``, as the
+    tables of every group would look up, with the tables of 256 made from two half-byte tables of
+    16 (``high + low``) a span of groups at a time, for up to 16 MiB of assignments drawn at once
+    (held assignment by assignment: no transposed copy)."""
+    groups = len(padded) // 8
+    halves = np.unpackbits(np.arange(16, dtype=np.uint8)[:, None], axis=1)[:, 4:].astype(np.float64)
+    sixteen = padded.reshape(groups * 2, 4) @ halves.T  # per group its high half byte's 16 sums, then its low's
+    high, low = sixteen[0::2], sixteen[1::2]
+    batch = max(rows, min(1024, _DRAWN_BYTES // groups))  # assignments held at once
+    drawn = np.empty((batch, groups), dtype=np.uint8)
+    table = np.empty((_SPAN, 256), dtype=np.float64)
+    offsets = np.arange(_SPAN, dtype=np.intp) * 256
+    lookup_cells, value_cells = np.empty(batch * _SPAN, dtype=np.intp), np.empty(batch * _SPAN, dtype=np.float64)
+    count = held = 0
+    for start in range(0, permutations, rows):
+        size = min(permutations, start + rows) - start
+        drawn[held:held + size] = rng.integers(0, 256, size=(size, groups), dtype=np.uint8)
+        held += size
+        if held + rows > batch or start + size >= permutations:
+            kept = np.zeros(held, dtype=np.float64)
+            for first in range(0, groups, _SPAN):
+                span = min(_SPAN, groups - first)
+                np.add(high[first:first + span, :, None], low[first:first + span, None, :],
+                       out=table[:span].reshape(span, 16, 16))  # table[group, byte] = high[byte >> 4] + low[byte & 15]
+                lookups = lookup_cells[:held * span].reshape(held, span)
+                np.add(drawn[:held, first:first + span], offsets[:span], out=lookups, casting="unsafe")
+                values = value_cells[:held * span].reshape(held, span)
+                np.take(table, lookups, out=values, mode="clip")
+                kept += values.sum(axis=1)
+            count += int(np.count_nonzero(np.abs(2.0 * kept - total) >= threshold))
+            held = 0
+    return count
+
+
+def _normal_p(moving: Any, observed: float) -> float | None:
+    """The normal approximation's two-sided p of the sign-flip test of ``moving`` (the non-zero
+    differences; ``observed`` = |their sum|), or None when its Berry-Esseen bound is above 0.002."""
+    size = np.abs(moving)
+    squares = size * size
+    s2 = math.fsum(squares)
+    s3 = math.fsum(squares * size)
+    bound = 2 * _BERRY_ESSEEN * s3 / (s2 * math.sqrt(s2))
+    if not bound <= _NORMAL_ERROR:
+        return None
+    return math.erfc(observed / math.sqrt(2.0 * s2))
 
 
 # ---- pairing ------------------------------------------------------------------------------
@@ -195,6 +270,25 @@ def _sorted_ids(ids: Any) -> list[str]:
     return [_text(i) for i in np.sort(ids).tolist()]
 
 
+def _id_order(ids: Any) -> Any:
+    """The positions of ``ids`` (each id once) in sorted order: ``np.sort(ids)`` is ``ids[order]``."""
+    return np.argsort(ids).astype(np.int32 if len(ids) < 2**31 else np.intp, copy=False)
+
+
+def _sub_order(order: Any, mask: Any) -> Any:
+    """``_id_order(ids[mask])`` from ``_id_order(ids)``, without sorting again."""
+    kept = order[mask[order]]
+    return (np.cumsum(mask, dtype=np.int64) - 1)[kept].astype(order.dtype, copy=False)
+
+
+def _changed(ids: Any, base: Any, candidate: Any, order: Any) -> tuple[Sequence[str], Sequence[str]]:
+    """The sorted ids of the pairs whose candidate value is below / above the base's: lists of
+    strs, or with ``order`` (``_id_order(ids)``) ``SortedIds`` (positions: 4 bytes an id)."""
+    if order is None:
+        return _sorted_ids(ids[candidate < base]), _sorted_ids(ids[candidate > base])
+    return SortedIds(ids, order[(candidate < base)[order]]), SortedIds(ids, order[(candidate > base)[order]])
+
+
 def compare_scorer(
     pairs: Sequence[tuple[str, float, float]], *, seed: int = 0, resamples: int | None = None,
     clusters: Mapping[str, Any] | None = None,
@@ -211,10 +305,11 @@ def compare_scorer(
 
 def compare_arrays(
     ids: Any, base: Any, candidate: Any, *, seed: int = 0, resamples: int | None = None,
-    clusters: Mapping[str, Any] | None = None,
+    clusters: Mapping[str, Any] | None = None, _order: Any = None,
 ) -> dict[str, Any]:
     """``compare_scorer`` of the pairs given as three numpy arrays of one length (ids, base
-    values, candidate values; every value present)."""
+    values, candidate values; every value present). (``_order``: ``_id_order(ids)``, for the
+    regressions and improvements as ``SortedIds``.)"""
     n = len(ids)
     mean_base = math.fsum(base) / n if n else None  # (fsum over the arrays: no list of a million floats)
     mean_candidate = math.fsum(candidate) / n if n else None
@@ -249,6 +344,7 @@ def compare_arrays(
         else:
             p_value = sign_flip_test(differences, seed=seed)
             extra["test"] = "sign-flip"
+    regressions, improvements = _changed(ids, base, candidate, _order)
     return {
         "n": n,
         "mean_base": mean_base,
@@ -256,14 +352,14 @@ def compare_arrays(
         "diff": mean_candidate - mean_base if mean_base is not None and mean_candidate is not None else None,
         "ci95": list(interval) if interval is not None else None,
         "p_value": p_value,
-        "regressions": _sorted_ids(ids[candidate < base]),
-        "improvements": _sorted_ids(ids[candidate > base]),
+        "regressions": regressions,
+        "improvements": improvements,
         **extra,
     }
 
 
 def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any], base: ReducedRun,
-                  candidate: ReducedRun, seed: int) -> dict[str, Any]:
+                  candidate: ReducedRun, seed: int, order: Any = None) -> dict[str, Any]:
     """The strict view of one scorer: the same fields over the pairs where an item that ended
     in error (or whose scorer failed) scores 0; an ok <-> error pair is a regression or an
     improvement there. The entry itself when nothing failed in either run."""
@@ -273,7 +369,8 @@ def _strict_entry(entry: dict[str, Any], name: str, pairing: tuple[Any, Any, Any
     b = (base.strict[name] if base.strict[name] is not None else base.values[name])[at_base]
     c = (candidate.strict[name] if candidate.strict[name] is not None else candidate.values[name])[at_candidate]
     both = ~(np.isnan(b) | np.isnan(c))
-    return compare_arrays(ids[both], b[both], c[both], seed=seed)
+    return compare_arrays(ids[both], b[both], c[both], seed=seed,
+                          _order=None if order is None else _sub_order(order, both))
 
 
 def _draw_together(names: Sequence[str], pairing: tuple[Any, Any, Any], base: ReducedRun, candidate: ReducedRun,
@@ -341,6 +438,7 @@ class _SharedIds:
     def __init__(self) -> None:
         self.lists: list[list[str]] = []
         self.strings: dict[str, str] | None = None
+        self.sorted: list[SortedIds] = []
 
     def share(self, entry: dict[str, Any]) -> None:
         for part in (entry, entry.get("strict")):
@@ -349,6 +447,13 @@ class _SharedIds:
             for key in ("regressions", "improvements"):
                 found = part.get(key)
                 if not found:
+                    continue
+                if isinstance(found, SortedIds):  # (positions: nothing to intern; an equal list kept once)
+                    same = next((kept for kept in self.sorted if kept.same(found)), None)
+                    if same is not None:
+                        part[key] = same
+                    else:
+                        self.sorted.append(found)
                     continue
                 known = next((kept for kept in self.lists if len(kept) == len(found) and kept == found), None)
                 if known is not None:
@@ -422,6 +527,7 @@ def compare_runs(
     labels: tuple[str, str] = ("base", "candidate"),
     _of_other_runs: bool = False,  # compare_many: a scorer may be in other runs only
     _reduced: tuple[ReducedRun, ReducedRun] | None = None,  # compare_many: both runs reduced, once per run; no leaderboard
+    _id_positions: bool = False,  # the CLI: regressions and improvements as SortedIds (json_chunks writes them)
 ) -> Comparison:
     """The comparison document of ``dsh-orchestra compare`` for two runs' result lines (a dict;
     a ``Comparison`` displays as a table in a notebook and a terminal).
@@ -472,14 +578,17 @@ def compare_runs(
     out_scorers: dict[str, Any] = {}
     shared = _SharedIds()
     same = at_base is at_candidate  # (_pair's answer for the same items in the same order: every index)
+    order = _id_order(common) if _id_positions else None  # (sorted once, for every scorer's lists)
     for name in names:
         b, c = _at(base_items.values[name], at_base, same), _at(candidate_items.values[name], at_candidate, same)
         both = ~(np.isnan(b) | np.isnan(c))
         if both.all():  # (no copies of a million values)
-            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters)
+            entry = compare_arrays(common, b, c, seed=seed, clusters=clusters, _order=order)
         else:
-            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters)
-        entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed)
+            entry = compare_arrays(common[both], b[both], c[both], seed=seed, clusters=clusters,
+                                   _order=None if order is None else _sub_order(order, both))
+        entry["strict"] = _strict_entry(entry, name, (common, at_base, at_candidate), base_items, candidate_items, seed,
+                                        order)
         shared.share(entry)
         out_scorers[name] = entry
     adjusted = adjust_pvalues([s["p_value"] for s in out_scorers.values()], correction)

@@ -17,7 +17,7 @@ import importlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 
@@ -305,3 +305,11 @@ class Comparison(dict[str, Any]):
     def to_frame(self) -> Frame:
         """This comparison as a ``Frame`` (see ``comparison_frame``)."""
         return comparison_frame(self)
+
+    def json_chunks(self) -> Iterator[bytes]:
+        """The document as JSON, in pieces: joined, the bytes of ``orjson.dumps`` of it (id
+        lists held as positions, ``compare_runs(..., _id_positions=True)``, written a chunk at a
+        time)."""
+        from ._idlist import json_chunks
+
+        return json_chunks(self)

@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, Literal, Mapping, Sequence
 
 import attrs
 
+from ..gateway import JUDGE_SESSION_PREFIX
 from ..pool import SESSIONS_PER_RUNTIME, Lease as Lease, open_places
 from ..runtime import RuntimeSpec
 from ..workflow import OutputParseError, parse_output, repair_prompt
@@ -117,7 +118,7 @@ class Judge:
         usage = Usage()
         prompt = judge_prompt(item, str(getattr(result, "final_response", "") or ""), self.rubric)
         async with self.lease() as runtime:
-            session = runtime.session(f"judge-{uuid.uuid4().hex[:24]}")
+            session = runtime.session(f"{JUDGE_SESSION_PREFIX}{uuid.uuid4().hex[:24]}")
             try:
                 for attempt in range(self.parse_attempts + 1):
                     turn = await session.run(prompt)

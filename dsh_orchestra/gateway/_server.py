@@ -43,6 +43,9 @@ USAGE_EVENTS: Final = frozenset({"message_start", "message_delta"})
 SETTLE_WAIT: Final = 2.0
 """Seconds :meth:`Gateway.settled` waits at most for a session's calls to be counted."""
 PARENT: Final = re.compile(r'Your parent agent id is "([^"]+)"')
+JUDGE_SESSION_PREFIX: Final = "judge-"
+"""A judge's grading session (``dsh_orchestra.eval.Judge``): its calls count in the run's totals
+and budget only, so no one takes its counts and the gateway keeps none for it."""
 
 log = logging.getLogger("dsh_orchestra.gateway")
 
@@ -110,6 +113,7 @@ class Gateway:
         self.sessions: dict[str, CallStats] = {}
         self.epochs: dict[str, int] = {}  # session id -> epoch (batch items); children inherit
         self.roots: dict[str, str] = {}  # subagent session id -> the session it was spawned from (at the top)
+        self.children: dict[str, list[str]] = {}  # the session at the top -> its subagents (forgotten with it)
         self._rng = rng or random.Random()
         self._port: int | None = None
         self._ssl: ssl.SSLContext | None = None  # built once, shared by the connections' upstream clients
@@ -150,8 +154,11 @@ class Gateway:
                 await self._ended.wait()
 
     def take(self, session_id: str) -> CallStats:
-        """:meth:`stats_of`, forgotten here (an item's line is written once)."""
+        """:meth:`stats_of`, forgotten here with its subagents (an item's line is written once)."""
         self.epochs.pop(session_id, None)
+        for child in self.children.pop(session_id, ()):
+            self.roots.pop(child, None)
+            self.epochs.pop(child, None)
         return self.sessions.pop(session_id, None) or self.new_stats()
 
     def summary(self) -> dict[str, Any]:
@@ -169,10 +176,10 @@ class Gateway:
         """Listen on 127.0.0.1 and serve until cancelled; ``task_status.started(self)`` once bound."""
         listeners = await trio.open_tcp_listeners(0, host=LOOPBACK)
         try:
-            self._ssl = httpx.create_ssl_context(trust_env=False)
-            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
             self._port = listeners[0].socket.getsockname()[1]
-            task_status.started(self)
+            task_status.started(self)  # the runtimes may spawn now: a connection waits in the backlog meanwhile
+            await trio.lowlevel.checkpoint()  # let the caller go on (to spawning them) before the TLS context
+            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
             await trio.serve_listeners(self._serve, listeners)
         finally:
             for listener in listeners:
@@ -181,7 +188,8 @@ class Gateway:
 
     def upstream_client(self) -> httpx.AsyncClient:
         """A new upstream client (one per runtime connection, see :class:`_Upstream`)."""
-        assert self._ssl is not None
+        if self._ssl is None:  # made once (about 0.06 s: the CA bundle), after the gateway is listening
+            self._ssl = httpx.create_ssl_context(trust_env=False)
         return httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=False, verify=self._ssl)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
@@ -229,7 +237,10 @@ class Gateway:
         session = header(request, SESSION_HEADER) or ""
         epoch = self._resolve(session, payload)
         root = self.roots.get(session, session)
-        stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
+        if root.startswith(JUDGE_SESSION_PREFIX):
+            stats = self.new_stats()  # counted in the totals and the budget; no one takes a judge's counts
+        else:
+            stats = self.sessions.get(root) or self.sessions.setdefault(root, self.new_stats())
         self.open[root] = self.open.get(root, 0) + 1
         try:
             await _Call(self, peer, upstream, request, body, payload, root, stats, epoch).run()
@@ -247,6 +258,7 @@ class Gateway:
             if parent is not None:
                 root = self.roots.get(parent.group(1), parent.group(1))
                 self.roots[session] = root
+                self.children.setdefault(root, []).append(session)
                 if root in self.epochs:
                     self.epochs[session] = self.epochs[root]
         if self.options.cache_epochs == "shared":

@@ -59,6 +59,8 @@ def _differences() -> list[tuple[str, list[float], int]]:
         ("halves with ties, drawn", [rnd.choice([-1.0, -0.5, 0.0, 0.5, 1.0]) for _ in range(300)], 1),
         ("continuous 1,001 (a partial byte, several chunks)", [rnd.gauss(0.05, 1) for _ in range(1001)], 5),
         ("continuous 30,000 (one assignment per chunk row set)", [rnd.gauss(0.0, 1) for _ in range(30_000)], 0),
+        ("400,000 of nearly one size (the normal p, no draws)",
+         [rnd.uniform(0.9, 1.1) * rnd.choice([1.0, -1.0]) for _ in range(400_000)], 2),
     ]
 
 

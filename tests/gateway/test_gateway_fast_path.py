@@ -73,13 +73,14 @@ async def test_each_runtime_connection_has_one_upstream_client_closed_with_it(
     monkeypatch.setattr(_server._Upstream, "aclose", noted)
     with trio.fail_after(30):
         async with running_gateway(fake_model.base_url) as gateway:
-            assert len(made) == 1 and made[0].is_closed  # made and closed at the start (imports httpx's transport)
             for connection in range(2):
                 closed.append(trio.Event())
                 async with httpx.AsyncClient(trust_env=False) as client:
                     for call in range(3):
                         await raw_answer(client, gateway.base_url, gateway.token, "hello", f"s{connection}-{call}")
-                    assert len(made) == 2 + connection  # one for this connection's three calls
+                    # the first made and closed at the start (imports httpx's transport), before
+                    # any connection is served; then one for this connection's three calls
+                    assert made[0].is_closed and len(made) == 2 + connection
                     assert not made[-1].is_closed
                 await closed[-1].wait()  # the runtime hung up: its upstream client is closed
                 assert made[-1].is_closed
