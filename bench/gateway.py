@@ -6,6 +6,9 @@ The fake model runs as its own process (``python -m dsh_orchestra.testing fake-m
 (``bench/_gateway_client.py``: raw sockets, one selectors loop), several for 64 streams, so
 neither the client nor the gateway takes the other's CPU. ``GATEWAY_BENCH_BASELINE=DIR`` adds a
 third path: the gateway of another version (DIR holds its ``dsh_orchestra`` package).
+``GATEWAY_BENCH_FLOOR=1`` adds a relay that does no work (``bench/_relay_process.py``: bytes
+copied both ways, on trio): what one more process on a call's path costs on this machine, the
+floor under any proxy's added latency.
 
 * ``latency``: p50 and p99 of the whole request (written to the last byte), each path run
   twice, interleaved; the added latency is the difference of the medians of the runs; CPU per
@@ -116,6 +119,19 @@ def start_gateway(upstream: str, concurrency: str = "128", *,
     return process, url, token
 
 
+def start_relay(upstream: str) -> tuple[subprocess.Popen[str], str, str]:
+    """The zero-work relay (bench/_relay_process.py) in a process of its own: the floor."""
+    process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_relay_process.py"), upstream],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    _, url, _ = process.stdout.readline().split()
+    RELAYS.add(process.pid)
+    return process, url, "k"
+
+
+RELAYS: set[int] = set()  # relay pids: no trace to ask them for
+
+
 def stop(process: subprocess.Popen[str]) -> None:
     process.terminate()
     process.wait()
@@ -146,7 +162,7 @@ def traced(gateway: subprocess.Popen[str] | None) -> list[tuple[float, float]] |
     """The calls the gateway timed since the last ask (GATEWAY_BENCH_TRACE, see
     bench/_gateway_process.py): (request read -> upstream request started, last upstream chunk
     -> end of the answer written), seconds."""
-    if gateway is None or not TRACE:
+    if gateway is None or not TRACE or gateway.pid in RELAYS:
         return None
     count = TRACED[gateway.pid] = TRACED.get(gateway.pid, 0) + 1
     gateway.send_signal(signal.SIGUSR1)
@@ -440,6 +456,9 @@ def main() -> None:
                 if name == "gateway" or source:
                     process, gateway_url, token = start_gateway(url, source=source)
                     paths.append((name, gateway_url, token, process))
+            if os.environ.get("GATEWAY_BENCH_FLOOR"):  # a relay that does nothing: what one more process costs
+                process, relay_url, key = start_relay(url)
+                paths.append(("relay", relay_url, key, process))
             if "latency" in parts:
                 print("latency", json.dumps(latency(model, paths)), flush=True)
             if "throughput" in parts:
