@@ -6,7 +6,8 @@ Opens STREAMS keep-alive connections; each sends WARMUP then CALLS requests one 
 other (POST /v1/messages, BODY_FILE as the body) and reads each chunked answer to its last
 chunk. THINK (seconds, default 0): each request, the first included, waits a random 0-THINK
 first, so the streams do not send in lockstep (64 runtimes do not). Prints one JSON line: the timed calls' latencies (s, request written to last byte),
-bytes read, and this process's CPU time (user + system). Several of these processes make the
+bytes read, this process's CPU time (user + system) and its wait on a run queue (runq_s, from
+/proc/self/schedstat; 0 elsewhere). Several of these processes make the
 64-stream load, so the client is not what the benchmark measures.
 """
 
@@ -22,6 +23,14 @@ import sys
 import time
 
 END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked answer (after the previous chunk's CRLF)
+
+
+def runq() -> float:
+    try:
+        with open("/proc/self/schedstat") as file:
+            return int(file.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, body: bytes, think: float) -> None:
@@ -50,6 +59,7 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
             sock.sendall(request)
 
     before = resource.getrusage(resource.RUSAGE_SELF)
+    waited = runq()
     for sock in left:
         send_later(sock)
     open_streams = streams
@@ -84,7 +94,7 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
             send_later(sock)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(json.dumps({"latencies": latencies, "bytes": size, "cpu_s": cpu, "calls": streams * (warmup + calls)}))
+    print(json.dumps({"latencies": latencies, "bytes": size, "cpu_s": cpu, "runq_s": runq() - waited, "calls": streams * (warmup + calls)}))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ The fake model runs as its own process (``python -m dsh_orchestra.testing fake-m
 (``bench/_gateway_client.py``: raw sockets, one selectors loop), several for 64 streams, so
 neither the client nor the gateway takes the other's CPU. ``GATEWAY_BENCH_BASELINE=DIR`` adds a
 third path: the gateway of another version (DIR holds its ``dsh_orchestra`` package).
+``GATEWAY_BENCH_FLOOR=1`` adds a relay that does no work (``bench/_relay_process.py``: bytes
+copied both ways, on trio): what one more process on a call's path costs on this machine, the
+floor under any proxy's added latency.
 
 * ``latency``: p50 and p99 of the whole request (written to the last byte), each path run
   twice, interleaved; the added latency is the difference of the medians of the runs; CPU per
@@ -13,7 +16,15 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
   no delay); 64 streams in 8 processes against a model that answers after
   ``GATEWAY_BENCH_DELAY`` s (default 1) with a random think time as long before each call
   (``GATEWAY_BENCH_CALLS`` timed calls per stream, default 16); 64 streams closed-loop (no
-  delay: saturation). ``GATEWAY_BENCH_CASES=0,1`` picks cases by index.
+  delay: saturation); 1 stream paced as the 64 are (twice the calls): the same spacing
+  between calls without the other 63 streams, which tells what the 64-stream case pays for
+  idleness (cold caches, sleeping CPUs) from what it pays for concurrency.
+  ``GATEWAY_BENCH_CASES=0,1`` picks cases by index. Each row also gives, per call, the time
+  the model, the gateway and the clients waited on a run queue (``*_runq_ms``, from
+  /proc/PID/task/*/schedstat: runnable but not running) and the gateway's wake-ups
+  (timeslices); ``GATEWAY_BENCH_TRACE=1`` adds the gateway's own spans of a call (``in``:
+  request read to upstream request started; ``out``: last upstream chunk to the end of the
+  answer written; see bench/_gateway_process.py), at the cost of its wrappers' CPU.
 * ``throughput``: one long answer (1 MiB of text in 64-byte deltas: 16,384 frames) read
   whole, 3 times per run: MiB/s and the gateway's CPU per MiB.
 * ``goodput``: the fake model with ``--rate-limit R/s`` (default 20/s; ``GATEWAY_BENCH_RATE``,
@@ -55,6 +66,7 @@ import resource
 import shutil
 from functools import partial
 import statistics
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,12 +108,29 @@ def start_gateway(upstream: str, concurrency: str = "128", *,
                   source: str | None = None) -> tuple[subprocess.Popen[str], str, str]:
     """The gateway in a process of its own; ``source``: a directory holding another version's
     ``dsh_orchestra`` package to run instead (put first on its PYTHONPATH)."""
-    env = None if source is None else {**os.environ, "PYTHONPATH": source}
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = source
+    if TRACE:
+        env["GATEWAY_BENCH_TRACE"] = TRACE + "-{pid}"
     process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_process.py"), upstream, concurrency],
                                stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     _, url, token = process.stdout.readline().split()
     return process, url, token
+
+
+def start_relay(upstream: str) -> tuple[subprocess.Popen[str], str, str]:
+    """The zero-work relay (bench/_relay_process.py) in a process of its own: the floor."""
+    process = subprocess.Popen([sys.executable, str(BENCH_DIR / "_relay_process.py"), upstream],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    _, url, _ = process.stdout.readline().split()
+    RELAYS.add(process.pid)
+    return process, url, "k"
+
+
+RELAYS: set[int] = set()  # relay pids: no trace to ask them for
 
 
 def stop(process: subprocess.Popen[str]) -> None:
@@ -114,6 +143,43 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def sched(pid: int) -> tuple[float, int, float]:
+    """Seconds the process's threads spent waiting on a run queue (runnable, not running),
+    their timeslices (about one per wake-up), and their seconds on a CPU (to the nanosecond,
+    where psutil's CPU times count 10 ms ticks), from /proc/PID/task/*/schedstat (0 elsewhere)."""
+    wait, slices, ran = 0.0, 0, 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            on_cpu, waited, runs = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        wait += int(waited) / 1e9
+        slices += int(runs)
+        ran += int(on_cpu) / 1e9
+    return wait, slices, ran
+
+
+def traced(gateway: subprocess.Popen[str] | None) -> list[tuple[float, float]] | None:
+    """The calls the gateway timed since the last ask (GATEWAY_BENCH_TRACE, see
+    bench/_gateway_process.py): (request read -> upstream request started, last upstream chunk
+    -> end of the answer written), seconds."""
+    if gateway is None or not TRACE or gateway.pid in RELAYS:
+        return None
+    count = TRACED[gateway.pid] = TRACED.get(gateway.pid, 0) + 1
+    gateway.send_signal(signal.SIGUSR1)
+    path = Path(f"{TRACE}-{gateway.pid}.{count}")
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the gateway wrote no trace ({path})")
+        time.sleep(0.01)
+    return [tuple(row) for row in json.loads(path.read_text())]  # type: ignore[misc]
+
+
+TRACE = os.environ.get("GATEWAY_BENCH_TRACE") and str(Path(tempfile.mkdtemp()) / "trace")
+TRACED: dict[int, int] = {}
+
+
 def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup: int, body: Path,
             think: float = 0.0) -> dict[str, Any]:
     """``procs`` lean client processes (bench/_gateway_client.py) holding ``streams`` connections
@@ -123,7 +189,7 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
     running = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_client.py"), host, port, key, str(n),
                                  str(calls), str(warmup), str(body), str(think)], stdout=subprocess.PIPE, text=True)
                for n in share if n]
-    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0}
+    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0, "runq_s": 0.0}
     for process in running:
         out, _ = process.communicate()
         if process.returncode != 0:
@@ -133,6 +199,7 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
         merged["bytes"] += row["bytes"]
         merged["cpu_s"] += row["cpu_s"]
         merged["calls"] += row["calls"]
+        merged["runq_s"] += row.get("runq_s", 0.0)
     return merged
 
 
@@ -152,7 +219,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
     gateway, the fake model and the clients, which the machine's load inflates far less than
     wall-clock latency."""
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
-    cases = [(1, 1, 0.0, 400), (64, 8, delay, int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))), (64, 8, 0.0, 40)]
+    paced = int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))
+    cases = [(1, 1, 0.0, 400), (64, 8, delay, paced), (64, 8, 0.0, 40), (1, 1, delay, 2 * paced)]
     wanted = os.environ.get("GATEWAY_BENCH_CASES")  # e.g. "0,1": a subset of the cases, by index
     if wanted:
         cases = [cases[int(i)] for i in wanted.split(",")]
@@ -164,6 +232,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
         for _ in range(2):  # interleaved twice
             for name, url, key, gateway in paths:
                 cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
+                waits = (sched(model.pid), sched(gateway.pid) if gateway else (0.0, 0, 0.0))
+                traced(gateway)  # starts the gateway's trace afresh
                 start = time.perf_counter()
                 row = clients(url, key, streams=streams, procs=procs, calls=calls, warmup=2 if wait else 10,
                               body=bodies[wait], think=wait)
@@ -175,6 +245,8 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                                    "model_cpu_ms": round((cpu_s(model.pid) - cpu[0]) * per_call, 3),
                                    "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3) if gateway else 0.0,
                                    "client_cpu_ms": round(row["cpu_s"] * per_call, 3),
+                                   **waiting(model, gateway, waits, row, per_call),
+                                   **inside(traced(gateway)),
                                    "load": round(os.getloadavg()[0], 2)})
         out[case] = runs
         for name, *_ in paths[1:]:
@@ -183,6 +255,34 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                 through = statistics.median(run[stat] for run in runs[name])
                 out[case][f"{name}_added_{stat}"] = round(through - direct, 3)
         print("latency", case, json.dumps(out[case]), flush=True)
+    return out
+
+
+def waiting(model: subprocess.Popen[str], gateway: subprocess.Popen[str] | None,
+            before: tuple[tuple[float, int, float], tuple[float, int, float]], row: dict[str, Any],
+            per_call: float) -> dict[str, float]:
+    """Per call: ms the model, the gateway and the clients waited on a run queue (runnable but
+    not running: the machine's load, seen directly), the gateway's wake-ups, and its ms on a
+    CPU by the scheduler's count (``gateway_oncpu_ms``: as ``gateway_cpu_ms``, finer)."""
+    model_wait = sched(model.pid)[0] - before[0][0]
+    out = {"model_runq_ms": round(model_wait * per_call, 3), "client_runq_ms": round(row["runq_s"] * per_call, 3)}
+    if gateway is not None:
+        wait, slices, ran = sched(gateway.pid)
+        out["gateway_runq_ms"] = round((wait - before[1][0]) * per_call, 3)
+        out["gateway_wakeups"] = round((slices - before[1][1]) * per_call / 1000, 1)
+        out["gateway_oncpu_ms"] = round((ran - before[1][2]) * per_call, 3)
+    return out
+
+
+def inside(calls: list[tuple[float, float]] | None) -> dict[str, float]:
+    """Medians and p99 (ms) of the gateway's own spans of a call (GATEWAY_BENCH_TRACE)."""
+    if not calls:
+        return {}
+    out: dict[str, float] = {}
+    for index, name in ((0, "in"), (1, "out")):
+        values = sorted(call[index] for call in calls)
+        out[f"{name}_p50_ms"] = round(values[len(values) // 2] * 1000, 3)
+        out[f"{name}_p99_ms"] = round(values[min(len(values) - 1, int(len(values) * 0.99))] * 1000, 3)
     return out
 
 
@@ -365,6 +465,9 @@ def main() -> None:
                 if name == "gateway" or source:
                     process, gateway_url, token = start_gateway(url, source=source)
                     paths.append((name, gateway_url, token, process))
+            if os.environ.get("GATEWAY_BENCH_FLOOR"):  # a relay that does nothing: what one more process costs
+                process, relay_url, key = start_relay(url)
+                paths.append(("relay", relay_url, key, process))
             if "latency" in parts:
                 print("latency", json.dumps(latency(model, paths)), flush=True)
             if "throughput" in parts:

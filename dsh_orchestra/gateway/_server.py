@@ -24,7 +24,7 @@ import trio
 
 from ._budget import CallBudget, call_cost
 from ._cache import Entry, ResponseCache, cache_key
-from ._http import Peer, header, passed_headers
+from ._http import Peer, Relay, header, passed_headers
 from ._limiter import AUTO_MAX, AUTO_START, AdaptiveLimiter
 from ._options import GatewayOptions
 from ._sse import COUNTED, SseReader, Usage, overloaded_event
@@ -420,12 +420,7 @@ class _Call:
         self._count("cache_hits")
         self._count("saved_tokens", entry.input_tokens + entry.output_tokens)
         self._cost("saved_cost_usd", Usage(input_tokens=entry.input_tokens, output_tokens=entry.output_tokens))
-        await self.peer.start(200, [(k.encode(), v.encode()) for k, v in entry.headers])
-        reader = SseReader(frozenset())  # passed on as stored: no data decoded
-        for event in reader.feed(entry.body):
-            await self.peer.send(event.raw)
-        await self.peer.send(reader.pending)
-        await self.peer.end()
+        await self.peer.start(200, [(k.encode(), v.encode()) for k, v in entry.headers], entry.body, end=True)  # one write
 
     async def _attempt(self, *, last: bool, final: bool = False, retry: bool = False) -> bool:
         """One try upstream (``retry``: at the head of the line); False when the budget refused it
@@ -488,34 +483,25 @@ class _Call:
         """Pass the SSE stream through; hold back ``message_start`` until the next event shows
         whether the provider is overloaded after all (then retry, nothing sent yet). Chunks are
         kept only when the cache stores answers; otherwise they are only split into events, and
-        only the usage and error events decoded."""
+        only the usage and error events decoded. The chunks received together are written
+        together (:class:`Relay`, in a task of its own)."""
         gateway = self.gateway
         storing = gateway.cache is not None and gateway.options.cache_mode in ("use", "record")
         reader = SseReader(None if storing else COUNTED)  # storing: every event decoded, so only clean streams are stored
-        scan = _Scan(self, response, reader, storing, last=last)
-        stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
-        try:
-            async for chunk in response.aiter_raw():
-                if stop is not None:
-                    continue
-                try:
-                    await scan.chunk(chunk)
-                except (_Retry, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    stop = exc  # close the stream; its (nested) iterators then end instead of being dropped
-                    await response.aclose()
-        except httpx.HTTPError:
-            if stop is None:
-                raise
-        if stop is not None:
-            raise stop
-        self._count("upstream")  # counted before the runtime sees the end (it may look at the counts then)
-        self._count("input_tokens", self.usage.input_tokens)
-        self._count("output_tokens", self.usage.output_tokens)
-        self._cost("cost_usd", self.usage)
-        if scan.sent_head:
-            await self.peer.end()
-        else:
-            await self._head(response, scan.held, end=True)
+        relay = Relay(self.peer)
+        scan = _Scan(self, response, reader, relay, storing, last=last)
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay.run)
+            try:
+                await self._pass(response, scan)
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the nursery (not in an exception group)
+                failure = exc
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if relay.error is not None:  # the runtime hung up during the last write
+            raise relay.error
         complete = scan.stopped and not reader.pending.strip()
         clean = not scan.errored
         cache = gateway.cache
@@ -526,20 +512,46 @@ class _Call:
                                                  input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens))
         return "ok" if clean else "limited" if scan.overloaded else "other"
 
-    async def _head(self, response: httpx.Response, held: list[bytes], *, end: bool = False) -> None:
-        """The response head with the chunks held so far, in one write (``end``: the end of the answer too)."""
-        await self.peer.start(200, passed_headers(response.headers), b"".join(held), end=end)
-        held.clear()
+    async def _pass(self, response: httpx.Response, scan: _Scan) -> None:
+        """Read the stream to its end, handing each chunk to the relay; count the call; end the answer."""
+        stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
+        relay = scan.relay
+        try:
+            async for chunk in response.aiter_raw():
+                if stop is not None:
+                    continue
+                try:
+                    scan.chunk(chunk)
+                except _Retry as exc:
+                    stop = exc
+                if stop is None and relay.error is not None:  # the runtime hung up
+                    stop = relay.error
+                if stop is not None:  # close the stream; its (nested) iterators then end instead of being dropped
+                    await response.aclose()
+        except httpx.HTTPError:
+            if stop is None:
+                raise
+        if stop is not None:
+            raise stop
+        self._count("upstream")  # counted before the runtime sees the end (it may look at the counts then)
+        self._count("input_tokens", self.usage.input_tokens)
+        self._count("output_tokens", self.usage.output_tokens)
+        self._cost("cost_usd", self.usage)
+        if not scan.sent_head:
+            scan.head()
+        relay.end()
 
 
 class _Scan:
     """What one upstream stream showed so far, chunk by chunk: usage (charged to the budget as
     it grows), the first token, ``message_stop``, errors; and whether the head was sent."""
 
-    def __init__(self, call: _Call, response: httpx.Response, reader: SseReader, storing: bool, *, last: bool) -> None:
+    def __init__(self, call: _Call, response: httpx.Response, reader: SseReader, relay: Relay, storing: bool, *,
+                 last: bool) -> None:
         self.call = call
         self.response = response
         self.reader = reader
+        self.relay = relay
         self.storing = storing  # keep the chunks, and count an undecodable event as an error
         self.last = last
         self.held: list[bytes] = []  # chunks up to the first event after message_start
@@ -549,8 +561,8 @@ class _Scan:
         self.errored = False  # an error event (or, storing, an event whose data is not JSON)
         self.overloaded = False
 
-    async def chunk(self, chunk: bytes) -> None:
-        """Count and pass on one chunk (held back until the first event after ``message_start``)."""
+    def chunk(self, chunk: bytes) -> None:
+        """Count one chunk and hand it to the relay (held back until the first event after ``message_start``)."""
         call = self.call
         events = self.reader.feed(chunk)
         for event in events:
@@ -575,10 +587,17 @@ class _Scan:
         if self.storing:
             self.stored.append(chunk)
         if self.sent_head:
-            await call.peer.send(chunk)
+            self.relay.send(chunk)
             return
         self.held.append(chunk)
         if any(e.name not in ("message_start", "ping") for e in events):
-            self.sent_head = True
-            await call._head(self.response, self.held)
+            self.head()
+
+    def head(self) -> None:
+        """Hand the relay the response head and the chunks held so far."""
+        self.sent_head = True
+        self.relay.start(200, passed_headers(self.response.headers))
+        for chunk in self.held:
+            self.relay.send(chunk)
+        self.held.clear()
 
