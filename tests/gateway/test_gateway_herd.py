@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import Awaitable, Callable
 
 import attrs
 import httpx
@@ -12,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from dsh_orchestra.gateway import AdaptiveLimiter, GatewayOptions
+from dsh_orchestra.gateway import AdaptiveLimiter, Gateway, GatewayOptions
 from dsh_orchestra.gateway._http import Peer
 from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP
 from dsh_orchestra.testing._fake_model import Quota
@@ -145,6 +146,50 @@ async def test_a_fixed_limiter_does_not_learn() -> None:
     assert AdaptiveLimiter(4).learn_pacing is True
 
 
+LIMITED = b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}'
+
+
+async def calls_through(answer: Callable[[Peer], Awaitable[None]], options: GatewayOptions, count: int, *,
+                        stream: bool = True, prepare: Callable[[Gateway], None] | None = None) -> tuple[list[int], Gateway]:
+    """``count`` calls at once through a gateway (``options``; ``prepare`` sees it first) in front
+    of an upstream that answers each request with ``answer(peer)``: the statuses the callers got,
+    and the gateway."""
+
+    async def upstream(connection: trio.SocketStream) -> None:
+        peer = Peer(connection)
+        try:
+            while await peer.receive() is not None:
+                await answer(peer)
+                if not peer.reusable():
+                    break
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await connection.aclose()
+
+    statuses: list[int] = []
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            [listener] = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
+            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+            async with running_gateway(url, options) as gateway:
+                if prepare is not None:
+                    prepare(gateway)
+
+                async def call(index: int) -> None:
+                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
+                        response = await client.post(gateway.base_url + "/v1/messages",
+                                                     content=json.dumps(body(f"q{index}", stream=stream)),
+                                                     headers={"x-api-key": gateway.token})
+                        statuses.append(response.status_code)
+
+                async with trio.open_nursery() as calls:
+                    for index in range(count):
+                        calls.start_soon(call, index)
+            nursery.cancel_scope.cancel()
+    return statuses, gateway
+
+
 async def test_a_429_to_a_call_sent_before_the_slow_down_spends_no_attempt() -> None:
     """8 calls in flight at once are all answered 429 (a burst the gateway sent before it knew
     of the limit). With ``max_attempts=1`` the first limited answer is passed back (it opened a new
@@ -152,55 +197,30 @@ async def test_a_429_to_a_call_sent_before_the_slow_down_spends_no_attempt() -> 
     arrived: list[Peer] = []
     all_in, bumped = trio.Event(), trio.Event()
 
-    async def upstream(stream: trio.SocketStream) -> None:
-        peer = Peer(stream)
-        try:
-            while await peer.receive() is not None:
-                arrived.append(peer)
-                index = len(arrived)
-                if index <= 8:
-                    if index == 8:
-                        all_in.set()
-                    await all_in.wait()
-                    if index > 1:  # the others once the first answer was counted
-                        await bumped.wait()
-                    await peer.whole(429, b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}',
-                                     [(b"content-type", b"application/json"), (b"retry-after-ms", b"10")])
-                else:
-                    await peer.whole(200, json.dumps(message()).encode(), [(b"content-type", b"application/json")])
-                if not peer.reusable():
-                    break
-        except trio.BrokenResourceError:
-            pass
-        finally:
-            await stream.aclose()
+    async def answer(peer: Peer) -> None:
+        arrived.append(peer)
+        index = len(arrived)
+        if index > 8:
+            await peer.whole(200, json.dumps(message()).encode(), [(b"content-type", b"application/json")])
+            return
+        if index == 8:
+            all_in.set()
+        await all_in.wait()
+        if index > 1:  # the others once the first answer was counted
+            await bumped.wait()
+        await peer.whole(429, LIMITED, [(b"content-type", b"application/json"), (b"retry-after-ms", b"10")])
 
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            [listener] = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
-            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
-            async with running_gateway(url, GatewayOptions(max_attempts=1)) as gateway:
-                release = gateway.limiter.release
+    def count_windows(gateway: Gateway) -> None:
+        release = gateway.limiter.release
 
-                def counted(ticket: int, outcome: str, *, retry_after: float | None = None) -> None:
-                    release(ticket, outcome, retry_after=retry_after)
-                    if gateway.limiter.window >= 1:
-                        bumped.set()
+        def counted(ticket: int, outcome: str, *, retry_after: float | None = None) -> None:
+            release(ticket, outcome, retry_after=retry_after)
+            if gateway.limiter.window >= 1:
+                bumped.set()
 
-                gateway.limiter.release = counted  # type: ignore[method-assign]
-                statuses: list[int] = []
+        gateway.limiter.release = counted  # type: ignore[method-assign]
 
-                async def call(index: int) -> None:
-                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
-                        response = await client.post(gateway.base_url + "/v1/messages",
-                                                     content=json.dumps(body(f"q{index}", stream=False)),
-                                                     headers={"x-api-key": gateway.token})
-                        statuses.append(response.status_code)
-
-                async with trio.open_nursery() as calls:
-                    for index in range(8):
-                        calls.start_soon(call, index)
-            nursery.cancel_scope.cancel()
+    statuses, gateway = await calls_through(answer, GatewayOptions(max_attempts=1), 8, stream=False, prepare=count_windows)
     assert sorted(statuses) == [200] * 7 + [429]
     assert len(arrived) == 15 and gateway.totals.retries == 7
 
@@ -215,37 +235,10 @@ async def test_every_call_still_ends_after_at_most_twice_max_attempts_tries() ->
     on) after max_attempts counted tries, stale ones included at most 2 x max_attempts."""
     seen: list[int] = []
 
-    async def upstream(stream: trio.SocketStream) -> None:
-        peer = Peer(stream)
-        try:
-            while await peer.receive() is not None:
-                seen.append(1)
-                await peer.whole(429, b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}',
-                                 [(b"content-type", b"application/json"), (b"retry-after-ms", b"5")])
-                if not peer.reusable():
-                    break
-        except trio.BrokenResourceError:
-            pass
-        finally:
-            await stream.aclose()
+    async def answer(peer: Peer) -> None:
+        seen.append(1)
+        await peer.whole(429, LIMITED, [(b"content-type", b"application/json"), (b"retry-after-ms", b"5")])
 
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            [listener] = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
-            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
-            async with running_gateway(url, GatewayOptions(max_attempts=3)) as gateway:
-                statuses: list[int] = []
-
-                async def call(index: int) -> None:
-                    async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
-                        response = await client.post(gateway.base_url + "/v1/messages",
-                                                     content=json.dumps(body(f"q{index}")),
-                                                     headers={"x-api-key": gateway.token})
-                        statuses.append(response.status_code)
-
-                async with trio.open_nursery() as calls:
-                    for index in range(6):
-                        calls.start_soon(call, index)
-            nursery.cancel_scope.cancel()
+    statuses, gateway = await calls_through(answer, GatewayOptions(max_attempts=3), 6)
     assert statuses == [429] * 6
     assert 6 * 3 <= len(seen) <= 6 * 6 and gateway.totals.retries == len(seen) - 6

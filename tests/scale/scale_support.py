@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import orjson
 import psutil
+import trio
 
 from dsh_orchestra.runtime import RuntimeSpec
 
@@ -148,6 +149,21 @@ def cli_args(dataset: Path, out: Path, directory: Path, *extra: str) -> list[str
 
 def cli_env() -> dict[str, str]:
     return {**os.environ, **ENV}
+
+
+async def real_batch(tmp_path: Path, out: str, summary: str, home: str, *flags: str, key: str, base_url: str,
+                     ray: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``batch ds.jsonl --runtime dsh`` in ``tmp_path`` into ``out`` (summary ``summary``, DSH_HOME
+    ``home``) against the model at ``base_url`` with ``key`` as the real key, offline; on Ray at
+    ``ray`` with one actor when given. Bounded at 300 s."""
+    env = {**cli_env(), "DEEPSEEK_API_KEY": key, "DEEPSEEK_BASE_URL": base_url,
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    where = ["--ray", ray, "--ray-actors", "1"] if ray is not None else []
+    args = ["batch", "ds.jsonl", "--out", out, "--runtime", "dsh", "--dsh-home", home, "--workspace", str(tmp_path),
+            "--no-progress", "--summary", summary, "--timeout", "120", "--retries", "0", *where, *flags]
+    with trio.fail_after(300):
+        return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True,
+                                      check=False)
 
 
 def our_runtimes(directory: Path) -> list[psutil.Process]:

@@ -29,7 +29,7 @@ import trio
 from dsh_orchestra.gateway import CACHE_FILE_NAME
 from dsh_orchestra.testing import open_fake_model, parse_script
 
-from scale_support import CLI, RayCluster, cli_env, write_dataset
+from scale_support import RayCluster, real_batch, write_dataset
 from scored_scenario_support import SCRIPT
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.integration]
@@ -42,17 +42,10 @@ ITEMS = [{"id": "a", "prompt": "What is the capital of France?", "target": "Pari
 
 async def batch(tmp_path: Path, name: str, base_url: str, ray: str | None, *flags: str) -> trio.CompletedProcess[bytes]:
     """``batch --runtime dsh --epochs 2 --score includes`` into ``NAME.jsonl`` (summary ``NAME.json``)."""
-    env = {**cli_env(), "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": base_url,
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     home = tmp_path / "home"  # one home for every run (one after the other): the requests do not differ by it
     home.mkdir(exist_ok=True)
-    where = ["--ray", ray, "--ray-actors", "1"] if ray is not None else []
-    args = ["batch", "ds.jsonl", "--out", f"{name}.jsonl", "--runtime", "dsh", "--dsh-home", str(home),
-            "--workspace", str(tmp_path), "--no-progress", "--summary", f"{name}.json", "--timeout", "120",
-            "--retries", "0", "--epochs", "2", "--score", "includes", *where, *flags]
-    with trio.fail_after(300):
-        return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True,
-                                      check=False)
+    return await real_batch(tmp_path, f"{name}.jsonl", f"{name}.json", str(home), "--epochs", "2", "--score", "includes",
+                            *flags, key=KEY, base_url=base_url, ray=ray)
 
 
 def answers(path: Path) -> dict[tuple[str, int], bytes]:

@@ -28,7 +28,7 @@ import trio
 from dsh_orchestra.batch import ControlError, send_command
 from dsh_orchestra.testing import open_fake_model, parse_script
 
-from scale_support import CLI, RayCluster, cli_env, write_dataset
+from scale_support import RayCluster, real_batch, write_dataset
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.integration]
 
@@ -45,14 +45,8 @@ def lines_of(path: Path) -> list[dict[str, Any]]:
 
 
 async def batch(tmp_path: Path, address: str, base_url: str, *flags: str) -> trio.CompletedProcess[bytes]:
-    env = {**cli_env(), "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": base_url,
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    args = ["batch", "ds.jsonl", "--out", "r.jsonl", "--runtime", "dsh", "--dsh-home", str(tmp_path / "home-{actor}"),
-            "--workspace", str(tmp_path), "--no-progress", "--json", "--summary", "summary.json", "--timeout", "120",
-            "--retries", "0", "--ray", address, "--ray-actors", "1", *flags]
-    with trio.fail_after(300):
-        return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True,
-                                      check=False)
+    return await real_batch(tmp_path, "r.jsonl", "summary.json", str(tmp_path / "home-{actor}"), "--json", *flags,
+                            key=KEY, base_url=base_url, ray=address)
 
 
 async def test_a_token_budget_on_ray_stops_with_exit_4_and_resume_runs_the_cut_items(

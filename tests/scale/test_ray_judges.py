@@ -34,9 +34,9 @@ import psutil
 import pytest
 import trio
 
-from dsh_orchestra.testing import open_fake_model, parse_script
+from dsh_orchestra.testing import FakeModelServer, open_fake_model, parse_script
 
-from scale_support import CLI, RayCluster, cli_env, write_dataset
+from scale_support import RayCluster, real_batch, write_dataset
 from scored_scenario_support import PRICES, SCRIPT
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.integration]
@@ -60,17 +60,26 @@ def untimed(model: dict[str, Any]) -> dict[str, Any]:
 
 async def batch(tmp_path: Path, name: str, base_url: str, ray: str | None, *flags: str) -> trio.CompletedProcess[bytes]:
     """``batch --runtime dsh --score judge`` into ``NAME.jsonl`` (summary ``NAME.json``), on Ray at ``ray``."""
-    env = {**cli_env(), "DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": base_url,
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     home = tmp_path / f"home-{name}"
     home.mkdir(exist_ok=True)
-    where = ["--ray", ray, "--ray-actors", "1"] if ray is not None else []
-    args = ["batch", "ds.jsonl", "--out", f"{name}.jsonl", "--runtime", "dsh", "--dsh-home", str(home),
-            "--workspace", str(tmp_path), "--no-progress", "--summary", f"{name}.json", "--timeout", "120",
-            "--retries", "0", "--score", "judge", "--prices", "prices.toml", *where, *flags]
-    with trio.fail_after(300):
-        return await trio.run_process([*CLI, *args], cwd=tmp_path, env=env, capture_stdout=True, capture_stderr=True,
-                                      check=False)
+    return await real_batch(tmp_path, f"{name}.jsonl", f"{name}.json", str(home), "--score", "judge", "--prices", "prices.toml",
+                            *flags, key=KEY, base_url=base_url, ray=ray)
+
+
+async def stopped_by_the_budget(tmp_path: Path, model: FakeModelServer, address: str,
+                                tokens: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, Any]]]:
+    """The same batch with ``--max-total-tokens TOKENS``, locally then on Ray: each must stop on
+    the budget (exit 4, work left); each run's requests at the model and its summary, by name."""
+    seen: dict[str, list[Any]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for name, ray in (("local", None), ("ray", address)):
+        before = len(model.requests)
+        done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", tokens)
+        assert done.returncode == 4, done.stderr.decode()[-3000:]
+        assert b"nothing left to do" not in done.stderr  # the budget stopped it: work is left
+        seen[name] = model.requests[before:]
+        summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    return seen, summaries
 
 
 async def watch_driver_runtimes(home: Path, found: list[dict[str, str]]) -> None:
@@ -141,16 +150,8 @@ async def test_judges_calls_count_in_the_run_totals_and_budget_as_on_one_machine
 async def test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine(
         ray_cluster: RayCluster, tmp_path: Path) -> None:
     prepare(tmp_path)
-    seen: dict[str, list[Any]] = {}
-    summaries: dict[str, dict[str, Any]] = {}
     async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
-        for name, ray in (("local", None), ("ray", ray_cluster.address)):
-            before = len(model.requests)
-            done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "10")
-            assert done.returncode == 4, done.stderr.decode()[-3000:]
-            assert b"nothing left to do" not in done.stderr  # the budget stopped it: work is left
-            seen[name] = model.requests[before:]
-            summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        seen, summaries = await stopped_by_the_budget(tmp_path, model, ray_cluster.address, "10")
         before = len(model.requests)
         resumed = await batch(tmp_path, "ray", model.base_url, ray_cluster.address, "--concurrency", "1",
                               "--max-total-tokens", "100000", "--resume")
@@ -175,15 +176,8 @@ async def test_a_refused_judges_call_cuts_its_item_on_ray_as_on_one_machine(
 async def test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_one_machine(
         ray_cluster: RayCluster, tmp_path: Path) -> None:
     prepare(tmp_path)
-    seen: dict[str, list[Any]] = {}
-    summaries: dict[str, dict[str, Any]] = {}
     async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
-        for name, ray in (("local", None), ("ray", ray_cluster.address)):
-            before = len(model.requests)
-            done = await batch(tmp_path, name, model.base_url, ray, "--concurrency", "1", "--max-total-tokens", "20")
-            assert done.returncode == 4, done.stderr.decode()[-3000:]
-            seen[name] = model.requests[before:]
-            summaries[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        seen, summaries = await stopped_by_the_budget(tmp_path, model, ray_cluster.address, "20")
     for name in ("local", "ray"):
         # the first item's call (15 tokens) and its judge's (15 more: the budget is reached), then nothing
         assert [(r.session_id or "")[:5] for r in seen[name]] == ["item-", "judge"]
