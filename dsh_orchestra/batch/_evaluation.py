@@ -29,6 +29,7 @@ from ..eval import (
     NO_TEMPLATE, check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, needs_workers, open_judges,
     open_scorer_workers, render_prompt, score_attempt, sha256_file, turn_usage,
 )
+from ..gateway import CallBudget
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
 from ._dataset import BatchItem, DatasetCheck
@@ -89,12 +90,7 @@ class Budget:
 
     def describe(self) -> str:
         """What was spent against which limit, for the log."""
-        parts = []
-        if self.max_tokens is not None:
-            parts.append(f"{self.tally.run_tokens} of {self.max_tokens} tokens")
-        if self.max_cost is not None:
-            parts.append(f"{self.tally.run_cost:.6f} of {self.max_cost:g} USD")
-        return ", ".join(parts)
+        return CallBudget.spent_text(self.tally.run_tokens, self.max_tokens, self.tally.run_cost, self.max_cost)
 
     @property
     def reached(self) -> bool:

@@ -92,11 +92,16 @@ class CallBudget:
 
     def describe(self) -> str:
         """What was spent against which limit, for messages."""
+        return self.spent_text(self.tokens, self.max_tokens, self.cost, self.max_cost)
+
+    @staticmethod
+    def spent_text(tokens: int, max_tokens: int | None, cost: float, max_cost: float | None) -> str:
+        """``"T of M tokens, C of L USD"``, each part only with its limit (every budget's messages)."""
         parts = []
-        if self.max_tokens is not None:
-            parts.append(f"{self.tokens} of {self.max_tokens} tokens")
-        if self.max_cost is not None:
-            parts.append(f"{self.cost:.6f} of {self.max_cost:g} USD")
+        if max_tokens is not None:
+            parts.append(f"{tokens} of {max_tokens} tokens")
+        if max_cost is not None:
+            parts.append(f"{cost:.6f} of {max_cost:g} USD")
         return ", ".join(parts)
 
     def overshoot(self) -> dict[str, Any]:

@@ -126,12 +126,7 @@ class NodeBudget(CallBudget):
 
     def describe(self) -> str:
         """What the run spent against which limit, for messages."""
-        parts = []
-        if self.max_tokens is not None:
-            parts.append(f"{self.run_tokens} of {self.max_tokens} tokens")
-        if self.max_cost is not None:
-            parts.append(f"{self.run_cost:.6f} of {self.max_cost:g} USD")
-        return ", ".join(parts)
+        return CallBudget.spent_text(self.run_tokens, self.max_tokens, self.run_cost, self.max_cost)
 
     def spending(self) -> Spending:
         """This node's own spending, to report."""
