@@ -39,7 +39,8 @@ floor under any proxy's added latency.
   before its start ramp, ``batch/_ramp.py``; ``GATEWAY_BENCH_RAMP=FIRST,GROW`` tries other
   ramps in the other gateway modes), ``auto-call`` the ramp opened fully at the first model
   call (an experiment: no better, docs/benchmarks.md), ``auto-herd`` the same without learned
-  pacing (a ``retry-after`` only holds: the gateway before it), ``old`` the same with the retry pause of the first release (the longer
+  pacing (a ``retry-after`` only holds: the gateway before it), ``auto-nocc`` the
+  same with ``RuntimeSpec(compile_cache=False)`` (the runtimes before their compile cache), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -378,7 +379,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
     import dsh_orchestra.gateway._limiter as limiter_module
 
     gateway = {"none": None, "auto": GatewayOptions(), "old": GatewayOptions(), "auto-all": GatewayOptions(),
-               "auto-herd": GatewayOptions(),
+               "auto-herd": GatewayOptions(), "auto-nocc": GatewayOptions(),
                "auto-call": GatewayOptions(), "rate": GatewayOptions(model_rate=rate)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -389,7 +390,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
         dataset = root / "ds.jsonl"
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model_url, api_key="bench-key", env=ENV,
-                           handshake_timeout=120)
+                           handshake_timeout=120, compile_cache=mode != "auto-nocc")  # auto-nocc: as before it
         options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway)
         saved = Gateway.pause
         if mode == "old":
