@@ -40,7 +40,7 @@ floor under any proxy's added latency.
   ramps in the other gateway modes), ``auto-call`` the ramp opened fully at the first model
   call (an experiment: no better, docs/benchmarks.md), ``auto-herd`` the same without learned
   pacing (a ``retry-after`` only holds: the gateway before it), ``auto-nocc`` the
-  same with ``RuntimeSpec(compile_cache=False)`` (the runtimes before their compile cache), ``old`` the same with the retry pause of the first release (the longer
+  same with ``RuntimeSpec(compile_cache="off")`` (the runtimes before their compile cache), ``old`` the same with the retry pause of the first release (the longer
   of the exponential backoff and ``retry-after``: the 68 % of last session), ``rate`` the
   gateway with ``--model-rate R/s``, ``none`` no gateway (the runtime's own retries, then the
   batch's 2). Items failed, wall time, and the share of the quota used: answers / (R x wall
@@ -322,7 +322,8 @@ def _all_at_once(workers: int) -> Any:
 def make_warm_home() -> Path:
     """A DSH_HOME that one runtime has used for one turn (against a fake model of its own): its
     ``.cache/pkg`` holds the runtime's plugin packages, as any DSH_HOME does after its first run
-    (``--dsh-home`` is the user's own and kept). The goodput runs of ``GATEWAY_BENCH_HOME=warm``
+    (``--dsh-home`` is the user's own and kept), and ``.cache/node-compile-cache`` V8's compiled
+    code (``RuntimeSpec.compile_cache``), as it does after its second. The goodput runs of ``GATEWAY_BENCH_HOME=warm``
     start each from a copy of it, made before the timed part."""
     from dsh_orchestra import open_runtime
     from dsh_orchestra.runtime import RuntimeSpec
@@ -333,7 +334,8 @@ def make_warm_home() -> Path:
 
     async def one_turn() -> None:
         async with open_fake_model() as model:
-            spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model.base_url, api_key="bench-key", env=ENV)
+            spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model.base_url, api_key="bench-key", env=ENV,
+                               compile_cache="on")  # it holds V8's compile cache too, as a home does after two runs
             async with open_runtime(spec, gateway=None) as runtime:
                 await runtime.session("warm-up").run("hello")
 
@@ -390,7 +392,7 @@ async def goodput(model_url: str, *, mode: str, rate: float, home: Path | None =
         dataset = root / "ds.jsonl"
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=model_url, api_key="bench-key", env=ENV,
-                           handshake_timeout=120, compile_cache=mode != "auto-nocc")  # auto-nocc: as before it
+                           handshake_timeout=120, compile_cache="off" if mode == "auto-nocc" else "auto")
         options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway)
         saved = Gateway.pause
         if mode == "old":

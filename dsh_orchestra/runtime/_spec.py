@@ -85,6 +85,10 @@ def _patches(value: Any) -> tuple[str, ...]:
 
 
 COMPILE_CACHE_VARIABLE = "NODE_COMPILE_CACHE"
+COMPILE_CACHE_MODES = ("auto", "on", "off")
+"""``RuntimeSpec.compile_cache`` values: ``auto`` (default) gives a dsh the compile cache in a
+DSH_HOME a dsh started in before (the first start on a new home would pay for writing it at its
+exit and gain nothing), ``on`` always, ``off`` never."""
 
 
 def compile_cache_dir(dsh_home: str | os.PathLike[str]) -> Path:
@@ -162,10 +166,10 @@ class RuntimeSpec:
     """Inside the sandbox, readable where they would be hidden (the approval relay's directory)."""
     sandbox_hidden: tuple[Path, ...] = attrs.field(default=(), converter=sandbox_paths)
     """Inside the sandbox, covered by an entry nobody may open (a batch's outputs)."""
-    compile_cache: bool = True
-    """Let a dsh (``loads_patches``) keep V8's compiled code in ``<dsh_home>/.cache/node-compile-cache``
-    (``NODE_COMPILE_CACHE``, unless ``env`` sets it): its start takes less CPU from the second
-    start on one DSH_HOME (docs/runtime.md#compile-cache). ``False``: the variable is left alone."""
+    compile_cache: str = attrs.field(default="auto", validator=one_of(*COMPILE_CACHE_MODES))
+    """A dsh (``loads_patches``) keeps V8's compiled code in ``<dsh_home>/.cache/node-compile-cache``
+    (``NODE_COMPILE_CACHE``, unless ``env`` sets it; docs/runtime.md#compile-cache): ``auto``
+    (default) in a DSH_HOME a dsh started in before, ``on`` always, ``off`` never (COMPILE_CACHE_MODES)."""
 
     def __attrs_post_init__(self) -> None:
         if self.command is not None and self.connect is not None:
@@ -237,6 +241,17 @@ class RuntimeSpec:
         program = Path(self.command[0]).name
         return program == "dsh" or program.startswith("deepseek-harness-sdk-runtime")
 
+    @property
+    def uses_compile_cache(self) -> bool:
+        """Whether the child gets ``NODE_COMPILE_CACHE`` (``compile_cache``; for ``auto``, asked of
+        the file system now: the home holds ``profiles/``, which a dsh makes at its first start)."""
+        if self.compile_cache == "off" or not self.loads_patches or COMPILE_CACHE_VARIABLE in self.env:
+            return False
+        if self.compile_cache == "on":
+            return True
+        assert self.dsh_home is not None  # loads_patches: a process, whose spec has a home
+        return os.path.isdir(self.dsh_home / "profiles") or os.path.isdir(compile_cache_dir(self.dsh_home))
+
     def relays(self, *, approvals: bool, answerer: bool) -> bool:
         """Whether the approval relay runs, given whether a policy / an answerer is configured."""
         if self.approval_relay == "off" or not (approvals or answerer):
@@ -277,7 +292,7 @@ class RuntimeSpec:
         env = dict(os.environ) if self.inherit_env else {}
         env.update(self.env)
         env["DSH_HOME"] = str(Path(self.dsh_home).absolute())
-        if self.compile_cache and self.loads_patches and COMPILE_CACHE_VARIABLE not in self.env:
+        if self.uses_compile_cache:
             env[COMPILE_CACHE_VARIABLE] = str(compile_cache_dir(self.dsh_home))
         if self.base_url is not None:
             env["DEEPSEEK_BASE_URL"] = self.base_url
