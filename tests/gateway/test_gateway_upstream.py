@@ -1,0 +1,120 @@
+"""The gateway's upstream side (``_upstream``): a request leaves in one write, with its host and
+length, and what is held is written before a read or a TLS start and dropped at a close."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import Any
+
+import h11
+import httpcore
+import httpx
+import pytest
+import trio
+from httpcore._backends.trio import TrioStream  # the stream under the one-write wrapper
+
+from dsh_orchestra.gateway._http import Peer
+from dsh_orchestra.gateway._upstream import OneWriteStream
+
+from gateway_support import REAL_KEY, body, running_gateway
+from test_gateway_faults import serve_upstream
+
+
+class Noted(httpcore.AsyncNetworkStream):
+    """A network stream noting what is done to it, in order."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, Any]] = []
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's interface
+        self.done.append(("write", (buffer, timeout)))
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        self.done.append(("read", timeout))
+        return b"answer"
+
+    async def aclose(self) -> None:
+        self.done.append(("close", None))
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:  # noqa: ASYNC109
+        self.done.append(("tls", server_hostname))
+        return Noted()
+
+    def get_extra_info(self, info: str) -> Any:
+        return f"info:{info}"
+
+
+async def test_writes_are_held_until_the_next_read_and_go_out_as_one() -> None:
+    inner = Noted()
+    stream = OneWriteStream(inner)
+    await stream.write(b"head", timeout=60.0)
+    await stream.write(b"", timeout=60.0)
+    await stream.write(b"body", timeout=60.0)
+    assert inner.done == []
+    assert await stream.read(100, timeout=300.0) == b"answer"
+    assert inner.done == [("write", (b"headbody", 60.0)), ("read", 300.0)]
+    assert await stream.read(100) == b"answer"  # nothing held: a read alone
+    assert inner.done[2:] == [("read", None)]
+    assert stream.get_extra_info("is_readable") == "info:is_readable"
+
+
+async def test_what_is_held_is_written_before_a_tls_start_and_dropped_at_a_close() -> None:
+    inner = Noted()
+    stream = OneWriteStream(inner)
+    await stream.write(b"CONNECT", timeout=5.0)
+    secured = await stream.start_tls(ssl.create_default_context(), "example.test")
+    assert inner.done == [("write", (b"CONNECT", 5.0)), ("tls", "example.test")]
+    assert isinstance(secured, OneWriteStream)
+    await secured.write(b"never sent")
+    await secured.aclose()
+    assert secured._stream.done == [("close", None)]  # type: ignore[attr-defined]
+
+
+async def test_a_forwarded_call_reaches_the_provider_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a real gateway and sockets: each call is one write upstream, with host and length."""
+    writes: list[tuple[TrioStream, bytes]] = []  # every connection's, the test client's too
+    original = TrioStream.write
+
+    async def noted(self: TrioStream, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        writes.append((self, buffer))
+        await original(self, buffer, timeout)
+
+    monkeypatch.setattr(TrioStream, "write", noted)
+    seen: list[tuple[h11.Request, bytes | None]] = []
+
+    async def answer(peer: Peer) -> None:
+        await peer.whole(200, b'{"ok":true}', [(b"content-type", b"application/json")])
+
+    original_receive = Peer.receive
+
+    async def noted_receive(self: Peer) -> tuple[h11.Request, bytes | None] | None:
+        received = await original_receive(self)
+        if received is not None:
+            seen.append(received)
+        return received
+
+    monkeypatch.setattr(Peer, "receive", noted_receive)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            upstream = await serve_upstream(nursery, answer)
+            async with running_gateway(upstream) as gateway, httpx.AsyncClient(trust_env=False) as client:
+                sent = json.dumps(body("one write")).encode()
+                for _ in range(2):
+                    answered = await client.post(gateway.base_url + "/v1/messages", content=sent,
+                                                 headers={"x-api-key": gateway.token})
+                    assert answered.status_code == 200 and answered.json() == {"ok": True}
+            nursery.cancel_scope.cancel()
+    key = REAL_KEY.encode()
+    upstream_streams = {id(stream) for stream, data in writes if key in data}
+    upstream_writes = [data for stream, data in writes if id(stream) in upstream_streams]
+    assert len(upstream_writes) == 2  # one per call: head and body together
+    port = upstream.rsplit(":", 1)[1]
+    upstream_requests = [(request, data) for request, data in seen if dict(request.headers).get(b"x-api-key") == key]
+    assert len(upstream_requests) == 2
+    for (request, data), written in zip(upstream_requests, upstream_writes, strict=True):
+        headers = dict(request.headers)
+        assert headers[b"host"] == f"127.0.0.1:{port}".encode()
+        assert headers[b"content-length"] == str(len(sent)).encode() and data == sent
+        assert written.startswith(b"POST /v1/messages HTTP/1.1\r\n") and written.endswith(sent)
