@@ -15,6 +15,7 @@ import trio
 from httpcore._backends.trio import TrioStream  # the stream under the one-write wrapper
 
 from dsh_orchestra.gateway._http import Peer
+from dsh_orchestra.gateway._server import _json
 from dsh_orchestra.gateway._upstream import OneWriteStream
 
 from gateway_support import REAL_KEY, body, running_gateway
@@ -118,3 +119,12 @@ async def test_a_forwarded_call_reaches_the_provider_in_one_write(monkeypatch: p
         assert headers[b"host"] == f"127.0.0.1:{port}".encode()
         assert headers[b"content-length"] == str(len(sent)).encode() and data == sent
         assert written.startswith(b"POST /v1/messages HTTP/1.1\r\n") and written.endswith(sent)
+
+
+def test_a_body_is_read_as_json_allows_it_even_where_orjson_refuses() -> None:
+    """orjson first; a lone surrogate escape or an integer over 64 bits is still JSON (the
+    runtime's JSON.stringify can write the first), so such a call is forwarded, not refused."""
+    assert _json(b'{"text":"\\ud800","n":123456789012345678901234567890}') == {
+        "text": "\ud800", "n": 123456789012345678901234567890}
+    assert _json(b'{"a":[1,2.5,null,true]}') == {"a": [1, 2.5, None, True]}
+    assert _json(b"not json") is None and _json(b"\xff") is None
