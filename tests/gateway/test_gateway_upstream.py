@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from functools import partial
 from typing import Any
 
 import h11
@@ -12,6 +13,7 @@ import httpcore
 import httpx
 import pytest
 import trio
+import trustme
 from httpcore._backends.trio import TrioStream  # the stream under the one-write wrapper
 
 from dsh_orchestra.gateway._http import Peer
@@ -19,7 +21,7 @@ from dsh_orchestra.gateway._server import _json
 from dsh_orchestra.gateway._upstream import OneWriteStream
 
 from gateway_support import REAL_KEY, body, running_gateway
-from test_gateway_faults import serve_upstream
+from test_gateway_faults import BLOCK, DELTA, START, serve_upstream
 
 
 class Noted(httpcore.AsyncNetworkStream):
@@ -128,3 +130,56 @@ def test_a_body_is_read_as_json_allows_it_even_where_orjson_refuses() -> None:
         "text": "\ud800", "n": 123456789012345678901234567890}
     assert _json(b'{"a":[1,2.5,null,true]}') == {"a": [1, 2.5, None, True]}
     assert _json(b"not json") is None and _json(b"\xff") is None
+
+
+async def test_a_streamed_answer_over_tls_comes_through_whole_and_the_request_in_one_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider on https (a test CA): the TLS start, one write per request through the TLS
+    stream, the SSE answer passed on byte for byte."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    stream_body = START + BLOCK + DELTA + b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+    writes: list[tuple[TrioStream, bytes]] = []
+    original = TrioStream.write
+
+    async def noted(self: TrioStream, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        writes.append((self, buffer))
+        await original(self, buffer, timeout)
+
+    monkeypatch.setattr(TrioStream, "write", noted)
+
+    async def handler(raw: trio.SocketStream) -> None:
+        stream = trio.SSLStream(raw, server_context, server_side=True)
+        peer = Peer(stream)  # type: ignore[arg-type]
+        try:
+            while await peer.receive() is not None:
+                await peer.start(200, [(b"content-type", b"text/event-stream")], stream_body, end=True)
+                if not peer.reusable():
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            [listener] = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            upstream = f"https://127.0.0.1:{listener.socket.getsockname()[1]}"
+            async with running_gateway(upstream) as gateway, httpx.AsyncClient(trust_env=False) as client:
+                gateway._ssl = client_context  # trust the test CA (the gateway makes its context once)
+                for _ in range(2):
+                    async with client.stream("POST", gateway.base_url + "/v1/messages", content=json.dumps(body()),
+                                             headers={"x-api-key": gateway.token}) as answered:
+                        received = b"".join([chunk async for chunk in answered.aiter_raw()])
+                    assert answered.status_code == 200 and received == stream_body
+            nursery.cancel_scope.cancel()
+    assert gateway.totals.upstream == 2 and gateway.totals.errors == 0
+    key = REAL_KEY.encode()
+    # the gateway's TLS connection to the provider: the wrapped stream gets one write per call
+    upstream_writes = [data for stream, data in writes if isinstance(stream._stream, trio.SSLStream) and key in data]
+    assert len(upstream_writes) == 2
+    assert all(data.startswith(b"POST /v1/messages HTTP/1.1\r\n") and data.endswith(json.dumps(body()).encode())
+               for data in upstream_writes)
