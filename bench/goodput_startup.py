@@ -18,6 +18,7 @@ start ramp). The second argument is ``--sandbox`` (default: the spec's, ``auto``
 ``GOODPUT_STARTUP_HOME=warm``: the run's DSH_HOME is a copy of one a runtime has used once
 (``bench/gateway.py``'s ``make_warm_home``), not a new empty one.
 ``GOODPUT_STARTUP_PATCHES=a.yml,b.yml``: ``--patch`` overlays for the runtimes (``RuntimeSpec.patches``).
+``GOODPUT_STARTUP_COMPILE_CACHE=auto|on|off``: ``RuntimeSpec.compile_cache`` (default ``auto``).
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ async def one_run(url: str, mode: str, rate: float, sandbox: str | None) -> Any:
         dataset.write_text("".join(json.dumps({"id": f"i{i}", "prompt": f"question {i}"}) + "\n" for i in range(200)))
         patches = [p for p in os.environ.get("GOODPUT_STARTUP_PATCHES", "").split(",") if p]
         spec = RuntimeSpec(dsh_home=root / "home", cwd=root, base_url=url, api_key="bench-key", env=ENV,
-                           handshake_timeout=120, patches=tuple(patches))
+                           handshake_timeout=120, patches=tuple(patches),
+                           compile_cache=os.environ.get("GOODPUT_STARTUP_COMPILE_CACHE", "auto"))
         options = BatchOptions(runtimes=2, concurrency=64, progress="none", timeout=600, gateway=gateway, sandbox=sandbox)
         ORIGIN.append(time.monotonic())
         summary = await run_batch(dataset, root / "out.jsonl", spec, options)
@@ -210,7 +212,8 @@ def main() -> None:
         EVENTS.append((seen["starts_s"][0] + offset, "model: first request answered"))
         EVENTS.append((seen["last_end_s"] + offset, "model: last answer ended"))
     EVENTS.extend((at, f"{name}: last session/wait answered (its last item ended)") for name, at in LAST.items())
-    print(json.dumps({"mode": mode, "home": "warm" if WARM else "fresh", "sandbox": sandbox or "auto", "ok": summary.ok, "failed": summary.error,
+    print(json.dumps({"mode": mode, "home": "warm" if WARM else "fresh", "sandbox": sandbox or "auto",
+                      "compile_cache": os.environ.get("GOODPUT_STARTUP_COMPILE_CACHE", "auto"), "ok": summary.ok, "failed": summary.error,
                       "load": os.getloadavg()[0]}))
     for at, what in sorted(EVENTS):
         print(f"{at:8.3f}  {what}")
