@@ -25,7 +25,7 @@ import numpy as np
 
 from .._params import ParamError
 from ..results import ResultsFileError, read_results, result_problem
-from ._metrics import Reducer
+from ._metrics import Reducer, reduce_spans
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _SUMMED = ("input_tokens", "output_tokens")
@@ -593,20 +593,8 @@ def _reduce_epochs(run: RunColumns, names: Sequence[str], reducer: Reducer, kept
         else:
             column = [None] * len(lines)
             flags = run.line_error[lines].tolist()
-        reduced = np.empty(len(starts), dtype=np.float64)
-        strict_values = np.empty(len(starts), dtype=np.float64)
-        marks = np.zeros(len(starts), dtype=bool)
-        for k, (start, stop) in enumerate(zip(starts, stops, strict=True)):
-            per_epoch = column[start:stop]
-            value = reducer(per_epoch)
-            reduced[k] = _NAN if value is None else value
-            failed = [v is None and f for v, f in zip(per_epoch, flags[start:stop], strict=True)]
-            if any(failed):
-                marks[k] = True
-                found = reducer([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
-                strict_values[k] = _NAN if found is None else found
-            else:
-                strict_values[k] = reduced[k]
+        # (a failed flag is only ever on a line without a value: failed epochs are those flagged)
+        reduced, strict_values, marks = reduce_spans(column, flags, [*starts, len(lines)], reducer)
         values[name] = reduced
         overridden[name] = marks
         strict[name] = strict_values if marks.any() else None
