@@ -6,7 +6,8 @@ and gets its share back (:class:`QuotaGrant`); the ledger is what the Ray quota 
 runs (``dsh_orchestra.scale``), and time is passed in, so it is tested without Ray or clocks.
 
 Shares: every member gets one place when the limit allows (so an idle node can start a call
-at once; not a member idle for ``idle_after`` seconds: it holds no place the others need), the rest goes to the members that ask for more (water-filling on their demand:
+at once; not a member idle for ``idle_after`` seconds: it holds no place the others need),
+the rest goes to the members that ask for more (water-filling on their demand:
 calls in flight plus waiting), and what nobody asks for is spread evenly. Safety: the ledger
 keeps, per member, a bound of what the member may have in flight (``reserved``: the larger
 of its grant and what it reported) and only ever grants out of what the others' bounds
