@@ -12,6 +12,10 @@ with ``--rate-limit R/s`` (default 20/s) and a CLI batch of ``--items`` one-call
   ``git archive`` of main before the change) first on the PYTHONPATH of the CLI and of the Ray
   workers (``--ray-runtime-env`` env_vars), side by side in the same rounds.
 
+``--nodes N`` (N >= 2): a ``ray.cluster_utils.Cluster`` on this machine instead (a head with no
+actor resources and N worker nodes of 2 CPUs), one actor of one runtime on each worker (``--ray-actor-resources``):
+N node gateways on one quota, sharing the run's learned gap through the coordinator.
+
 Per run: items failed, ``passed_back`` (the summary's ``model.calls - model.upstream_calls``:
 calls whose 429 reached the runtime, since the gateway counts a call as upstream only once it
 is answered 200), ``absorbed_429`` (``model.retries``), the fake model's ``rate_limited`` and
@@ -19,7 +23,7 @@ is answered 200), ``absorbed_429`` (``model.retries``), the fake model's ``rate_
 process tree as the OS reports for reaped children; Ray's workers not included) and the load
 average before and after. Medians per mode at the end.
 
-    python bench/ray_pace.py [--rounds 3] [--rate 20] [--items 200] [--modes local,ray-base,ray] [--baseline DIR]
+    python bench/ray_pace.py [--rounds 3] [--rate 20] [--items 200] [--modes local,ray-base,ray] [--baseline DIR] [--nodes 1]
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def once(mode: str, *, rate: float, items: int, address: str, baseline: str | None) -> dict[str, Any]:
+def once(mode: str, *, rate: float, items: int, address: str, baseline: str | None, nodes: int = 1) -> dict[str, Any]:
     env = {**os.environ, **ENV}
     if mode == "ray-base":
         assert baseline, "ray-base needs --baseline DIR"
@@ -81,7 +85,9 @@ def once(mode: str, *, rate: float, items: int, address: str, baseline: str | No
         model, url = start_model(rate, root / "stats.json", env)
         where = ["--runtimes", "2"]
         if mode != "local":
-            where = ["--ray", address, "--ray-actors", "2", "--runtimes-per-actor", "1"]
+            where = ["--ray", address, "--ray-actors", str(max(2, nodes)), "--runtimes-per-actor", "1"]
+            if nodes > 1:
+                where += ["--ray-actor-resources", json.dumps([{f"node_{n}": 1} for n in range(nodes)])]
             if mode == "ray-base":
                 where += ["--ray-runtime-env", json.dumps({"env_vars": {"PYTHONPATH": baseline}})]
         args = ["batch", "ds.jsonl", "--out", "out.jsonl", "--runtime", "dsh", "--dsh-home", str(root / "home-{actor}"),
@@ -102,7 +108,7 @@ def once(mode: str, *, rate: float, items: int, address: str, baseline: str | No
         summary = json.loads((root / "summary.json").read_text())
         seen = json.loads((root / "stats.json").read_text())
     model_totals = summary.get("model") or {}
-    return {"mode": mode, "ok": summary["ok"], "failed": summary["error"], "wall_s": round(wall, 1),
+    return {"mode": mode, "nodes": model_totals.get("nodes", 0), "ok": summary["ok"], "failed": summary["error"], "wall_s": round(wall, 1),
             "passed_back": model_totals.get("calls", 0) - model_totals.get("upstream_calls", 0),
             "absorbed_429": model_totals.get("retries"), "at_model_429": seen["rate_limited"], "answered": seen["answered"],
             "quota_used_wall": round(seen["answered"] / (rate * wall), 3),
@@ -122,21 +128,32 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--modes", default="local,ray-base,ray")
     parser.add_argument("--baseline", default=None, help="a directory holding the baseline's dsh_orchestra package")
+    parser.add_argument("--nodes", type=int, default=1, help="worker nodes (>= 2: a ray.cluster_utils.Cluster)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    local = LocalRay(num_cpus=2)
-    address = local.start()
+    if args.nodes > 1:
+        from ray.cluster_utils import Cluster
+
+        node = {"num_cpus": 2, "object_store_memory": 80 * 2**20}
+        cluster = Cluster(initialize_head=True, connect=False, head_node_args={**node, "include_dashboard": False})
+        for number in range(args.nodes):
+            cluster.add_node(**node, resources={f"node_{number}": 1})
+        cluster.wait_for_nodes()
+        address, stop_ray = cluster.address, cluster.shutdown
+    else:
+        local = LocalRay(num_cpus=2)
+        address, stop_ray = local.start(), local.stop
     rows: dict[str, list[dict[str, Any]]] = {}
     try:
         for number in range(1, args.rounds + 1):
             for mode in modes:
-                row = once(mode, rate=args.rate, items=args.items, address=address, baseline=args.baseline)
+                row = once(mode, rate=args.rate, items=args.items, address=address, baseline=args.baseline, nodes=args.nodes)
                 row["round"] = number
                 rows.setdefault(mode, []).append(row)
                 print("ray-pace", json.dumps(row), flush=True)
     finally:
-        local.stop()
+        stop_ray()
     for mode, runs in rows.items():
         print("ray-pace-median", json.dumps({"mode": mode, "runs": len(runs),
                                              **{k: round(statistics.median(r[k] for r in runs), 3) for k in MEDIANS}}),
