@@ -216,7 +216,7 @@ class QuotaLedger:
     def _learn(self, slowed: bool, report: QuotaReport) -> None:
         """The run's learned gap after ``report`` (its successes first, then its longest retry-after)."""
         if self.gap is not None and report.successes:
-            self.gap /= (1.0 + PACE_STEP) ** report.successes
+            self.gap /= (1.0 + PACE_STEP) ** min(report.successes, 10_000)  # (a float's range: far below PACE_MIN anyway)
             if self.gap < PACE_MIN:
                 self.gap = None
         wait = report.limited_wait

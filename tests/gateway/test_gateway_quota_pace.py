@@ -145,7 +145,7 @@ def test_the_ledger_learns_the_runs_gap_as_one_gateway_would() -> None:
     assert ledger.gap == PACE_MAX
     ledger.report("a", report(limited_window=9, limited_wait=0.0005), 0.7)  # a member ahead: the ledger follows
     assert ledger.window == 10 and ledger.gap == PACE_MAX  # a wait below PACE_MIN teaches nothing
-    ledger.report("a", report(successes=1000), 0.8)
+    ledger.report("a", report(successes=10**6), 0.8)  # (after a long silence: no overflow)
     assert ledger.gap is None and ledger.report("a", report(), 0.9).gap is None  # dropped below PACE_MIN
 
 
