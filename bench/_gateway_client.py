@@ -5,10 +5,11 @@
 Opens STREAMS keep-alive connections; each sends WARMUP then CALLS requests one after the
 other (POST /v1/messages, BODY_FILE as the body) and reads each chunked answer to its last
 chunk. THINK (seconds, default 0): each request, the first included, waits a random 0-THINK
-first, so the streams do not send in lockstep (64 runtimes do not). Prints one JSON line: the timed calls' latencies (s, request written to last byte),
-bytes read, this process's CPU time (user + system) and its wait on a run queue (runq_s, from
-/proc/self/schedstat; 0 elsewhere). Several of these processes make the
-64-stream load, so the client is not what the benchmark measures.
+first, so the streams do not send in lockstep (64 runtimes do not). Prints one JSON line: the
+timed calls' latencies (s, request written to last byte), the same to the answer's first byte
+(``firsts``), bytes read, this process's CPU time (user + system) and its wait on a run queue
+(runq_s, from /proc/self/schedstat; 0 elsewhere). Several of these processes make the 64-stream
+load, so the client is not what the benchmark measures.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
     selector = selectors.DefaultSelector()
     latencies: list[float] = []
+    firsts: list[float] = []  # request written to the first byte of the answer
     size = 0
     left: dict[socket.socket, int] = {}
     started: dict[socket.socket, float] = {}
     tail: dict[socket.socket, bytes] = {}
+    first: dict[socket.socket, float] = {}
     for _ in range(streams):
         sock = socket.create_connection((host, port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -77,8 +80,10 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
                 raise SystemExit("the server closed a connection")
             size += len(data)
             seen = tail[sock] + data
-            if not tail[sock] and not seen.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"not a 200 answer: {seen[:200]!r}")
+            if not tail[sock]:  # the first bytes of this answer
+                if not seen.startswith(b"HTTP/1.1 200"):
+                    raise SystemExit(f"not a 200 answer: {seen[:200]!r}")
+                first[sock] = time.perf_counter()
             if not seen.endswith(END):
                 tail[sock] = seen[-len(END):] if len(seen) >= len(END) else seen
                 continue
@@ -86,6 +91,7 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
             left[sock] -= 1
             if left[sock] < calls:
                 latencies.append(now - started[sock])
+                firsts.append(first[sock] - started[sock])
             if left[sock] == 0:
                 selector.unregister(sock)
                 sock.close()
@@ -94,7 +100,7 @@ def main(host: str, port: int, key: str, streams: int, calls: int, warmup: int, 
             send_later(sock)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    print(json.dumps({"latencies": latencies, "bytes": size, "cpu_s": cpu, "runq_s": runq() - waited, "calls": streams * (warmup + calls)}))
+    print(json.dumps({"latencies": latencies, "firsts": firsts, "bytes": size, "cpu_s": cpu, "runq_s": runq() - waited, "calls": streams * (warmup + calls)}))
 
 
 if __name__ == "__main__":

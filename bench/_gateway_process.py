@@ -4,10 +4,11 @@
 
 Prints ``listening URL TOKEN`` once bound, serves until SIGTERM or SIGINT.
 
-``GATEWAY_BENCH_TRACE=PATH``: time each call inside the gateway (wrapping ``Peer.receive``,
-``httpx.AsyncClient.send``, ``httpx.Response.aiter_raw`` and ``Peer._send``, present in every
-version since the first): ``in`` is the request read to the upstream request started, ``out``
-the last upstream chunk received to the end of the answer written; each SIGUSR1 writes the
+``GATEWAY_BENCH_TRACE=PATH``: time each call inside the gateway (wrapping ``Peer.receive``, the
+upstream call and its chunks (``UpstreamClient.post`` and ``Answer.chunks``; in versions before
+them ``httpx.AsyncClient.send`` and ``httpx.Response.aiter_raw``) and ``Peer._send``): ``in`` is
+the request read to the upstream request started, ``out`` the last upstream chunk received to
+the end of the answer written; each SIGUSR1 writes the
 calls timed since the last one to ``PATH.N`` (N = 1, 2, ...; JSON, seconds) and starts afresh.
 Both spans are the gateway's own work on a call's critical path; what the client sees beyond
 them (and beyond the model) is waiting: for the gateway to be scheduled, and in sockets.
@@ -34,21 +35,31 @@ _CALL: contextvars.ContextVar[dict[str, float]] = contextvars.ContextVar("call")
 _TIMED: list[tuple[float, float]] = []
 
 
+def _upstream() -> tuple[Any, str, Any, str]:
+    """The upstream call and its chunk iterator: (owner, name) of each, in this version."""
+    try:
+        from dsh_orchestra.gateway._upstream import Answer, UpstreamClient
+    except ImportError:  # before the httpcore pool (stop 35 and earlier): the httpx client
+        return httpx.AsyncClient, "send", httpx.Response, "aiter_raw"
+    return UpstreamClient, "post", Answer, "chunks"
+
+
 def _trace() -> None:
     """Wrap the four points of a call (see the module docstring)."""
     clock = time.perf_counter
-    receive, send, aiter_raw, write = Peer.receive, httpx.AsyncClient.send, httpx.Response.aiter_raw, Peer._send
+    sender, send_name, answer, chunks_name = _upstream()
+    receive, send, aiter_raw, write = Peer.receive, getattr(sender, send_name), getattr(answer, chunks_name), Peer._send
 
     async def timed_receive(self: Peer) -> Any:
         received = await receive(self)
         _CALL.set({"read": clock()})
         return received
 
-    async def timed_send(self: httpx.AsyncClient, *args: Any, **kwargs: Any) -> Any:
+    async def timed_send(self: Any, *args: Any, **kwargs: Any) -> Any:
         _CALL.get({})["sent"] = clock()
         return await send(self, *args, **kwargs)
 
-    async def timed_aiter_raw(self: httpx.Response, *args: Any, **kwargs: Any) -> Any:
+    async def timed_aiter_raw(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _CALL.get({})
         async for chunk in aiter_raw(self, *args, **kwargs):
             call["last"] = clock()
@@ -60,8 +71,9 @@ def _trace() -> None:
         if events and isinstance(events[-1], h11.EndOfMessage) and "sent" in call and "last" in call:
             _TIMED.append((call["sent"] - call["read"], clock() - call["last"]))
 
-    Peer.receive, httpx.AsyncClient.send = timed_receive, timed_send  # type: ignore[method-assign]
-    httpx.Response.aiter_raw, Peer._send = timed_aiter_raw, timed_write  # type: ignore[method-assign,assignment]
+    Peer.receive, Peer._send = timed_receive, timed_write  # type: ignore[method-assign,assignment]
+    setattr(sender, send_name, timed_send)
+    setattr(answer, chunks_name, timed_aiter_raw)
 
 
 async def main(upstream: str, concurrency: str) -> None:

@@ -10,8 +10,9 @@ third path: the gateway of another version (DIR holds its ``dsh_orchestra`` pack
 copied both ways, on trio): what one more process on a call's path costs on this machine, the
 floor under any proxy's added latency.
 
-* ``latency``: p50 and p99 of the whole request (written to the last byte), each path run
-  twice, interleaved; the added latency is the difference of the medians of the runs; CPU per
+* ``latency``: p50 and p99 of the whole request (written to the last byte), and of the time to
+  the answer's first byte (``first_*``), each path run twice, interleaved; the added latency is
+  the difference of the medians of the runs; CPU per
   call (user + system) of the gateway, the model and the clients. Cases: 1 stream (400 calls,
   no delay); 64 streams in 8 processes against a model that answers after
   ``GATEWAY_BENCH_DELAY`` s (default 1) with a random think time as long before each call
@@ -189,13 +190,14 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
     running = [subprocess.Popen([sys.executable, str(BENCH_DIR / "_gateway_client.py"), host, port, key, str(n),
                                  str(calls), str(warmup), str(body), str(think)], stdout=subprocess.PIPE, text=True)
                for n in share if n]
-    merged: dict[str, Any] = {"latencies": [], "bytes": 0, "cpu_s": 0.0, "calls": 0, "runq_s": 0.0}
+    merged: dict[str, Any] = {"latencies": [], "firsts": [], "bytes": 0, "cpu_s": 0.0, "calls": 0, "runq_s": 0.0}
     for process in running:
         out, _ = process.communicate()
         if process.returncode != 0:
             raise SystemExit(f"a client process failed ({process.returncode})")
         row = json.loads(out)
         merged["latencies"] += row["latencies"]
+        merged["firsts"] += row.get("firsts", [])
         merged["bytes"] += row["bytes"]
         merged["cpu_s"] += row["cpu_s"]
         merged["calls"] += row["calls"]
@@ -239,8 +241,10 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                               body=bodies[wait], think=wait)
                 wall = time.perf_counter() - start
                 p50, p99 = quantiles(row["latencies"])
+                first50, first99 = quantiles(row["firsts"])
                 per_call = 1000 / row["calls"]
                 runs[name].append({"p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                                   "first_p50_ms": round(first50, 3), "first_p99_ms": round(first99, 3),
                                    "calls_s": round(row["calls"] / wall, 1),
                                    "model_cpu_ms": round((cpu_s(model.pid) - cpu[0]) * per_call, 3),
                                    "gateway_cpu_ms": round((cpu_s(gateway.pid) - cpu[1]) * per_call, 3) if gateway else 0.0,
@@ -250,7 +254,7 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
                                    "load": round(os.getloadavg()[0], 2)})
         out[case] = runs
         for name, *_ in paths[1:]:
-            for stat in ("p50_ms", "p99_ms"):
+            for stat in ("p50_ms", "p99_ms", "first_p50_ms", "first_p99_ms"):
                 direct = statistics.median(run[stat] for run in runs["direct"])
                 through = statistics.median(run[stat] for run in runs[name])
                 out[case][f"{name}_added_{stat}"] = round(through - direct, 3)

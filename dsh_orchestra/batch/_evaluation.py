@@ -29,7 +29,7 @@ from ..eval import (
     NO_TEMPLATE, check_scorers, error_scores, evaluated, load_prices, load_scoring, make_plan, needs_workers, open_judges,
     open_scorer_workers, render_prompt, score_attempt, sha256_file, turn_usage,
 )
-from ..gateway import CallBudget
+from ..gateway import DEFAULT_GATEWAY, CallBudget
 from ..runtime import RuntimeSpec
 from ..session import TurnResult
 from ._dataset import BatchItem, DatasetCheck
@@ -162,11 +162,12 @@ async def open_batch_eval(
     tally: EvalTally, workspaces: Workspaces | None = None,
 ) -> AsyncIterator[BatchEval]:
     """The run's ``BatchEval``: judges on ``lease`` (the local pool; None: a pool on ``spec``,
-    or the judges' own runtime), the run's ``workspaces`` (``open_workspaces``: made before the
-    runtimes start, so that a sandbox can let them write there; closed by the run loop)."""
+    or the judges' own runtime; through a gateway of its own unless the run has none), the run's
+    ``workspaces`` (``open_workspaces``: made before the runtimes start, so that a sandbox can
+    let them write there; closed by the run loop)."""
     async with open_judges(
         plan.scorers, lease=lease, fallback=spec, max_sessions_per_runtime=options.max_sessions_per_runtime,
-        max_runtime_rss_mib=options.max_runtime_rss_mib,
+        max_runtime_rss_mib=options.max_runtime_rss_mib, gateway=None if options.gateway is None else DEFAULT_GATEWAY,
     ) as judges, open_scorer_workers(options.scorer_workers if needs_workers(plan.scorers) else 0) as workers:
         scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=options.scorer_timeout)
         yield BatchEval(

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._params import ParamError
 from ..results import ResultsFileError, read_results, result_problem
-from ._metrics import Reducer
+from ._metrics import Reducer, reduce_spans
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _SUMMED = ("input_tokens", "output_tokens")
@@ -37,7 +37,8 @@ _CHUNK = 1 << 16  # ids held as str before they are packed into a bytes array
 
 class RunInputError(ParamError, ValueError):
     """A results file cannot be read for a comparison (missing, unreadable, a line that is not a
-    result); the message names the file and line."""
+    result; the message names the file and line), or lines given in Python name a scorer twice
+    (``1`` and ``"1"``: the message names the line and the name)."""
 
 
 def _number(value: Any) -> float:
@@ -109,7 +110,13 @@ class RunColumns:
         self.duration: Any = None
 
     def add(self, line: Mapping[str, Any]) -> None:
-        """Count one result line (a decoded JSON object)."""
+        """Count one result line (a decoded JSON object). A scorer name that is not a str is
+        its text (``str``).
+
+        Raises:
+            RunInputError: the line's ``scores`` name one scorer twice (``1`` and ``"1"``, a
+                dict made in Python); the columns are then unusable.
+        """
         get = line.get
         raw_id = get("id")
         self._ids.append(raw_id if type(raw_id) is str else str(raw_id))
@@ -150,8 +157,10 @@ class RunColumns:
             for name, record in scores.items():
                 if type(name) is str:
                     key = name
-                else:
+                else:  # (a dict made in Python) its text, once: 1 and "1" are one name
                     key, every = str(name), False
+                    if (not isinstance(name, str) and key in scores) or len(columns.get(key, ())) > self.count:
+                        raise _named_twice(scores, key, self.count, raw_id)
                 column = columns.get(key)
                 if column is None:
                     column = self._new_scorer(key)
@@ -303,6 +312,13 @@ class RunColumns:
         if not repeated.any():
             return None
         return int(order[1:][repeated].min())
+
+
+def _named_twice(scores: Mapping[Any, Any], name: str, index: int, item_id: Any) -> RunInputError:
+    """The error of a line (``index``, 0-based) whose ``scores`` name scorer ``name`` twice."""
+    spellings = " and ".join(repr(key) for key in scores if str(key) == name)
+    return RunInputError(f"line {index + 1} (id {item_id!r}): scorer name {name!r} is given twice (as {spellings}); "
+                         "scorer names are strings, each once in a line's scores")
 
 
 def _spread(values: Any) -> dict[str, Any]:
@@ -577,20 +593,8 @@ def _reduce_epochs(run: RunColumns, names: Sequence[str], reducer: Reducer, kept
         else:
             column = [None] * len(lines)
             flags = run.line_error[lines].tolist()
-        reduced = np.empty(len(starts), dtype=np.float64)
-        strict_values = np.empty(len(starts), dtype=np.float64)
-        marks = np.zeros(len(starts), dtype=bool)
-        for k, (start, stop) in enumerate(zip(starts, stops, strict=True)):
-            per_epoch = column[start:stop]
-            value = reducer(per_epoch)
-            reduced[k] = _NAN if value is None else value
-            failed = [v is None and f for v, f in zip(per_epoch, flags[start:stop], strict=True)]
-            if any(failed):
-                marks[k] = True
-                found = reducer([0.0 if f else v for v, f in zip(per_epoch, failed, strict=True)])
-                strict_values[k] = _NAN if found is None else found
-            else:
-                strict_values[k] = reduced[k]
+        # (a failed flag is only ever on a line without a value: failed epochs are those flagged)
+        reduced, strict_values, marks = reduce_spans(column, flags, [*starts, len(lines)], reducer)
         values[name] = reduced
         overridden[name] = marks
         strict[name] = strict_values if marks.any() else None

@@ -37,12 +37,21 @@ class ScoringError(ParamError, ValueError):
     """A scoring file or a scorer SPEC (``score=``) is wrong; the message says what to fix."""
 
 
+def _a_name(_: Any, __: Any, value: Any) -> None:
+    if not isinstance(value, str):  # (1 and "1" would be one key of the JSON line, written twice)
+        raise ScoringError(f"a scorer's name is the key of a line's scores: a string, not {value!r}")
+
+
 @attrs.frozen
 class ScorerSpec:
     """One scorer of a run, by value (it crosses process boundaries, e.g. to Ray actors):
-    its ``name`` (the key of ``scores``), its ``kind`` and the kind's ``settings``."""
+    its ``name`` (the key of ``scores``: a str), its ``kind`` and the kind's ``settings``.
 
-    name: str
+    Raises:
+        ScoringError: ``name`` is not a str.
+    """
+
+    name: str = attrs.field(validator=_a_name)
     kind: str
     settings: Mapping[str, Any] = attrs.field(factory=dict)
 

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Literal, Mapping, Sequence
 
 import attrs
 
-from ..gateway import JUDGE_SESSION_PREFIX
+from ..gateway import DEFAULT_GATEWAY, JUDGE_SESSION_PREFIX, GatewayOptions
 from ..pool import SESSIONS_PER_RUNTIME, Lease as Lease, open_places
 from ..runtime import RuntimeSpec
 from ..workflow import OutputParseError, parse_output, repair_prompt
@@ -170,13 +170,15 @@ def judge_spec(settings: Mapping[str, Any], *, dsh_home: str, cwd: str | None = 
 async def open_judges(
     specs: Sequence[ScorerSpec], *, lease: Lease | None = None, fallback: RuntimeSpec | None = None,
     max_sessions_per_runtime: int | None = SESSIONS_PER_RUNTIME, max_runtime_rss_mib: float | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> AsyncIterator[dict[str, Lease]]:
     """A lease per judge scorer of ``specs``: its own ``runtime`` (a pool of one opened here),
     else ``lease`` (the batch's pool), else a pool of one on ``fallback`` (default: the simulator).
 
     Opens nothing when no scorer is a judge. Every pool opened here is closed on exit, and
     recycles its runtime as the batch's pool does (``max_sessions_per_runtime``,
-    ``max_runtime_rss_mib``: see ``RuntimePool``).
+    ``max_runtime_rss_mib``: see ``RuntimePool``). ``gateway``: a real ``dsh`` opened here
+    calls the model through a gateway of its own (None: directly, as a run without a gateway).
     """
     judges = [s for s in specs if s.kind == "judge"]
     leases: dict[str, Lease] = {}
@@ -197,7 +199,7 @@ async def open_judges(
                     runtime = fallback or RuntimeSpec.simulator(dsh_home=home, cwd=os.getcwd())
                 places = await stack.enter_async_context(open_places(
                     runtime, 1, max_sessions=4, max_sessions_per_runtime=max_sessions_per_runtime,
-                    max_runtime_rss_mib=max_runtime_rss_mib,
+                    max_runtime_rss_mib=max_runtime_rss_mib, gateway=gateway,
                 ))
                 opened[key] = places.lease
             leases[spec.name] = opened[key]

@@ -130,6 +130,35 @@ def reduce_epochs(values: Sequence[float | None], reducer: str | Reducer = DEFAU
     return chosen(values)
 
 
+def reduce_spans(values: Sequence[float | None], failed: Sequence[bool], bounds: Sequence[int], reducer: Reducer, *,
+                 strict: bool = True) -> tuple[Any, Any, Any]:
+    """Each item's epochs reduced: item k's are ``values[bounds[k]:bounds[k + 1]]`` (in epoch
+    order; None: no value). Returns the reduced values (numpy, NaN: None) and, with ``strict``,
+    the strict values (an item with a ``failed`` epoch: its epochs reduced with each failed one
+    as 0; the others: the reduced value) and which items had a failed epoch (else None, None).
+    The summary's (``ScoreTally``) and ``compare``'s (``reduce_run``) epoch reduction."""
+    import numpy as np
+
+    items = len(bounds) - 1
+    reduced = np.empty(items, dtype=np.float64)
+    strict_values: Any = np.empty(items, dtype=np.float64) if strict else None
+    marks: Any = np.zeros(items, dtype=bool) if strict else None
+    for k, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        per_epoch = values[start:stop]
+        value = reducer(per_epoch)
+        reduced[k] = _NAN if value is None else value
+        if strict_values is None:
+            continue
+        epoch_failed = failed[start:stop]
+        if True in epoch_failed:
+            marks[k] = True
+            found = reducer([0.0 if f else v for v, f in zip(per_epoch, epoch_failed, strict=True)])
+            strict_values[k] = _NAN if found is None else found
+        else:
+            strict_values[k] = reduced[k]
+    return reduced, strict_values, marks
+
+
 def mean(values: Sequence[float]) -> float | None:
     """The arithmetic mean (None for no values)."""
     return math.fsum(values) / len(values) if values else None
@@ -568,25 +597,11 @@ class ScoreTally:
         strict_by: dict[str, Any] | None = {} if any_failed else None
         for name, column, flags in zip(names, columns, flag_columns, strict=True):
             values = [None if v != v else v for v in column.tolist()]
-            marks = flags.tolist()
-            reduced_values = np.empty(items, dtype=np.float64)
-            failed_items = np.zeros(items, dtype=bool)
-            strict_values: Any = np.empty(items, dtype=np.float64) if strict_by is not None else None
-            for k, (start, stop) in enumerate(itertools.pairwise(bounds)):
-                per_epoch = values[start:stop]
-                value = reducer(per_epoch)
-                reduced_values[k] = _NAN if value is None else value
-                if strict_values is None:
-                    continue
-                epoch_flags = marks[start:stop]
-                if True in epoch_flags:
-                    failed_items[k] = value is None
-                    found = reducer([0.0 if f else v for v, f in zip(per_epoch, epoch_flags, strict=True)])
-                    strict_values[k] = _NAN if found is None else found
-                else:
-                    strict_values[k] = reduced_values[k]
+            reduced_values, strict_values, marks = reduce_spans(values, flags.tolist(), bounds, reducer,
+                                                                strict=strict_by is not None)
             values_by[name] = reduced_values
-            failed_by[name] = failed_items
+            # an item failed: an epoch failed and no value came of its epochs
+            failed_by[name] = marks & np.isnan(reduced_values) if marks is not None else np.zeros(items, dtype=bool)
             if strict_by is not None:
                 strict_by[name] = strict_values
         return _ReducedArrays(values_by, failed_by, strict_by)

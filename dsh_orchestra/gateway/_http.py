@@ -138,9 +138,9 @@ class Relay:
                 return
 
 
-def passed_headers(headers: Any) -> list[tuple[bytes, bytes]]:
-    """Response headers to pass through to the runtime (hop-by-hop ones left out)."""
-    return [(k.lower(), v) for k, v in headers.raw if k.lower() not in _HOP]
+def passed_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Response headers (raw pairs) to pass through to the runtime, hop-by-hop ones left out."""
+    return [(k.lower(), v) for k, v in headers if k.lower() not in _HOP]
 
 
 def header(request: h11.Request, name: bytes) -> str | None:

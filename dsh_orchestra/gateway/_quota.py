@@ -6,7 +6,8 @@ and gets its share back (:class:`QuotaGrant`); the ledger is what the Ray quota 
 runs (``dsh_orchestra.scale``), and time is passed in, so it is tested without Ray or clocks.
 
 Shares: every member gets one place when the limit allows (so an idle node can start a call
-at once), the rest goes to the members that ask for more (water-filling on their demand:
+at once; not a member idle for ``idle_after`` seconds: it holds no place the others need),
+the rest goes to the members that ask for more (water-filling on their demand:
 calls in flight plus waiting), and what nobody asks for is spread evenly. Safety: the ledger
 keeps, per member, a bound of what the member may have in flight (``reserved``: the larger
 of its grant and what it reported) and only ever grants out of what the others' bounds
@@ -40,7 +41,7 @@ a busy member beside an idle one.
 from __future__ import annotations
 
 import math
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Collection, Mapping
 
 import attrs
 import trio
@@ -51,18 +52,21 @@ STALE_AFTER = 3.0
 """Seconds without a report after which a member counts as gone (its share is freed)."""
 REPORT_EVERY = 0.2
 """Seconds between a member's reports (:func:`follow_quota`)."""
+IDLE_AFTER = 1.0
+"""Seconds without a call in flight or waiting after which a member has no place of its own."""
 
 
-def fair_shares(total: int, demands: Mapping[str, int]) -> dict[str, int]:
-    """``total`` places shared out: one each first (when ``total`` allows), then water-filling on
-    the unmet demand, then the rest evenly; ties go by name. The shares sum to ``total`` (or
-    less: never more)."""
+def fair_shares(total: int, demands: Mapping[str, int], idle: Collection[str] = ()) -> dict[str, int]:
+    """``total`` places shared out: one each first (when ``total`` allows; none to the ``idle``
+    members), then water-filling on the unmet demand, then the rest evenly; ties go by name.
+    The shares sum to ``total`` (or less: never more)."""
     names = sorted(demands)
     if not names or total <= 0:
         return {name: 0 for name in names}
-    floor = 1 if total >= len(names) else 0
-    shares = {name: floor for name in names}
-    left = total - floor * len(names)
+    floored = [name for name in names if name not in idle]
+    floor = 1 if total >= len(floored) else 0
+    shares = {name: floor if name not in idle else 0 for name in names}
+    left = total - floor * len(floored)
     while left > 0:
         unmet = [name for name in names if demands[name] > shares[name]]
         if not unmet:
@@ -121,23 +125,27 @@ class _Member:
     reserved_rate: float = 0.0
     limit: int = 0  # the last grant
     last_seen: float = 0.0
+    busy_at: float = 0.0  # when it last had a call in flight or waiting (or joined)
 
 
 class QuotaLedger:
     """The run's quota and its members' shares (see the module docstring).
 
     ``concurrency``: an integer (fixed) or ``"auto"`` (AIMD from ``start`` in
-    ``minimum..maximum``); ``rate``: calls a second for the run, or None.
+    ``minimum..maximum``); ``rate``: calls a second for the run, or None; ``idle_after``: seconds
+    without a call after which a member gets no place of its own.
     """
 
     def __init__(self, concurrency: int | str = "auto", *, rate: float | None = None, start: int = AUTO_START,
-                 minimum: int = AUTO_MIN, maximum: int = AUTO_MAX, stale_after: float = STALE_AFTER) -> None:
+                 minimum: int = AUTO_MIN, maximum: int = AUTO_MAX, stale_after: float = STALE_AFTER,
+                 idle_after: float = IDLE_AFTER) -> None:
         self.adaptive = concurrency == "auto"
         self.total = start if self.adaptive else int(concurrency)
         self.minimum = minimum if self.adaptive else self.total
         self.maximum = max(maximum, self.total)
         self.rate = rate
         self.stale_after = stale_after
+        self.idle_after = idle_after
         self.window = 0
         self.members: dict[str, _Member] = {}
         self.history: list[tuple[float, int]] = []  # (time, total) at each change
@@ -156,16 +164,21 @@ class QuotaLedger:
         self.maximum = max(self.maximum, total)
         self._set(total, now)
 
-    def shares(self) -> dict[str, int]:
-        """Each member's target share of the concurrency limit now."""
-        return fair_shares(self.total, {name: member.demand for name, member in self.members.items()})
+    def shares(self, now: float | None = None) -> dict[str, int]:
+        """Each member's target share of the concurrency limit (at ``now``: the members idle for
+        ``idle_after`` seconds get no place of their own)."""
+        idle = () if now is None else [name for name, member in self.members.items()
+                                       if not member.demand and now - member.busy_at > self.idle_after]
+        return fair_shares(self.total, {name: member.demand for name, member in self.members.items()}, idle)
 
     def report(self, name: str, report: QuotaReport, now: float) -> QuotaGrant:
         """Record ``name``'s report (joining if new) and return its grant."""
         self.expire(now)
-        member = self.members.setdefault(name, _Member())
+        member = self.members.setdefault(name, _Member(busy_at=now))
         member.last_seen = now
         member.demand = report.in_flight + report.waiting
+        if member.demand:
+            member.busy_at = now
         if report.hold_s > 0:
             self.hold_until = max(self.hold_until, now + report.hold_s)
         slowed = report.limited_window is not None and report.limited_window >= self.window
@@ -181,7 +194,7 @@ class QuotaLedger:
                 self._streak += report.successes
                 if self._streak >= self.total and self.total < self.maximum:
                     self._set(self.total + 1, now)
-        target = self.shares()[name]
+        target = self.shares(now)[name]
         others = sum(m.reserved for n, m in self.members.items() if n != name)
         limit = max(0, min(target, self.total - others))
         member.limit = limit

@@ -1,6 +1,6 @@
 """Gateway: the loopback HTTP service every runtime of a run uses as its DEEPSEEK_BASE_URL.
 
-Owns token checks, the upstream client (httpx on trio), retries of rate-limited calls under
+Owns token checks, the upstream clients (``._upstream``), retries of rate-limited calls under
 the shared ``AdaptiveLimiter``, the cache lookups and stores, and the counters. It starts
 with ``await nursery.start(gateway.run)`` and stops when its scope is cancelled.
 """
@@ -20,6 +20,7 @@ from typing import Any, Final
 import attrs
 import h11
 import httpx
+import orjson
 import trio
 
 from ._budget import CallBudget, call_cost
@@ -28,6 +29,7 @@ from ._http import Peer, Relay, header, passed_headers
 from ._limiter import AUTO_MAX, AUTO_START, AdaptiveLimiter
 from ._options import GatewayOptions
 from ._sse import COUNTED, SseReader, Usage, overloaded_event
+from ._upstream import UPSTREAM_ERRORS, Answer, UpstreamClient
 
 LOOPBACK: Final = "127.0.0.1"
 SESSION_HEADER: Final = b"x-deepseek-harness-session-id"
@@ -35,8 +37,6 @@ LIMITED_STATUS: Final = frozenset({429, 529})
 BACKOFF_BASE: Final = 1.0
 """Seconds before the first retry of a limited call (then doubling), jittered to 50-100 %."""
 BACKOFF_MAX: Final = 30.0
-UPSTREAM_TIMEOUT: Final = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=None)
-UPSTREAM_LIMITS: Final = httpx.Limits(max_connections=None, max_keepalive_connections=4)
 _FORWARD_SKIP: Final = frozenset({b"host", b"x-api-key", b"authorization", b"content-length", b"connection",
                                   b"accept-encoding", b"transfer-encoding", b"keep-alive"})
 USAGE_EVENTS: Final = frozenset({"message_start", "message_delta"})
@@ -103,7 +103,7 @@ class Gateway:
                  limiter: AdaptiveLimiter | None = None) -> None:
         self.options = options or GatewayOptions()
         self.upstream = upstream.rstrip("/")
-        self._messages_url = httpx.URL(self.upstream + "/v1/messages")  # parsed once, not per call
+        self._messages_url = self.upstream + "/v1/messages"
         self.token = "dsho-gw-" + secrets.token_urlsafe(24)
         self._api_key = api_key
         self.cache = cache
@@ -179,18 +179,18 @@ class Gateway:
             self._port = listeners[0].socket.getsockname()[1]
             task_status.started(self)  # the runtimes may spawn now: a connection waits in the backlog meanwhile
             await trio.lowlevel.checkpoint()  # let the caller go on (to spawning them) before the TLS context
-            await self.upstream_client().aclose()  # httpx imports its transport's modules at the first client: not in a call
+            await self.upstream_client().aclose()  # the TLS context and the first pool's imports: not in a call
             await trio.serve_listeners(self._serve, listeners)
         finally:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
 
-    def upstream_client(self) -> httpx.AsyncClient:
+    def upstream_client(self) -> UpstreamClient:
         """A new upstream client (one per runtime connection, see :class:`_Upstream`)."""
         if self._ssl is None:  # made once (about 0.06 s: the CA bundle), after the gateway is listening
             self._ssl = httpx.create_ssl_context(trust_env=False)
-        return httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=False, verify=self._ssl)
+        return UpstreamClient(self._messages_url, self._ssl)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         peer = Peer(stream)
@@ -227,10 +227,7 @@ class Gateway:
         if body is None:
             await peer.error(413, "request_too_large", "the request body is over 64 MiB")
             return
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None
+        payload = _json(body)
         if not isinstance(payload, dict):
             await peer.error(400, "invalid_request_error", "the request body must be a JSON object")
             return
@@ -288,6 +285,18 @@ class Gateway:
         return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** (attempt - 1)) * (0.5 + self._rng.random() / 2))
 
 
+def _json(body: bytes) -> Any:
+    """The request body decoded (None: not JSON): orjson, or the standard library for what
+    orjson refuses and JSON allows (a lone surrogate escape, an integer over 64 bits)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+
+
 def _first_text(payload: dict[str, Any]) -> str:
     """The text blocks of the first message (where the runtime names a subagent's parent)."""
     messages = payload.get("messages")
@@ -297,10 +306,10 @@ def _first_text(payload: dict[str, Any]) -> str:
     return "\n".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
 
 
-def retry_after(headers: httpx.Headers) -> float | None:
+def retry_after(answer: Answer) -> float | None:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds; an HTTP date is ignored)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
+    for name, scale in ((b"retry-after-ms", 0.001), (b"retry-after", 1.0)):
+        value = answer.header(name)
         try:
             seconds = float(value) * scale if value is not None else math.nan
         except ValueError:
@@ -321,9 +330,9 @@ class _Upstream:
 
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
-        self._client: httpx.AsyncClient | None = None
+        self._client: UpstreamClient | None = None
 
-    def get(self) -> httpx.AsyncClient:
+    def get(self) -> UpstreamClient:
         if self._client is None:
             self._client = self._gateway.upstream_client()
         return self._client
@@ -439,11 +448,8 @@ class _Call:
         budget.in_flight += 1  # from here until it ends, the call may overshoot the budget
         try:
             try:
-                client = self.upstream.get()
-                request = client.build_request("POST", gateway._messages_url,
-                                               headers=gateway.forward_headers(self.request), content=self.body)
-                response = await client.send(request, stream=True)
-            except httpx.TransportError as exc:
+                response = await self.upstream.get().post(gateway.forward_headers(self.request), self.body)
+            except UPSTREAM_ERRORS as exc:
                 reason = f"the model provider cannot be reached ({type(exc).__name__}: {exc})"
                 if not (last or final):
                     raise _Retry(reason, None, limited=False) from None
@@ -464,22 +470,22 @@ class _Call:
             limiter.release(ticket, outcome, retry_after=hint)
         return True
 
-    async def _relay(self, response: httpx.Response, *, last: bool) -> str:
+    async def _relay(self, response: Answer, *, last: bool) -> str:
         limiter = self.gateway.limiter
-        if response.status_code in LIMITED_STATUS:
-            wait = retry_after(response.headers)
+        if response.status in LIMITED_STATUS:
+            wait = retry_after(response)
             if wait is not None:
                 limiter.hold(wait)
             if not last:
-                raise _Retry(f"the provider answered {response.status_code}", wait)
-        if response.status_code != 200:
+                raise _Retry(f"the provider answered {response.status}", wait)
+        if response.status != 200:
             data = await response.aread()
             self._count("errors")
-            await self.peer.whole(response.status_code, data, passed_headers(response.headers))
-            return "limited" if response.status_code in LIMITED_STATUS else "other"
+            await self.peer.whole(response.status, data, passed_headers(response.headers))
+            return "limited" if response.status in LIMITED_STATUS else "other"
         return await self._stream(response, last=last)
 
-    async def _stream(self, response: httpx.Response, *, last: bool) -> str:
+    async def _stream(self, response: Answer, *, last: bool) -> str:
         """Pass the SSE stream through; hold back ``message_start`` until the next event shows
         whether the provider is overloaded after all (then retry, nothing sent yet). Chunks are
         kept only when the cache stores answers; otherwise they are only split into events, and
@@ -512,12 +518,12 @@ class _Call:
                                                  input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens))
         return "ok" if clean else "limited" if scan.overloaded else "other"
 
-    async def _pass(self, response: httpx.Response, scan: _Scan) -> None:
+    async def _pass(self, response: Answer, scan: _Scan) -> None:
         """Read the stream to its end, handing each chunk to the relay; count the call; end the answer."""
         stop: BaseException | None = None  # raised once the stream was closed and its iterators ran out
         relay = scan.relay
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.chunks():
                 if stop is not None:
                     continue
                 try:
@@ -528,7 +534,7 @@ class _Call:
                     stop = relay.error
                 if stop is not None:  # close the stream; its (nested) iterators then end instead of being dropped
                     await response.aclose()
-        except httpx.HTTPError:
+        except UPSTREAM_ERRORS:
             if stop is None:
                 raise
         if stop is not None:
@@ -546,7 +552,7 @@ class _Scan:
     """What one upstream stream showed so far, chunk by chunk: usage (charged to the budget as
     it grows), the first token, ``message_stop``, errors; and whether the head was sent."""
 
-    def __init__(self, call: _Call, response: httpx.Response, reader: SseReader, relay: Relay, storing: bool, *,
+    def __init__(self, call: _Call, response: Answer, reader: SseReader, relay: Relay, storing: bool, *,
                  last: bool) -> None:
         self.call = call
         self.response = response
@@ -581,7 +587,7 @@ class _Scan:
                 if overloaded_event(event):
                     self.overloaded = True
                     if not self.sent_head and not self.last:
-                        raise _Retry("the provider is overloaded (in-band error)", retry_after(self.response.headers))
+                        raise _Retry("the provider is overloaded (in-band error)", retry_after(self.response))
             if self.storing and event.data is None and name != "ping":
                 self.errored = True
         if self.storing:

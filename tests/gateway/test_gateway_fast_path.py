@@ -12,6 +12,7 @@ import trio
 from dsh_orchestra.gateway import Gateway
 from dsh_orchestra.gateway import _server
 from dsh_orchestra.gateway._sse import SseReader, Usage
+from dsh_orchestra.gateway._upstream import UpstreamClient
 from dsh_orchestra.testing._fake_model import FakeModelServer
 from dsh_orchestra.testing._script import parse_script
 
@@ -56,11 +57,11 @@ async def test_without_a_cache_the_stream_passes_byte_for_byte_and_usage_is_coun
 
 async def test_each_runtime_connection_has_one_upstream_client_closed_with_it(
         fake_model: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[httpx.AsyncClient] = []
+    made: list[UpstreamClient] = []
     closed: list[trio.Event] = []  # set as each runtime connection's upstream side is closed
     original, original_close = Gateway.upstream_client, _server._Upstream.aclose
 
-    def counted(self: Gateway) -> httpx.AsyncClient:
+    def counted(self: Gateway) -> UpstreamClient:
         client = original(self)
         made.append(client)
         return client
@@ -78,12 +79,12 @@ async def test_each_runtime_connection_has_one_upstream_client_closed_with_it(
                 async with httpx.AsyncClient(trust_env=False) as client:
                     for call in range(3):
                         await raw_answer(client, gateway.base_url, gateway.token, "hello", f"s{connection}-{call}")
-                    # the first made and closed at the start (imports httpx's transport), before
-                    # any connection is served; then one for this connection's three calls
-                    assert made[0].is_closed and len(made) == 2 + connection
-                    assert not made[-1].is_closed
+                    # the first made and closed at the start (the TLS context, the pool's imports),
+                    # before any connection is served; then one for this connection's three calls
+                    assert made[0].closed and len(made) == 2 + connection
+                    assert not made[-1].closed
                 await closed[-1].wait()  # the runtime hung up: its upstream client is closed
-                assert made[-1].is_closed
+                assert made[-1].closed
             # a connection that only ever got refused made no upstream client
             closed.append(trio.Event())
             async with httpx.AsyncClient(trust_env=False) as client:

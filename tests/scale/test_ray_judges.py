@@ -21,6 +21,9 @@ the driver, through a gateway of the run that is a member of the quota coordinat
   first item's call and its judge's reach the budget: the item keeps its line (graded), no
   other item starts, exit 4; the same locally (the driver's view of the budget and the
   judges' gateway tell each other what they know: they are in one process).
+* ``test_judges_of_a_run_without_a_gateway_call_the_model_directly_on_ray_as_on_one_machine``:
+  with ``--no-gateway`` the judges' runtime on the driver calls the model itself (its
+  ``DEEPSEEK_BASE_URL`` is the model's), as the batch's runtimes the judges use locally.
 """
 
 from __future__ import annotations
@@ -99,6 +102,17 @@ async def watch_driver_runtimes(home: Path, found: list[dict[str, str]]) -> None
         await trio.sleep(0.3)
 
 
+async def on_ray_watching_judges(tmp_path: Path, model: FakeModelServer, address: str, name: str,
+                                 *flags: str) -> tuple[trio.CompletedProcess[bytes], list[dict[str, str]]]:
+    """The batch on Ray, and the environments of the judges' runtime(s) its driver started."""
+    judges: list[dict[str, str]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_driver_runtimes, tmp_path / f"home-{name}", judges)
+        done = await batch(tmp_path, name, model.base_url, address, *flags)
+        nursery.cancel_scope.cancel()
+    return done, judges
+
+
 def prepare(tmp_path: Path) -> None:
     write_dataset(tmp_path / "ds.jsonl", ITEMS)
     (tmp_path / "prices.toml").write_text(PRICES)
@@ -108,17 +122,13 @@ async def test_judges_calls_count_in_the_run_totals_and_budget_as_on_one_machine
         ray_cluster: RayCluster, tmp_path: Path) -> None:
     prepare(tmp_path)
     seen: dict[str, list[Any]] = {}
-    judges: list[dict[str, str]] = []  # the environments of the runtimes the Ray run's driver started
     async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
-        for name, ray in (("local", None), ("ray", ray_cluster.address)):
-            before = len(model.requests)
-            async with trio.open_nursery() as nursery:
-                if ray is not None:
-                    nursery.start_soon(watch_driver_runtimes, tmp_path / "home-ray", judges)
-                done = await batch(tmp_path, name, model.base_url, ray, "--max-total-tokens", "100000")
-                nursery.cancel_scope.cancel()
-            assert done.returncode == 0, done.stderr.decode()[-3000:]
-            seen[name] = model.requests[before:]
+        done = await batch(tmp_path, "local", model.base_url, None, "--max-total-tokens", "100000")
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        seen["local"] = list(model.requests)
+        done, judges = await on_ray_watching_judges(tmp_path, model, ray_cluster.address, "ray", "--max-total-tokens", "100000")
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        seen["ray"] = model.requests[len(seen["local"]):]
     assert judges, "the judges' runtime on the driver was not seen"
     for environ in judges:  # routed through a gateway of the run: its token, never the key
         assert not any(KEY in value for value in environ.values())
@@ -188,3 +198,22 @@ async def test_a_judges_call_that_reaches_the_budget_stops_the_run_on_ray_as_on_
         budget = summary["model"]["budget"]
         assert budget["reached"] and budget["tokens"] == 30 and budget["refused_calls"] == 0 and budget["cut_items"] == 0
         assert summary["model"]["calls"] == 2
+
+
+async def test_judges_of_a_run_without_a_gateway_call_the_model_directly_on_ray_as_on_one_machine(
+        ray_cluster: RayCluster, tmp_path: Path) -> None:
+    # locally, --no-gateway judges grade on the batch's runtimes, which call the model directly;
+    # on Ray the judges' runtime on the driver had a private gateway of its own (before)
+    prepare(tmp_path)
+    async with open_fake_model(parse_script(tomllib.loads(SCRIPT))) as model:
+        done, judges = await on_ray_watching_judges(tmp_path, model, ray_cluster.address, "ray", "--no-gateway")
+        requests = list(model.requests)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert judges, "the judges' runtime on the driver was not seen"
+    assert {environ["DEEPSEEK_BASE_URL"] for environ in judges} == {model.base_url}  # the model itself, no gateway
+    lines = lines_of(tmp_path / "ray.jsonl")
+    assert [lines[i]["scores"]["judge"]["answer"] for i in "abc"] == ["correct", "incorrect", "incorrect"]
+    assert all("model" not in line for line in lines.values())
+    assert json.loads((tmp_path / "ray.json").read_text()).get("model") is None
+    assert sum(1 for r in requests if (r.session_id or "").startswith("judge-")) == 3 and len(requests) == 6
+    assert all(r.api_key == KEY for r in requests)
