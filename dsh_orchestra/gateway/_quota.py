@@ -31,9 +31,9 @@ as one gateway would (``AdaptiveLimiter``'s rule, run-wide): a reported ``retry-
 seconds sets the run's ``gap`` (seconds between the run's starts) to ``w`` at first, x
 PACE_BACKOFF at a report that opens a new window (never below ``w``), at least ``w`` otherwise;
 / (1 + PACE_STEP) per success the members report; at most PACE_MAX, dropped below PACE_MIN.
-Each member is granted its part in proportion to its demand (calls in flight and waiting, at
-least 1): ``gap x (sum of the demands) / its demand``, so the members' starts together go
-``gap`` apart (a provider quota is shared by every node: one node's 429 slows all of them). Not
+Each member is granted its part in proportion to its demand (calls in flight and waiting; its
+own counted at least 1): ``gap x (the others' demands + its own) / its own``, so the members'
+starts together go ``gap`` apart (an idle member slows nobody; its first call goes at once) (a provider quota is shared by every node: one node's 429 slows all of them). Not
 by the concurrency shares as the rate: those spread the unused places evenly, which would slow
 a busy member beside an idle one.
 """
@@ -206,8 +206,9 @@ class QuotaLedger:
             rate = max(0.0, min(wanted, self.rate - others_rate))
             member.reserved_rate = max(rate, report.rate or 0.0)
         gap = None
-        if self.gap is not None and target > 0:  # its part of the run's starts: by demand (each at least 1)
-            gap = self.gap * sum(max(1, m.demand) for m in self.members.values()) / max(1, member.demand)
+        if self.gap is not None and target > 0:  # its part of the run's starts, by demand (its own counted at least 1)
+            own = max(1, member.demand)
+            gap = self.gap * (sum(m.demand for n, m in self.members.items() if n != name) + own) / own
         return QuotaGrant(limit=limit, rate=rate, window=self.window, hold_s=max(0.0, self.hold_until - now), gap=gap)
 
     def leave(self, name: str) -> None:

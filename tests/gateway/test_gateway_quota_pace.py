@@ -156,11 +156,13 @@ def test_each_member_gets_its_part_of_the_gap_by_demand() -> None:
     assert ledger.total == 8  # AIMD as before: halved once for the window
     busy = ledger.report("busy", report(in_flight=4, waiting=26), 0.1)
     idle = ledger.report("idle", report(in_flight=0), 0.1)
-    # the starts of both together go 0.05 s apart: 30/31 of them on the busy member
-    assert busy.gap == pytest.approx(0.05 * 31 / 30) and idle.gap == pytest.approx(0.05 * 31)
-    assert 1 / busy.gap + 1 / idle.gap == pytest.approx(1 / 0.05)
-    both = ledger.report("idle", report(in_flight=10, waiting=20), 0.2)
-    assert both.gap == pytest.approx(0.1)  # equal demand: each half the run's starts
+    # an idle member slows nobody: the busy one has the run's whole pace; the idle one's own demand counts 1
+    assert busy.gap == pytest.approx(0.05) and idle.gap == pytest.approx(0.05 * 31)
+    woke = ledger.report("idle", report(in_flight=10, waiting=20), 0.2)
+    busy = ledger.report("busy", report(in_flight=4, waiting=26), 0.3)
+    assert woke.gap == busy.gap == pytest.approx(0.1)  # equal demand: each half the run's starts
+    small = ledger.report("idle", report(in_flight=10), 0.4)
+    assert 1 / small.gap + 1 / ledger.report("busy", report(in_flight=4, waiting=26), 0.5).gap == pytest.approx(1 / 0.05)
 
 
 async def test_a_coordinated_limiter_opens_its_own_windows_without_halving(autojump_clock: trio.testing.MockClock) -> None:
