@@ -9,11 +9,16 @@ push the later ones back). Waiting calls are let
 through in arrival order; a retry goes to the head of the line (behind earlier retries). Time is trio's clock, so tests
 drive it with ``MockClock``.
 
-Learned pacing (adaptive only): a limited answer with a ``retry-after`` of ``w`` seconds makes the
+Learned pacing (``learn_pacing``: adaptive limiters, and the Ray node gateways' limiters, whose
+limits the quota coordinator sets): a limited answer with a ``retry-after`` of ``w`` seconds makes the
 starts go at least ``gap`` apart, ``gap`` = ``w`` at first (the provider's time to its next free
 request), x PACE_BACKOFF once per window at a further limited answer (never below that answer's
 ``w``), / (1 + PACE_STEP) at each success, at most PACE_MAX, dropped below PACE_MIN. Without it, the end of a hold
-let every waiting call start at once and all but one were limited again (a herd).
+let every waiting call start at once and all but one were limited again (a herd). A limiter that
+learns pacing but does not adapt opens a new window at the first limited answer of a window
+too (without halving its limit), so answers to calls sent before that slow-down count as stale.
+``shared_gap`` (the quota coordinator's grant: this member's part of the run's learned gap,
+``gateway._quota``) spaces the starts as well; the longest of the three intervals holds.
 
 :meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
 change the limits of a running gateway (``ctl``, the Ray quota coordinator).
@@ -64,6 +69,8 @@ class AdaptiveLimiter:
         self.last_start = -math.inf  # the slot of the latest paced start
         self.gap: float | None = None  # learned pacing: seconds between starts (None: not paced)
         self.learn_pacing = adaptive  # False: a retry-after only holds (the behaviour before learned pacing)
+        self.shared_gap: float | None = None  # this member's part of the run's learned gap (the quota coordinator's grant)
+        self.limited_wait: float | None = None  # the longest retry-after of a limited answer since the reporter took it
         self.history: list[tuple[float, int]] = [(trio.current_time(), limit)]  # (time, limit) at each change
         self.successes = 0  # answers counted by outcome, for whoever watches (the quota coordinator)
         self.limited = 0
@@ -104,14 +111,31 @@ class AdaptiveLimiter:
 
     @property
     def interval(self) -> float:
-        """Seconds between starts: the rate's and the learned gap's, the longer (0: not paced)."""
-        return max(0.0 if self.rate is None else 1.0 / self.rate, self.gap or 0.0)
+        """Seconds between starts: the rate's, the learned gap's and the shared gap's, the longest (0: not paced)."""
+        return max(0.0 if self.rate is None else 1.0 / self.rate, self.gap or 0.0, self.shared_gap or 0.0)
 
     def set_window(self, window: int) -> None:
-        """Adopt the coordinator's window (tickets then carry it; see ``limited_window``)."""
-        if window != self._epoch:
+        """Adopt the coordinator's window (tickets then carry it; see ``limited_window``) when it
+        is ahead: a window this member opened itself (its own limited answer) is not undone."""
+        if window > self._epoch:
             self._epoch = window
             self._streak = 0
+
+    def set_shared_gap(self, gap: float | None) -> None:
+        """Space the starts at least ``gap`` seconds apart (None: no such floor): this member's
+        part of the run's learned gap, as the quota coordinator grants it.
+
+        Raises:
+            ValueError: ``gap`` not a positive finite number.
+        """
+        if gap is not None and not (isinstance(gap, (int, float)) and not isinstance(gap, bool)
+                                    and math.isfinite(gap) and gap > 0):
+            raise ValueError(f"the gap must be a positive number of seconds, not {gap!r}")
+        if gap != self.shared_gap:
+            self.shared_gap = None if gap is None else float(gap)
+            if math.isfinite(self.last_start):  # keep the last start, space the next by the new interval
+                self.next_start = self.last_start + self.interval
+            self._notify()
 
     async def acquire(self, *, front: bool = False) -> int:
         """Wait for a place (in arrival order, after any hold and the pacing); returns a ticket
@@ -163,6 +187,8 @@ class AdaptiveLimiter:
         elif outcome == "limited":
             self.limited += 1
             self.limited_window = ticket if self.limited_window is None else max(self.limited_window, ticket)
+            if retry_after is not None:
+                self.limited_wait = max(retry_after, self.limited_wait or 0.0)
         if self.adaptive and outcome == "ok":
             self._streak += 1
             if self._streak >= self.limit and self.limit < self.maximum:
@@ -172,6 +198,9 @@ class AdaptiveLimiter:
             if ticket == self._epoch:
                 self._epoch += 1
                 self._set(max(self.minimum, self.limit // 2))
+        elif self.learn_pacing and outcome == "limited" and ticket == self._epoch:
+            self._epoch += 1  # a slow-down without halving (the coordinator, or ctl, sets the limit)
+            self._streak = 0
         self._notify()
 
     def set_limit(self, limit: int, *, adaptive: bool | None = None) -> None:

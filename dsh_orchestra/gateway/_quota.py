@@ -22,6 +22,20 @@ window (once per window: the window number travels in the grants, the members ta
 calls with it). A ``retry-after`` seen by one member holds them all. A member that has not
 reported for ``stale_after`` seconds (its node was lost) is dropped and its share goes to the
 others.
+
+Windows and learned pacing (every mode, ``auto`` or fixed): the window counts the run's
+slow-downs; a member's limiter opens a new window itself at its first limited answer of a
+window (so its answers to calls sent before are stale at once) and the ledger follows when the
+member reports it (``window`` = that window + 1; never back). The ledger learns the run's pacing
+as one gateway would (``AdaptiveLimiter``'s rule, run-wide): a reported ``retry-after`` of ``w``
+seconds sets the run's ``gap`` (seconds between the run's starts) to ``w`` at first, x
+PACE_BACKOFF at a report that opens a new window (never below ``w``), at least ``w`` otherwise;
+/ (1 + PACE_STEP) per success the members report; at most PACE_MAX, dropped below PACE_MIN.
+Each member is granted its part in proportion to its demand (calls in flight and waiting; its
+own counted at least 1): ``gap x (the others' demands + its own) / its own``, so the members'
+starts together go ``gap`` apart (an idle member slows nobody; its first call goes at once) (a provider quota is shared by every node: one node's 429 slows all of them). Not
+by the concurrency shares as the rate: those spread the unused places evenly, which would slow
+a busy member beside an idle one.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from typing import Awaitable, Callable, Collection, Mapping
 import attrs
 import trio
 
-from ._limiter import AUTO_MAX, AUTO_MIN, AUTO_START, AdaptiveLimiter
+from ._limiter import AUTO_MAX, AUTO_MIN, AUTO_START, PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP, AdaptiveLimiter
 
 STALE_AFTER = 3.0
 """Seconds without a report after which a member counts as gone (its share is freed)."""
@@ -72,7 +86,9 @@ class QuotaReport:
     """What a member's gateway tells the ledger: ``in_flight`` and ``waiting`` calls, its current
     ``limit`` and ``rate`` (as last granted and applied), ``successes`` since its last report,
     ``limited_window`` (the latest window in which a call started that was answered 429/529/
-    overloaded, or None) and ``hold_s`` (seconds a ``retry-after`` it saw still holds)."""
+    overloaded, or None), ``hold_s`` (seconds a ``retry-after`` it saw still holds) and
+    ``limited_wait`` (the longest ``retry-after`` of a limited answer since its last report, or
+    None: the ledger learns the run's pacing from it)."""
 
     in_flight: int = 0
     waiting: int = 0
@@ -81,6 +97,7 @@ class QuotaReport:
     successes: int = 0
     limited_window: int | None = None
     hold_s: float = 0.0
+    limited_wait: float | None = None
 
     @property
     def bound(self) -> int:
@@ -91,12 +108,14 @@ class QuotaReport:
 @attrs.frozen(kw_only=True)
 class QuotaGrant:
     """What the ledger tells a member: its ``limit`` and ``rate`` from now on, the ``window`` to
-    tag its calls with, and ``hold_s``: hold every new call that long (0: none)."""
+    tag its calls with, ``hold_s``: hold every new call that long (0: none), and ``gap``: start
+    calls at least that many seconds apart (its part of the run's learned pacing; None: none)."""
 
     limit: int
     rate: float | None
     window: int
     hold_s: float = 0.0
+    gap: float | None = None
 
 
 @attrs.define
@@ -131,6 +150,7 @@ class QuotaLedger:
         self.members: dict[str, _Member] = {}
         self.history: list[tuple[float, int]] = []  # (time, total) at each change
         self.hold_until = -math.inf
+        self.gap: float | None = None  # learned pacing: seconds between the run's starts (None: not paced)
         self._streak = 0
 
     def set_total(self, total: int, now: float) -> None:
@@ -161,9 +181,13 @@ class QuotaLedger:
             member.busy_at = now
         if report.hold_s > 0:
             self.hold_until = max(self.hold_until, now + report.hold_s)
+        slowed = report.limited_window is not None and report.limited_window >= self.window
+        self._learn(slowed, report)
+        if slowed:
+            assert report.limited_window is not None
+            self.window = report.limited_window + 1
         if self.adaptive:
-            if report.limited_window is not None and report.limited_window >= self.window:
-                self.window += 1
+            if slowed:
                 self._streak = 0
                 self._set(max(self.minimum, self.total // 2), now)
             else:
@@ -181,7 +205,11 @@ class QuotaLedger:
             wanted = self.rate * target / self.total if self.total else 0.0
             rate = max(0.0, min(wanted, self.rate - others_rate))
             member.reserved_rate = max(rate, report.rate or 0.0)
-        return QuotaGrant(limit=limit, rate=rate, window=self.window, hold_s=max(0.0, self.hold_until - now))
+        gap = None
+        if self.gap is not None and target > 0:  # its part of the run's starts, by demand (its own counted at least 1)
+            own = max(1, member.demand)
+            gap = self.gap * (sum(m.demand for n, m in self.members.items() if n != name) + own) / own
+        return QuotaGrant(limit=limit, rate=rate, window=self.window, hold_s=max(0.0, self.hold_until - now), gap=gap)
 
     def leave(self, name: str) -> None:
         """``name`` is gone (its gateway closed): its share is freed."""
@@ -199,6 +227,22 @@ class QuotaLedger:
         once the members applied their grants)."""
         return sum(member.reserved for member in self.members.values())
 
+    def _learn(self, slowed: bool, report: QuotaReport) -> None:
+        """The run's learned gap after ``report`` (its successes first, then its longest retry-after)."""
+        if self.gap is not None and report.successes:
+            self.gap /= (1.0 + PACE_STEP) ** min(report.successes, 10_000)  # (a float's range: far below PACE_MIN anyway)
+            if self.gap < PACE_MIN:
+                self.gap = None
+        wait = report.limited_wait
+        if wait is not None and wait >= PACE_MIN:
+            if self.gap is None:
+                self.gap = wait
+            elif slowed:  # the first limited answer of this window: once per window, as one gateway does
+                self.gap = max(wait, self.gap * PACE_BACKOFF)
+            else:
+                self.gap = max(wait, self.gap)
+            self.gap = min(PACE_MAX, self.gap)
+
     def _set(self, total: int, now: float) -> None:
         self._streak = 0
         if total != self.total:
@@ -211,12 +255,13 @@ def quota_report(limiter: AdaptiveLimiter, successes: int) -> QuotaReport:
     return QuotaReport(in_flight=limiter.in_flight, waiting=limiter.waiting, limit=limiter.limit,
                        rate=limiter.rate if limiter.limit > 0 else None, successes=successes,
                        limited_window=limiter.limited_window,
-                       hold_s=max(0.0, limiter.hold_until - trio.current_time()))
+                       hold_s=max(0.0, limiter.hold_until - trio.current_time()), limited_wait=limiter.limited_wait)
 
 
 def apply_grant(limiter: AdaptiveLimiter, grant: QuotaGrant) -> None:
     """Set ``limiter`` to ``grant`` (a zero rate share: no new call at all)."""
     limiter.set_window(grant.window)
+    limiter.set_shared_gap(grant.gap)
     limiter.set_rate(grant.rate if grant.rate else None)
     limiter.set_limit(0 if grant.rate is not None and grant.rate <= 0 else grant.limit)
     if grant.hold_s > 0:
@@ -226,7 +271,7 @@ def apply_grant(limiter: AdaptiveLimiter, grant: QuotaGrant) -> None:
 async def follow_quota(limiter: AdaptiveLimiter, exchange: Callable[[QuotaReport], Awaitable[QuotaGrant | None]], *,
                        every: float = REPORT_EVERY,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Keep ``limiter`` (fixed, ``minimum`` 0) at this member's share: report every ``every``
+    """Keep ``limiter`` (fixed, ``minimum`` 0; the Ray node gateways' also learn pacing) at this member's share: report every ``every``
     seconds through ``exchange`` (a call to the coordinator) and apply the grant; ``exchange``
     returning None (no answer this time) keeps the limits as they are. Started
     (``nursery.start``) once a first grant is applied. Runs until cancelled."""
@@ -235,12 +280,13 @@ async def follow_quota(limiter: AdaptiveLimiter, exchange: Callable[[QuotaReport
     while True:
         successes, seen = limiter.successes - seen, limiter.successes
         report = quota_report(limiter, successes)
-        window = limiter.limited_window
-        limiter.limited_window = None
+        window, wait = limiter.limited_window, limiter.limited_wait
+        limiter.limited_window = limiter.limited_wait = None
         grant = await exchange(report)
         if grant is None:  # not heard: report the same again next time
             seen -= successes
             limiter.limited_window = window if limiter.limited_window is None else max(window or 0, limiter.limited_window)
+            limiter.limited_wait = wait if limiter.limited_wait is None else max(wait or 0.0, limiter.limited_wait)
             await trio.sleep(every)
             continue
         apply_grant(limiter, grant)

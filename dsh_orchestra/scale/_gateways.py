@@ -115,9 +115,9 @@ class QuotaCoordinator:
                 "in_flight": sum(n for name, n in self.in_flight.items() if name in live)}
 
     def snapshot(self) -> dict[str, Any]:
-        """The ledger now: total, rate, window, members' grants and bounds, the limit's history, the grants so far."""
+        """The ledger now: total, rate, window, learned gap, members' grants and bounds, the limit's history, the grants so far."""
         ledger = self.ledger
-        return {"total": ledger.total, "rate": ledger.rate, "window": ledger.window, "adaptive": ledger.adaptive,
+        return {"total": ledger.total, "rate": ledger.rate, "window": ledger.window, "adaptive": ledger.adaptive, "gap": ledger.gap,
                 "members": {name: {"limit": m.limit, "reserved": m.reserved, "demand": m.demand,
                                    "reserved_rate": m.reserved_rate} for name, m in ledger.members.items()},
                 "history": list(ledger.history), "trace": list(self.trace),
@@ -239,6 +239,7 @@ def gateway_stats(gateway: Gateway, node: str) -> dict[str, Any]:
     budget = gateway.budget
     return {"node": node, "peak_in_flight": limiter.peak_in_flight, "limit": limiter.limit,
             "rate": limiter.rate, "successes": limiter.successes, "limited": limiter.limited,
+            "gap": limiter.gap, "shared_gap": limiter.shared_gap,
             "limits": [[round(t - start, 4), limit] for t, limit in limiter.history],
             "totals": gateway.totals.to_json(), "summary": gateway.summary(), "counts": attrs.asdict(gateway.totals),
             "spending": attrs.asdict(budget.spending()) if isinstance(budget, NodeBudget) else None}
@@ -253,6 +254,7 @@ async def serve_gateway(name: str, config: NodeGatewayConfig, api_key: str | Non
     options = config.options
     cache = ResponseCache(options.cache) if options.cache is not None else None
     limiter = AdaptiveLimiter(0, adaptive=False, minimum=0, maximum=1_000_000)  # the coordinator sets it
+    limiter.learn_pacing = True  # paces after its own 429s at once; the coordinator shares the run's gap
     gateway = Gateway(options, upstream=config.upstream, api_key=api_key, cache=cache, limiter=limiter)
     budget = None
     if gateway.budget.limited:  # the run's budget: this gateway's calls plus the others' (the coordinator sums)
