@@ -33,7 +33,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import httpx
 import trio
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -47,6 +46,7 @@ import dsh_orchestra.transport._connection as connection_module  # noqa: E402
 from dsh_orchestra.batch import BatchOptions, run_batch  # noqa: E402
 from dsh_orchestra.batch._ramp import StartRamp  # noqa: E402
 from dsh_orchestra.gateway import GatewayOptions  # noqa: E402
+from dsh_orchestra.gateway._upstream import UpstreamClient  # noqa: E402
 from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
 
 from gateway import ENV, make_warm_home, start_model, stop  # noqa: E402
@@ -139,20 +139,20 @@ def hook() -> None:
         return await attempt(self, **kwargs)
 
     server_module._Call._attempt = timed_attempt  # type: ignore[method-assign]
-    send = httpx.AsyncClient.send
+    send = UpstreamClient.post
     sends = [0]
 
-    async def timed_send(self: Any, request: Any, **kwargs: Any) -> Any:
+    async def timed_send(self: Any, *args: Any, **kwargs: Any) -> Any:
         sends[0] += 1
         first = sends[0] == 1
         if first:
             mark("gateway: first upstream request sent")
-        response = await send(self, request, **kwargs)
+        response = await send(self, *args, **kwargs)
         if first:
             mark("gateway: first upstream response headers")
         return response
 
-    httpx.AsyncClient.send = timed_send  # type: ignore[method-assign]
+    UpstreamClient.post = timed_send  # type: ignore[method-assign]
     reap = actor_module.RuntimeActor._reap
 
     async def timed_reap(self: Any, process: Any) -> None:
