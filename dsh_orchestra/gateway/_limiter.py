@@ -19,6 +19,9 @@ learns pacing but does not adapt opens a new window at the first limited answer 
 too (without halving its limit), so answers to calls sent before that slow-down count as stale.
 ``shared_gap`` (the quota coordinator's grant: this member's part of the run's learned gap,
 ``gateway._quota``) spaces the starts as well; the longest of the three intervals holds.
+A ``w`` of a whole number of seconds (``retry-after: 1`` without ``retry-after-ms``: a wait
+rounded up) says little of the spacing, so ``w`` there is at most the interval at which the
+provider served the latest SERVED_SPAN successes (:attr:`AdaptiveLimiter.served_interval`).
 
 :meth:`AdaptiveLimiter.set_limit` and :meth:`AdaptiveLimiter.set_rate` are the public way to
 change the limits of a running gateway (``ctl``, the Ray quota coordinator).
@@ -47,6 +50,8 @@ PACE_MAX = 1.0
 window's reset, not the spacing between calls: it holds, and the gap stops here)."""
 PACE_MIN = 0.001
 """Learned pacing: a gap below this many seconds is dropped (back to the AIMD limit alone)."""
+SERVED_SPAN = 16
+"""Learned pacing: the provider's served interval is measured over this many latest successes."""
 
 
 class AdaptiveLimiter:
@@ -70,7 +75,8 @@ class AdaptiveLimiter:
         self.gap: float | None = None  # learned pacing: seconds between starts (None: not paced)
         self.learn_pacing = adaptive  # False: a retry-after only holds (the behaviour before learned pacing)
         self.shared_gap: float | None = None  # this member's part of the run's learned gap (the quota coordinator's grant)
-        self.limited_wait: float | None = None  # the longest retry-after of a limited answer since the reporter took it
+        self.limited_wait: float | None = None  # the longest retry-after (pacing_wait) of a limited answer since the reporter took it
+        self._served: collections.deque[float] = collections.deque(maxlen=SERVED_SPAN)  # times of the latest successes
         self.history: list[tuple[float, int]] = [(trio.current_time(), limit)]  # (time, limit) at each change
         self.successes = 0  # answers counted by outcome, for whoever watches (the quota coordinator)
         self.limited = 0
@@ -180,10 +186,12 @@ class AdaptiveLimiter:
         """Give the place back: ``outcome`` ``ok``, ``limited`` (429/529/overloaded) or ``other``;
         ``retry_after``: the seconds a limited answer said to wait (learned pacing)."""
         self.in_flight -= 1
+        retry_after = self.pacing_wait(retry_after)
         if self.learn_pacing:
             self._learn(ticket, outcome, retry_after)
         if outcome == "ok":
             self.successes += 1
+            self._served.append(trio.current_time())
         elif outcome == "limited":
             self.limited += 1
             self.limited_window = ticket if self.limited_window is None else max(self.limited_window, ticket)
@@ -222,6 +230,21 @@ class AdaptiveLimiter:
         self.maximum = max(self.maximum, limit)
         self._set(limit)
         self._notify()
+
+    @property
+    def served_interval(self) -> float | None:
+        """Seconds between the latest SERVED_SPAN successes, on average (None: fewer than 2)."""
+        served = self._served
+        return (served[-1] - served[0]) / (len(served) - 1) if len(served) >= 2 else None
+
+    def pacing_wait(self, retry_after: float | None) -> float | None:
+        """The spacing a limited answer's ``retry_after`` tells: itself; for a whole number of
+        seconds (rounded up by the provider), at most :attr:`served_interval` (not below
+        PACE_MIN)."""
+        if retry_after is None or retry_after < 1.0 or not float(retry_after).is_integer():
+            return retry_after
+        served = self.served_interval
+        return retry_after if served is None else max(PACE_MIN, min(float(retry_after), served))
 
     def hold(self, seconds: float) -> None:
         """Let no new call through for ``seconds`` from now (a ``retry-after``); holds only extend."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import partial
 from typing import Awaitable, Callable
 
@@ -15,7 +16,7 @@ import trio.testing
 
 from dsh_orchestra.gateway import AdaptiveLimiter, Gateway, GatewayOptions
 from dsh_orchestra.gateway._http import Peer
-from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP
+from dsh_orchestra.gateway._limiter import PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP, SERVED_SPAN
 from dsh_orchestra.testing._fake_model import Quota
 
 from gateway_support import body, running_gateway
@@ -37,17 +38,20 @@ class Run:
 
 
 async def quota_run(limiter: AdaptiveLimiter, *, clients: int = 64, each: int = 4, rate: float = 20.0,
-                    latency: float = 0.01) -> Run:
+                    latency: float = 0.01, whole_seconds: bool = False) -> Run:
     """``clients`` concurrent callers, ``each`` calls each, through ``limiter`` to the fake model's
     quota (answering 429 with the time to its next token as ``retry-after``), retried as the
     gateway's ``_Call.run`` does: the limited answer holds the limiter and is released with its
-    ``retry-after``, the retry sleeps that long and goes to the head of the line."""
+    ``retry-after``, the retry sleeps that long and goes to the head of the line.
+    ``whole_seconds``: the provider rounds its wait up to whole seconds (``retry-after: 1``)."""
     quota, run = Quota(rate), Run()
 
     async def call() -> None:
         for attempt in range(1, ATTEMPTS + 1):
             ticket = await limiter.acquire(front=attempt > 1)
             wait = quota.take()
+            if whole_seconds:
+                wait = float(math.ceil(wait))
             if wait == 0.0:
                 await trio.sleep(latency)
                 limiter.release(ticket, "ok")
@@ -242,3 +246,31 @@ async def test_every_call_still_ends_after_at_most_twice_max_attempts_tries() ->
     statuses, gateway = await calls_through(answer, GatewayOptions(max_attempts=3), 6)
     assert statuses == [429] * 6
     assert 6 * 3 <= len(seen) <= 6 * 6 and gateway.totals.retries == len(seen) - 6
+
+
+async def test_a_whole_second_retry_after_paces_at_the_rate_the_provider_served(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """``retry-after: 1`` is a wait rounded up: the gap is at most the interval of the latest
+    successes (a gap of 1 s would start one call a second against a 20/s quota)."""
+    limiter = AdaptiveLimiter(4)
+    limiter.release(await limiter.acquire(), "limited", retry_after=1.0)
+    assert limiter.gap == 1.0  # nothing served yet: the answer's wait
+    limiter = AdaptiveLimiter(4)
+    for _ in range(SERVED_SPAN):
+        limiter.release(await limiter.acquire(), "ok")
+        await trio.sleep(0.05)
+    assert limiter.served_interval == pytest.approx(0.05)
+    limiter.release(await limiter.acquire(), "limited", retry_after=1.0)
+    assert limiter.gap == pytest.approx(0.05) and limiter.limited_wait == pytest.approx(0.05)
+    limiter.release(await limiter.acquire(), "limited", retry_after=0.3)  # a precise wait is taken as it is
+    assert limiter.gap == pytest.approx(0.3)
+    assert limiter.pacing_wait(2.5) == 2.5 and limiter.pacing_wait(None) is None
+
+
+async def test_a_quota_that_answers_in_whole_seconds_is_still_used(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = AdaptiveLimiter()
+    begin = trio.current_time()
+    run = await quota_run(limiter, whole_seconds=True)
+    assert run.passed_back == 0 and run.calls == 256
+    # the holds are the provider's whole seconds; between them the starts go at its rate, not one a second
+    assert trio.current_time() - begin <= (256 - 20) / 20.0 * 2
