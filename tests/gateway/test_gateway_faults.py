@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from functools import partial
 from typing import Awaitable, Callable
 
@@ -20,9 +21,12 @@ BLOCK = b'event: content_block_start\ndata: {"type":"content_block_start","index
 DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
 
 
-async def serve_upstream(nursery: trio.Nursery, answer: Callable[[Peer], Awaitable[None]]) -> str:
-    async def handler(stream: trio.SocketStream) -> None:
-        peer = Peer(stream)
+async def serve_upstream(nursery: trio.Nursery, answer: Callable[[Peer], Awaitable[None]], *,
+                         tls: ssl.SSLContext | None = None) -> str:
+    """A provider answering each request with ``answer``; its base URL (https with ``tls``)."""
+    async def handler(raw: trio.SocketStream) -> None:
+        stream = raw if tls is None else trio.SSLStream(raw, tls, server_side=True)
+        peer = Peer(stream)  # type: ignore[arg-type]
         try:
             while await peer.receive() is not None:
                 await answer(peer)
@@ -34,7 +38,7 @@ async def serve_upstream(nursery: trio.Nursery, answer: Callable[[Peer], Awaitab
             await stream.aclose()
 
     [listener] = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-    return f"http://127.0.0.1:{listener.socket.getsockname()[1]}"
+    return f"{'http' if tls is None else 'https'}://127.0.0.1:{listener.socket.getsockname()[1]}"
 
 
 async def post(url: str, token: str) -> httpx.Response:

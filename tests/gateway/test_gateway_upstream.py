@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import ssl
-from functools import partial
 from typing import Any
 
 import h11
@@ -151,23 +150,12 @@ async def test_a_streamed_answer_over_tls_comes_through_whole_and_the_request_in
 
     monkeypatch.setattr(TrioStream, "write", noted)
 
-    async def handler(raw: trio.SocketStream) -> None:
-        stream = trio.SSLStream(raw, server_context, server_side=True)
-        peer = Peer(stream)  # type: ignore[arg-type]
-        try:
-            while await peer.receive() is not None:
-                await peer.start(200, [(b"content-type", b"text/event-stream")], stream_body, end=True)
-                if not peer.reusable():
-                    break
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            await stream.aclose()
+    async def answer(peer: Peer) -> None:
+        await peer.start(200, [(b"content-type", b"text/event-stream")], stream_body, end=True)
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            [listener] = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
-            upstream = f"https://127.0.0.1:{listener.socket.getsockname()[1]}"
+            upstream = await serve_upstream(nursery, answer, tls=server_context)
             async with running_gateway(upstream) as gateway, httpx.AsyncClient(trust_env=False) as client:
                 gateway._ssl = client_context  # trust the test CA (the gateway makes its context once)
                 for _ in range(2):
