@@ -106,14 +106,10 @@ class AdaptiveLimiter:
         Raises:
             ValueError: ``rate`` not a positive finite number.
         """
-        if rate is not None and not (isinstance(rate, (int, float)) and not isinstance(rate, bool)
-                                     and math.isfinite(rate) and rate > 0):
-            raise ValueError(f"the rate must be a positive number of calls a second, not {rate!r}")
+        _check_positive(rate, "the rate must be a positive number of calls a second")
         if rate != self.rate:
             self.rate = None if rate is None else float(rate)
-            if math.isfinite(self.last_start):  # keep the last start, space the next by the new interval
-                self.next_start = self.last_start + self.interval
-            self._notify()
+            self._respace()
 
     @property
     def interval(self) -> float:
@@ -134,14 +130,10 @@ class AdaptiveLimiter:
         Raises:
             ValueError: ``gap`` not a positive finite number.
         """
-        if gap is not None and not (isinstance(gap, (int, float)) and not isinstance(gap, bool)
-                                    and math.isfinite(gap) and gap > 0):
-            raise ValueError(f"the gap must be a positive number of seconds, not {gap!r}")
+        _check_positive(gap, "the gap must be a positive number of seconds")
         if gap != self.shared_gap:
             self.shared_gap = None if gap is None else float(gap)
-            if math.isfinite(self.last_start):  # keep the last start, space the next by the new interval
-                self.next_start = self.last_start + self.interval
-            self._notify()
+            self._respace()
 
     async def acquire(self, *, front: bool = False) -> int:
         """Wait for a place (in arrival order, after any hold and the pacing); returns a ticket
@@ -275,6 +267,19 @@ class AdaptiveLimiter:
             self.limit = limit
             self.history.append((trio.current_time(), limit))
 
+    def _respace(self) -> None:
+        """Keep the last start; space the next by the (new) interval."""
+        if math.isfinite(self.last_start):
+            self.next_start = self.last_start + self.interval
+        self._notify()
+
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+
+def _check_positive(value: float | None, message: str) -> None:
+    """Raise ``ValueError`` (``message``, then ``value``) unless ``value`` is None or a positive finite number."""
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and math.isfinite(value) and value > 0):
+        raise ValueError(f"{message}, not {value!r}")
