@@ -246,20 +246,13 @@ class AdaptiveLimiter:
             self._notify()
 
     def _learn(self, ticket: int, outcome: str, retry_after: float | None) -> None:
-        if outcome == "ok" and self.gap is not None:
-            self.gap /= 1.0 + PACE_STEP
-            if self.gap < PACE_MIN:
-                self.gap = None
+        if outcome == "ok":
+            self.gap = gap_after_successes(self.gap, 1)
         elif outcome == "limited" and retry_after is not None and retry_after >= PACE_MIN:
-            if self.gap is None:
-                self.gap = retry_after
-            elif ticket == self._epoch:  # the first limited answer of this window (the caller halves the limit next)
-                self.gap = max(retry_after, self.gap * PACE_BACKOFF)
-            else:
-                self.gap = max(retry_after, self.gap)
-            self.gap = min(PACE_MAX, self.gap)
+            # the first limited answer of this window opens a new one (the caller halves the limit next)
+            self.gap = gap = gap_after_limit(self.gap, retry_after, new_window=ticket == self._epoch)
             if math.isfinite(self.last_start):
-                self.next_start = max(self.next_start, self.last_start + self.gap)
+                self.next_start = max(self.next_start, self.last_start + gap)
 
     def _set(self, limit: int) -> None:
         self._streak = 0
@@ -276,6 +269,28 @@ class AdaptiveLimiter:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+
+def gap_after_successes(gap: float | None, successes: int) -> float | None:
+    """The learned gap after ``successes`` answers: / (1 + PACE_STEP) each, dropped (None) below
+    PACE_MIN. The rule of one gateway and of the Ray run's ledger (``gateway._quota``)."""
+    if gap is None or not successes:
+        return gap
+    gap /= (1.0 + PACE_STEP) ** min(successes, 10_000)  # (a float's range; far below PACE_MIN anyway)
+    return None if gap < PACE_MIN else gap
+
+
+def gap_after_limit(gap: float | None, wait: float, *, new_window: bool) -> float:
+    """The learned gap after a limited answer that said to wait ``wait`` seconds: ``wait`` at
+    first, x PACE_BACKOFF at the first such answer of a window (``new_window``), never below
+    ``wait``, at most PACE_MAX. The rule of one gateway and of the Ray run's ledger."""
+    if gap is None:
+        gap = wait
+    elif new_window:
+        gap = max(wait, gap * PACE_BACKOFF)
+    else:
+        gap = max(wait, gap)
+    return min(PACE_MAX, gap)
 
 
 def _check_positive(value: float | None, message: str) -> None:

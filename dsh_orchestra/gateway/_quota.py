@@ -33,9 +33,10 @@ PACE_BACKOFF at a report that opens a new window (never below ``w``), at least `
 / (1 + PACE_STEP) per success the members report; at most PACE_MAX, dropped below PACE_MIN.
 Each member is granted its part in proportion to its demand (calls in flight and waiting; its
 own counted at least 1): ``gap x (the others' demands + its own) / its own``, so the members'
-starts together go ``gap`` apart (an idle member slows nobody; its first call goes at once) (a provider quota is shared by every node: one node's 429 slows all of them). Not
-by the concurrency shares as the rate: those spread the unused places evenly, which would slow
-a busy member beside an idle one.
+starts together go ``gap`` apart: a provider's quota is shared by every node, so one node's
+429 slows all of them, and an idle member slows nobody (its first call goes at once). Not by
+the concurrency shares as the rate: those spread the unused places evenly, which would slow a
+busy member beside an idle one.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Awaitable, Callable, Collection, Mapping
 import attrs
 import trio
 
-from ._limiter import AUTO_MAX, AUTO_MIN, AUTO_START, PACE_BACKOFF, PACE_MAX, PACE_MIN, PACE_STEP, AdaptiveLimiter
+from ._limiter import AUTO_MAX, AUTO_MIN, AUTO_START, PACE_MIN, AdaptiveLimiter, gap_after_limit, gap_after_successes
 
 STALE_AFTER = 3.0
 """Seconds without a report after which a member counts as gone (its share is freed)."""
@@ -228,20 +229,12 @@ class QuotaLedger:
         return sum(member.reserved for member in self.members.values())
 
     def _learn(self, slowed: bool, report: QuotaReport) -> None:
-        """The run's learned gap after ``report`` (its successes first, then its longest retry-after)."""
-        if self.gap is not None and report.successes:
-            self.gap /= (1.0 + PACE_STEP) ** min(report.successes, 10_000)  # (a float's range: far below PACE_MIN anyway)
-            if self.gap < PACE_MIN:
-                self.gap = None
+        """The run's learned gap after ``report`` (its successes first, then its longest
+        retry-after; ``slowed``: it opens a new window), by one gateway's rule, run-wide."""
+        self.gap = gap_after_successes(self.gap, report.successes)
         wait = report.limited_wait
         if wait is not None and wait >= PACE_MIN:
-            if self.gap is None:
-                self.gap = wait
-            elif slowed:  # the first limited answer of this window: once per window, as one gateway does
-                self.gap = max(wait, self.gap * PACE_BACKOFF)
-            else:
-                self.gap = max(wait, self.gap)
-            self.gap = min(PACE_MAX, self.gap)
+            self.gap = gap_after_limit(self.gap, wait, new_window=slowed)
 
     def _set(self, total: int, now: float) -> None:
         self._streak = 0
@@ -271,9 +264,10 @@ def apply_grant(limiter: AdaptiveLimiter, grant: QuotaGrant) -> None:
 async def follow_quota(limiter: AdaptiveLimiter, exchange: Callable[[QuotaReport], Awaitable[QuotaGrant | None]], *,
                        every: float = REPORT_EVERY,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Keep ``limiter`` (fixed, ``minimum`` 0; the Ray node gateways' also learn pacing) at this member's share: report every ``every``
-    seconds through ``exchange`` (a call to the coordinator) and apply the grant; ``exchange``
-    returning None (no answer this time) keeps the limits as they are. Started
+    """Keep ``limiter`` (fixed, ``minimum`` 0; the Ray node gateways' also learn pacing) at this
+    member's share: report every ``every`` seconds through ``exchange`` (a call to the
+    coordinator) and apply the grant; ``exchange`` returning None (no answer this time) keeps
+    the limits as they are. Started
     (``nursery.start``) once a first grant is applied. Runs until cancelled."""
     seen = limiter.successes
     started = False
