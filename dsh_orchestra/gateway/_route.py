@@ -12,8 +12,7 @@ from typing import AsyncIterator
 
 import trio
 
-from .._logging import register_secrets
-from .._redact import MIN_INHERITED_SECRET
+from .._logging import MIN_SECRET_LENGTH, register_secrets
 from ..runtime import RuntimeSpec
 from ._cache import ResponseCache
 from ._options import DEFAULT_API_KEY_ENV, DEFAULT_UPSTREAM, GatewayOptions
@@ -53,13 +52,13 @@ def routed_to(spec: RuntimeSpec, *, base_url: str, token: str, api_key_env: str 
               api_key: str | None = None) -> RuntimeSpec:
     """``spec`` pointed at the gateway at ``base_url``, with ``token`` as the key. The key
     variables (``DEEPSEEK_API_KEY``, ``api_key_env``), and any variable (inherited or the
-    spec's) whose value holds ``api_key`` (when known here and at least
-    ``MIN_INHERITED_SECRET`` characters long: a placeholder key such as ``"k"`` is in ``PATH``),
-    are set empty in its env."""
+    spec's) whose value holds ``api_key`` (when known here and at least ``MIN_SECRET_LENGTH``
+    characters long, as for the logs' redaction: a placeholder key such as ``"k"`` is in
+    ``PATH``), are set empty in its env."""
     names = {DEFAULT_API_KEY_ENV, api_key_env}
     seen = {**(os.environ if spec.inherit_env else {}), **spec.env}
     env = dict(spec.env)
-    secret = api_key if api_key is not None and len(api_key) >= MIN_INHERITED_SECRET else None
+    secret = api_key if api_key is not None and len(api_key) >= MIN_SECRET_LENGTH else None
     for name, value in seen.items():
         if name in names or (secret is not None and secret in value):
             env[name] = ""
