@@ -7,11 +7,14 @@ bytes. Regenerate it with ``python bench/_common.py --extract /work/shared/trans
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,18 @@ MIN_SIZE, MAX_SIZE = 300, 1500
 
 BLAST = "bench/blast"
 """Fake-runtime method: answer ``{}`` at once, then write ``count`` notifications."""
+
+
+_SCRATCH: list[Path] = []
+
+
+def scratch_file(name: str) -> Path:
+    """A path ``name`` in a fresh directory of this benchmark's scratch space (one temporary
+    directory per process, removed when it exits)."""
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="dsh-bench-")))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return Path(tempfile.mkdtemp(dir=_SCRATCH[0])) / name
 
 
 def compact(frame: Any) -> bytes:

@@ -82,7 +82,7 @@ import trio
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from _common import machine  # noqa: E402
+from _common import machine, scratch_file  # noqa: E402
 
 from dsh_orchestra.gateway import Gateway, GatewayOptions  # noqa: E402
 
@@ -178,7 +178,7 @@ def traced(gateway: subprocess.Popen[str] | None) -> list[tuple[float, float]] |
     return [tuple(row) for row in json.loads(path.read_text())]  # type: ignore[misc]
 
 
-TRACE = os.environ.get("GATEWAY_BENCH_TRACE") and str(Path(tempfile.mkdtemp()) / "trace")
+TRACE = os.environ.get("GATEWAY_BENCH_TRACE") and str(scratch_file("trace"))
 TRACED: dict[int, int] = {}
 
 
@@ -207,7 +207,7 @@ def clients(url: str, key: str, *, streams: int, procs: int, calls: int, warmup:
 
 
 def write_body(text: str) -> Path:
-    path = Path(tempfile.mkdtemp()) / "body.json"
+    path = scratch_file("body.json")
     path.write_bytes(BODY.replace(b"Say hello", text.encode()))
     return path
 
@@ -333,7 +333,8 @@ def make_warm_home() -> Path:
     from dsh_orchestra.runtime import RuntimeSpec
     from dsh_orchestra.testing._fake_model import open_fake_model
 
-    root = Path(tempfile.mkdtemp(prefix="goodput-warm-"))
+    root = scratch_file("goodput-warm")
+    root.mkdir()
     (root / "home").mkdir()
 
     async def one_turn() -> None:
@@ -459,7 +460,7 @@ def breakdown(row: dict[str, Any], seen: dict[str, Any], rate: float) -> dict[st
 def main() -> None:
     parts = sys.argv[1:] or ["latency", "throughput", "goodput"]
     print(json.dumps({**machine(), "imports_s": round(IMPORTS_S, 2)}))
-    script = Path(tempfile.mkdtemp()) / "long.toml"
+    script = scratch_file("long.toml")
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
     script.write_text('[[rules]]\nname = "long"\nmatch = "LONG"\nreply = "' + "x" * 2**20 + '"\n'
                       f'[[rules]]\nname = "slow"\nmatch = "SLOW"\ndelay = {delay}\n')
@@ -496,7 +497,7 @@ def goodput_rates() -> list[float]:
 def goodput_once(rate: float, mode: str, home: Path | None = None) -> dict[str, Any]:
     """One goodput run (a fresh fake model with quota ``rate``) in ``mode``, in a fresh DSH_HOME
     or a copy of ``home``: its row."""
-    stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+    stats = scratch_file("model-stats.json")
     quota, quota_url = start_model("--rate-limit", f"{rate:g}/s", "--stats", str(stats))
     load_before = os.getloadavg()[0]
     try:

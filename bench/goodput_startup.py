@@ -49,6 +49,7 @@ from dsh_orchestra.gateway import GatewayOptions  # noqa: E402
 from dsh_orchestra.gateway._upstream import UpstreamClient  # noqa: E402
 from dsh_orchestra.runtime import RuntimeSpec  # noqa: E402
 
+from _common import scratch_file  # noqa: E402
 from gateway import ENV, make_warm_home, start_model, stop  # noqa: E402
 
 ORIGIN: list[float] = []
@@ -198,7 +199,7 @@ def main() -> None:
     if os.environ.get("GOODPUT_STARTUP_HOME", "fresh") == "warm":
         WARM.append(make_warm_home())
     hook()
-    stats = Path(tempfile.mkdtemp()) / "model-stats.json"
+    stats = scratch_file("model-stats.json")
     model, url = start_model("--rate-limit", f"{rate}/s", "--stats", str(stats))
     try:
         summary = trio.run(one_run, url, mode, rate, sandbox)

@@ -3,6 +3,7 @@ them verbatim (the notebook: tests/embed/test_notebook.py; rayjob.yaml: tests/sc
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from contained_tmp import contained_tmp
 from docs_blocks import ROOT
 
 
@@ -48,7 +50,7 @@ EXAMPLES = [
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_the_example_runs_and_prints_what_the_docs_say(example: Example, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(example.path)], capture_output=True, text=True, timeout=example.timeout,
-                          cwd=tmp_path, stdin=subprocess.DEVNULL)
+                          cwd=tmp_path, stdin=subprocess.DEVNULL, env={**os.environ, **contained_tmp(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == example.prints
 

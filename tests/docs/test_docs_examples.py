@@ -28,6 +28,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from contained_tmp import contained_tmp
 from docs_blocks import (
     NOT_CODE, PARSE, ROOT, RUN, SHELL, Block, all_blocks, command_lines, commands, documents, looks_like_python, needs_context,
 )
@@ -103,7 +104,8 @@ def model_url() -> Iterator[str]:
 def offline_env(model_url: str, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_"))}
     env.update({"DSH_TELEMETRY_MODE": "DISABLED", "DEEPSEEK_BASE_URL": model_url, "DEEPSEEK_API_KEY": "offline-placeholder",
-                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", "HOME": str(home)})
+                "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", "HOME": str(home),
+                **contained_tmp(home)})
     return env
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from contained_tmp import contained_tmp
 from docs_blocks import ROOT, RUN, SHELL, Block, all_blocks, documents
 
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -54,7 +55,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def env(home: Path) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_"))}
-    out.update({"DSH_TELEMETRY_MODE": "DISABLED", "HOME": str(home), "NO_PROXY": "*"})
+    out.update({"DSH_TELEMETRY_MODE": "DISABLED", "HOME": str(home), "NO_PROXY": "*", **contained_tmp(home)})
     return out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from contained_tmp import contained_tmp
 
 pytestmark = pytest.mark.notebook
 
@@ -31,7 +32,8 @@ EXECUTE = textwrap.dedent("""
 def test_the_example_notebook_runs_headless(tmp_path: Path) -> None:
     executed = tmp_path / "executed.ipynb"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "IPYTHONDIR": str(tmp_path / "ipython"),
-           "JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_PLATFORM_DIRS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+           "JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_PLATFORM_DIRS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+           **contained_tmp(tmp_path)}
     done = subprocess.run([sys.executable, "-c", EXECUTE, str(NOTEBOOK), str(executed), str(tmp_path)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
