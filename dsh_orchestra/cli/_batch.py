@@ -34,7 +34,7 @@ from ._common import (
     until_terminated,
 )
 from ._errors import message
-from ._gateway import add_gateway_options, gateway_options
+from ._gateway import add_gateway_options, check_gateway_flags, gateway_options
 from ._exit import EXIT_BUDGET, EXIT_TEMPFAIL
 from ._paths import Paths, describe_flag, file_option
 from ._ray_options import (  # --ray: scale-out (imports no Ray)
@@ -116,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
     with scratch_dir("home") as temp_home:
         try:
             check_numbers(args, NUMBERS)
+            check_gateway_flags(args)
             spec = build_spec(args, temp_home=temp_home)
             options = BatchOptions(
                 runtimes=args.runtimes,

@@ -28,19 +28,29 @@ def add_gateway_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cache-epochs", choices=CACHE_EPOCHS, default="independent", help="independent (default): each epoch has its own answers; shared: epochs reuse one answer (then dependent)")
 
 
+def check_gateway_flags(args: argparse.Namespace) -> None:
+    """Refuse gateway flags that contradict each other (checked first: they are wrong whatever
+    the runtime, its credentials or the files).
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    gateway_flags = [f for f, v in (("--upstream", args.upstream), ("--model-rate", args.model_rate), ("--cache", args.cache),
+                                    ("--cache-mode", args.cache_mode)) if v is not None]
+    if args.cache_mode is not None and args.cache is None:
+        raise UsageError(f"--cache-mode {args.cache_mode} needs --cache DIR (the cache directory)")
+    if args.no_gateway and gateway_flags:
+        raise UsageError(f"{gateway_flags[0]} needs the gateway: drop --no-gateway")
+
+
 def gateway_options(args: argparse.Namespace) -> GatewayOptions | None:
     """The GatewayOptions the flags describe (None with --no-gateway).
 
     Raises:
         UsageError: contradictory or bad values, naming the flag.
     """
-    gateway_flags = [f for f, v in (("--upstream", args.upstream), ("--model-rate", args.model_rate), ("--cache", args.cache),
-                                    ("--cache-mode", args.cache_mode)) if v is not None]
-    if args.cache_mode is not None and args.cache is None:
-        raise UsageError(f"--cache-mode {args.cache_mode} needs --cache DIR (the cache directory)")
+    check_gateway_flags(args)
     if args.no_gateway:
-        if gateway_flags:
-            raise UsageError(f"{gateway_flags[0]} needs the gateway: drop --no-gateway")
         return None
     concurrency: Any = args.model_concurrency
     if concurrency != "auto":

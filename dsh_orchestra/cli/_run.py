@@ -62,7 +62,7 @@ from ._common import (
 )
 
 from ..session import warnings_reported
-from ._gateway import add_gateway_options, gateway_options
+from ._gateway import add_gateway_options, check_gateway_flags, gateway_options
 from ._paths import Paths, file_option
 from ._run_status import StepBoard
 
@@ -169,6 +169,7 @@ def main(args: argparse.Namespace) -> int:
     with scratch_dir("home") as temp_home:
         try:
             check_numbers(args, {"--runtimes": ("int", 1), "--concurrency": ("int", 1), "--runtime-limit": ("int", 1)})
+            check_gateway_flags(args)
             recipe = load_recipe(args.recipe)
             simulated = args.runtime_command is None and args.runtime in (None, "sim")
             if simulated and args.script is None and recipe.script is not None:

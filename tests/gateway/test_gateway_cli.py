@@ -68,3 +68,21 @@ def test_run_takes_the_gateway_flags_too(capsys: pytest.CaptureFixture[str]) -> 
     recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "code_review")
     assert main(["run", recipe, "--cache-mode", "replay"]) == 2
     assert "--cache-mode replay needs --cache DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["batch", "run"])
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--cache-mode", "replay"], "--cache-mode replay needs --cache DIR"),
+    (["--no-gateway", "--cache", "c"], "--cache needs the gateway: drop --no-gateway"),
+])
+def test_contradicting_gateway_flags_are_named_before_a_missing_credential(
+        command: str, flags: list[str], expected: str, dataset: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The flags are wrong whatever the environment: the message names them, not the key."""
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "code_review")
+    target = [str(dataset), "--out", str(tmp_path / "out.jsonl"), "--no-progress"] if command == "batch" else [recipe]
+    assert main([command, *target, "--runtime", "dsh", "--dsh-home", str(tmp_path / "h"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "credential" not in err and "Traceback" not in err
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "c").exists()
