@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from ..eval import ScorerSpec, load_prices, load_scoring, make_plan, rescore, sha256_file
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER, RuntimeSpec
 from ._dataset import load_dataset
 
@@ -27,12 +28,14 @@ async def score_results(
     seed: int = 0,
     prices: str | os.PathLike[str] | None = None,
     judge_runtime: RuntimeSpec | None = None,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> dict[str, Any]:
     """Score every line of ``results`` (a batch's results file) against ``dataset`` with the
     scorers ``score`` names (SPECs of ``dsh-orchestra score``: ``"exact"``, ``"includes"``,
     ``"module:attr"``, ...) and write the re-scored lines to ``out``; return the summary (also
     written to ``summary`` when given). ``scoring`` and ``prices`` are TOML files as for the CLI;
-    judges run on ``judge_runtime`` (default: the simulator).
+    judges run on ``judge_runtime`` (default: the simulator); a judge's real ``dsh`` calls the
+    model through a gateway of its own (``gateway``; None: directly, with the real key).
 
     Raises:
         RescoreError: unreadable results, an id not in the dataset, an unusable ``out``.
@@ -54,5 +57,5 @@ async def score_results(
     described = {"path": str(dataset), "sha256": sha256_file(dataset), "items": len(items)}
     return await rescore(
         results, {item.id: item for item in items}, out, plan, summary=summary, judge_runtime=judge_runtime,
-        dataset=described, scoring_sha256=sha256_file(scoring), argv=[],
+        dataset=described, scoring_sha256=sha256_file(scoring), argv=[], gateway=gateway,
     )

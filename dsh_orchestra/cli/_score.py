@@ -27,6 +27,7 @@ from ..eval import (
     rescore,
     sha256_file,
 )
+from ..gateway import DEFAULT_GATEWAY
 from ..protocol import OrchestraError
 from ..runtime import DEFAULT_MODEL, DEFAULT_PROVIDER
 from ._errors import message
@@ -116,6 +117,8 @@ def register(sub: Any) -> None:
                         "Cohen's kappa, the confusion matrix) and a prediction-powered mean")
     add_scoring_options(parser, epochs=False)
     add_runtime_options(parser)
+    parser.add_argument("--no-gateway", action="store_true",
+                        help="a judge's dsh runtime calls the provider itself, with the real key (default: through a gateway of its own)")
     parser.set_defaults(func=main, paths=paths)
 
 
@@ -156,6 +159,7 @@ def main(args: argparse.Namespace) -> int:
                     rescore, args.results, items, args.out, plan, summary=args.summary,
                     judge_runtime=judge, dataset=dataset, scoring_sha256=sha256_file(args.scoring), argv=sys.argv,
                     scorer_workers=args.scorer_workers, scorer_timeout=args.scorer_timeout,
+                    gateway=None if args.no_gateway else DEFAULT_GATEWAY,
                 ))
         except (UsageError, DatasetError, RescoreError, ScoringError, PricesError) as exc:
             return fail(exc)

@@ -19,6 +19,7 @@ import trio
 
 from .._params import Param, ParamError
 from .._version import __version__
+from ..gateway import DEFAULT_GATEWAY, GatewayOptions
 from ..runtime import RuntimeSpec
 from ._apply import AttemptScores, BoundScorer, bind_scorers, check_scorers, score_attempt
 from ._judge import open_judges
@@ -121,12 +122,14 @@ async def rescore(
     argv: list[str] | None = None,
     scorer_workers: int = DEFAULT_WORKERS,
     scorer_timeout: float | None = DEFAULT_TIMEOUT,
+    gateway: GatewayOptions | None = DEFAULT_GATEWAY,
 ) -> dict[str, Any]:
     """Score every line of ``results`` with ``plan`` and write them, new ``scores`` in, to ``out``;
     return (and write to ``summary``) the summary. ``items`` are the dataset's items by id (a
     mapping that also has ``position(id)``, the item's index in the dataset or None, as
     ``batch.DatasetIndex``, is read item by item: nothing per item is kept but the tally's);
-    judges run on ``judge_runtime`` (default: the simulator) unless they name their own.
+    judges run on ``judge_runtime`` (default: the simulator) unless they name their own; a judge's
+    real ``dsh`` calls the model through a gateway of its own (``gateway``; None: directly).
     ``module:attr`` scorers run in ``scorer_workers`` worker processes (0: in this process),
     each call bounded by ``scorer_timeout`` seconds (``bind_scorers``).
 
@@ -151,7 +154,7 @@ async def rescore(
     seen: dict[int, bytearray] = {}  # epoch -> per dataset item, whether a line of it was kept
     present = bytearray(len(items))
     with replaced_atomically(out) as handle:
-        async with open_judges(plan.scorers, fallback=judge_runtime) as judges, \
+        async with open_judges(plan.scorers, fallback=judge_runtime, gateway=gateway) as judges, \
                 open_scorer_workers(scorer_workers if needs_workers(plan.scorers) else 0) as workers:
             scorers = bind_scorers(plan.scorers, judges=judges, workers=workers, timeout=scorer_timeout)
             # One pass, line by line (memory: the tally's columns, not the lines): each line is
