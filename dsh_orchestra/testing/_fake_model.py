@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal, TypeAlias
 
@@ -319,6 +319,8 @@ class FakeModelServer:
     ``concurrency_limit``: a request arriving while that many are being answered is answered
     429 too (``retry-after-ms: 100``). ``in_flight``, ``peak_in_flight`` and ``spans`` (``(start,
     end, session id)`` of every answered request, trio's clock) measure what reached the model.
+    A request stops counting just before the last bytes of its answer are written: a client
+    that has read its answer to the end can never find it still counted.
     """
 
     def __init__(self, script: Script = DEFAULT_SCRIPT, *, host: str = LOOPBACK,
@@ -419,11 +421,19 @@ class FakeModelServer:
             start = trio.current_time()
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            ended = False
+
+            def end() -> None:  # before the answer's last write (that write yields to other tasks)
+                nonlocal ended
+                if not ended:
+                    ended = True
+                    self.in_flight -= 1
+                    self.spans.append((start, trio.current_time(), session_id))
+
             try:
-                await self._answer(stream, connection, request, payload, request_id)
+                await self._answer(stream, connection, request, payload, request_id, end)
             finally:
-                self.in_flight -= 1
-                self.spans.append((start, trio.current_time(), session_id))
+                end()
             return
         await _send_json(stream, connection, status, error, request_id)
 
@@ -435,7 +445,7 @@ class FakeModelServer:
         return self._quota.take()
 
     async def _answer(self, stream: trio.SocketStream, connection: h11.Connection,
-                      request: h11.Request, payload: dict[str, Any], request_id: str) -> None:
+                      request: h11.Request, payload: dict[str, Any], request_id: str, end: Callable[[], None]) -> None:
         session_id = next((value.decode(errors="replace") for name, value in request.headers
                            if name == SESSION_HEADER), None)
         decision = decide(self.script, payload, self.state, session_id=session_id)
@@ -450,6 +460,7 @@ class FakeModelServer:
         await trio.sleep(decision.delay)
         if decision.fail in ("http-500", "http-400"):
             status, error = error_body(decision)
+            end()
             await _send_json(stream, connection, status, error, request_id)
             return
         await _send(stream, connection, h11.Response(status_code=200, headers=[
@@ -460,6 +471,7 @@ class FakeModelServer:
                             message_id=f"msg_{request_id}")
         for frame in frames:
             await _send(stream, connection, h11.Data(data=frame))
+        end()
         await _send(stream, connection, h11.EndOfMessage())
 
 

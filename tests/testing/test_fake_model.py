@@ -914,3 +914,20 @@ async def test_real_runtime_failures_in_concurrent_sessions(tmp_path: Path, scri
         "E400 please",
         "hello again",
     ]
+
+
+async def test_a_request_stops_counting_before_its_client_can_read_the_end(script: Script) -> None:
+    """``in_flight`` drops before the answer's last write (which yields to other tasks): a
+    client that read its answer to the end, then sends the next request at once (the gateway,
+    on the other core), never finds the previous one still counted and gets a spurious 429
+    from ``concurrency_limit``. Before, the count dropped after that write, so a client task
+    scheduled first (trio orders each batch at random) saw it still at 1, about every other
+    time."""
+    async with open_fake_model(script, concurrency_limit=1) as server:
+        stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+        for number in range(1, 41):
+            status, _, _ = await http_post(server.port, "/v1/messages", body(user(text("hi"))), session="s1", stream=stream)
+            seen = (server.in_flight, len(server.spans))  # no checkpoint since the end of the answer was read
+            assert (status, *seen) == (200, 0, number), number
+        await stream.aclose()
+        assert server.rate_limited == 0
