@@ -20,7 +20,8 @@ floor under any proxy's added latency.
   delay: saturation); 1 stream paced as the 64 are (twice the calls): the same spacing
   between calls without the other 63 streams, which tells what the 64-stream case pays for
   idleness (cold caches, sleeping CPUs) from what it pays for concurrency.
-  ``GATEWAY_BENCH_CASES=0,1`` picks cases by index. Each row also gives, per call, the time
+  ``GATEWAY_BENCH_CASES=0,1`` picks cases by index; ``GATEWAY_BENCH_REPEATS=N`` runs each path
+  N times, interleaved (default 2). Each row also gives, per call, the time
   the model, the gateway and the clients waited on a run queue (``*_runq_ms``, from
   /proc/PID/task/*/schedstat: runnable but not running) and the gateway's wake-ups
   (timeslices); ``GATEWAY_BENCH_TRACE=1`` adds the gateway's own spans of a call (``in``:
@@ -217,12 +218,13 @@ Path_ = tuple[str, str, str, "subprocess.Popen[str] | None"]  # name, URL, key, 
 
 def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
     """Per case (streams, client processes, the model's delay before answering): p50/p99 of
-    each of two interleaved runs (direct, gateway, direct, gateway), the added latency (the
-    difference of the medians of the runs), calls/s, and CPU per call (user + system) of the
+    each of ``GATEWAY_BENCH_REPEATS`` (default 2) interleaved runs (direct, gateway, direct,
+    gateway, ...), the added latency (the difference of the medians of the runs), calls/s, and CPU per call (user + system) of the
     gateway, the fake model and the clients, which the machine's load inflates far less than
     wall-clock latency."""
     delay = float(os.environ.get("GATEWAY_BENCH_DELAY", "1.0"))
     paced = int(os.environ.get("GATEWAY_BENCH_CALLS", "16"))
+    repeats = int(os.environ.get("GATEWAY_BENCH_REPEATS", "2"))  # interleaved runs per path
     cases = [(1, 1, 0.0, 400), (64, 8, delay, paced), (64, 8, 0.0, 40), (1, 1, delay, 2 * paced)]
     wanted = os.environ.get("GATEWAY_BENCH_CASES")  # e.g. "0,1": a subset of the cases, by index
     if wanted:
@@ -232,7 +234,7 @@ def latency(model: subprocess.Popen[str], paths: list[Path_]) -> dict[str, Any]:
     for streams, procs, wait, calls in cases:
         case = f"{streams}x{procs}p_delay{wait:g}"
         runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in paths}
-        for _ in range(2):  # interleaved twice
+        for _ in range(repeats):  # interleaved
             for name, url, key, gateway in paths:
                 cpu = (cpu_s(model.pid), cpu_s(gateway.pid) if gateway else 0.0)
                 waits = (sched(model.pid), sched(gateway.pid) if gateway else (0.0, 0, 0.0))
